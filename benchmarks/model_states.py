@@ -1,0 +1,59 @@
+"""Time one full model-state report (target: median under 50 microseconds) next to the seed's own loop.
+
+Run: python benchmarks/model_states.py   (prints a table; no assertion: speed targets live here, not in tests)
+"""
+
+import platform
+import statistics
+import sys
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from zerocalc import Scenario, model_states  # noqa: E402
+
+
+def seed_loop():
+    # The seed's example (../shared/seeds/000), verbatim in logic: floats, three categories, four stages.
+    parameters, workers = 1_000_000_000, 4
+    bytes_per_parameter = {"parameters": 2, "gradients": 2, "optimizer": 4 + 4 + 4}
+    partitioned = {0: set(), 1: {"optimizer"}, 2: {"optimizer", "gradients"},
+                   3: {"optimizer", "gradients", "parameters"}}
+    totals = []
+    for stage in range(4):
+        parts = {}
+        for name, width in bytes_per_parameter.items():
+            divisor = workers if name in partitioned[stage] else 1
+            parts[name] = parameters * width / divisor / 1_000_000_000
+        totals.append(sum(parts.values()))
+    return totals
+
+
+def measure(fn, repeat=15, number=2000):
+    runs = [t / number * 1e6 for t in timeit.repeat(fn, repeat=repeat, number=number)]
+    return statistics.median(runs), min(runs), max(runs)
+
+
+def main():
+    cases = {
+        "seed loop (1B, 4 workers, floats)": seed_loop,
+        "model_states: seed scenario": lambda s=Scenario(params=10**9, workers=4): model_states(s),
+        "model_states: deepspeed, 70B, 1024 workers, offload": lambda s=Scenario.from_convention(
+            "deepspeed", params=70 * 10**9, workers=1024, offload_optimizer="cpu"): model_states(s),
+        "model_states: adam-8bit, hybrid shard": lambda s=Scenario(
+            params=7 * 10**9, workers=512, shard_group=8, optimizer="adam-8bit"): model_states(s),
+        "Scenario + model_states (uncached ledger)": lambda: model_states(
+            Scenario(params=10**9, workers=4, factored_dim=1 + (id(object()) % 10**6), optimizer="adafactor")),
+    }
+    print(f"machine: {platform.machine()}, {platform.processor() or 'unknown cpu'}, "
+          f"Python {platform.python_version()}")
+    print(f"{'case':55} {'median us':>10} {'min us':>8} {'max us':>8}")
+    for name, fn in cases.items():
+        med, lo, hi = measure(fn)
+        print(f"{name:55} {med:10.2f} {lo:8.2f} {hi:8.2f}")
+    print("target: model_states median < 50 us")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""python -m zerocalc, run as a user would (a subprocess): flags, JSON shape, bad input."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "zerocalc", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def cli_json(*args):
+    done = cli(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_json_shape_is_the_public_interface():
+    out = cli_json("--params", "1e9", "--workers", "4")
+    assert (out["params"], out["workers"], out["shard_group"]) == (10**9, 4, 4)
+    assert [s["stage"] for s in out["stages"]] == [0, 1, 2, 3]
+    for s in out["stages"]:
+        assert set(s["per_worker_bytes"]) == {"parameters", "gradients", "optimizer"}
+        for key in ("per_worker_total_bytes", "cluster_total_bytes", "cluster_redundant_bytes",
+                    "communication_bytes_per_step"):
+            assert isinstance(s[key], int)
+    # Seed 000: 16 / 7 / 5.5 / 4 GB per worker.
+    assert [s["per_worker_total_bytes"] for s in out["stages"]] == [16 * 10**9, 7 * 10**9, 5_500_000_000, 4 * 10**9]
+    assert "deepspeed_estimator" not in out
+
+
+@pytest.mark.parametrize("spelling, value", [("1e9", 10**9), ("7B", 7 * 10**9), ("1.5T", 1_500_000_000_000),
+                                             ("350M", 350_000_000), ("124439808", 124_439_808)])
+def test_params_spellings(spelling, value):
+    assert cli_json("--params", spelling)["params"] == value
+
+
+def test_every_flag_reaches_the_report():
+    out = cli_json("--params", "8B", "--workers", "16", "--shard-group", "8", "--param-dtype", "bf16",
+                   "--grad-dtype", "fp32", "--master-dtype", "none", "--optimizer", "lion",
+                   "--optimizer-dtype", "bf16", "--convention", "megatron", "--offload-optimizer", "nvme",
+                   "--offload-params", "cpu", "--gpus-per-node", "4", "--units", "GiB")
+    sc = out["scenario"]
+    assert (sc["shard_group"], sc["param_dtype"], sc["grad_dtype"], sc["master_dtype"], sc["optimizer"],
+            sc["optimizer_dtype"], sc["convention"]) == (8, "bf16", "fp32", None, "lion", "bf16", "megatron")
+    assert out["bytes_per_param"] == 2 + 4 + 2
+    stage3 = out["stages"][3]
+    assert stage3["per_worker_total_bytes"] == 8 * 10**9 * 8 // 8
+    assert stage3["gpu_bytes_per_worker"] == 0
+    assert stage3["cpu_bytes_per_node"] == 4 * stage3["cpu_bytes_per_worker"] == 4 * 2 * 10**9
+    assert stage3["nvme_bytes_per_worker"] == 6 * 10**9
+
+
+def test_deepspeed_estimate_rows():
+    out = cli_json("--params", "2851M", "--largest-layer-params", "32M", "--workers", "8", "--gpus-per-node",
+                   "8", "--deepspeed-estimate")
+    ds = out["deepspeed_estimator"]
+    assert [r["offload_optimizer"] for r in ds["zero2"]] == ["cpu", "none"]
+    assert ds["zero2"][0] == {"offload_optimizer": "cpu", "cpu_bytes": 136_848_000_000, "gpu_bytes": 5_702_000_000}
+    assert [(r["offload_param"], r["offload_optimizer"], r["zero_init"]) for r in ds["zero3"]] == [
+        ("cpu", "cpu", True), ("cpu", "cpu", False), ("none", "cpu", True), ("none", "cpu", False),
+        ("none", "none", True), ("none", "none", False)]
+    assert ds["zero3"][0]["cpu_bytes"] == int(2851e6 * 18 * 1.0 * 1.5)
+    assert ds["differences"]
+
+
+def test_readable_table_by_default_labels_units_correctly():
+    done = cli("--params", "1B", "--workers", "4")
+    assert done.returncode == 0
+    assert "16.00" in done.stdout and "(GB)" in done.stdout and "zero-paper" in done.stdout
+    gib = cli("--params", "1B", "--workers", "4", "--units", "GiB").stdout
+    assert "14.90" in gib and "(GiB)" in gib
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--params", "0"], "--params: got 0; allowed: an integer from 1"),
+    (["--params", "abc"], "not a count"),
+    (["--params", "1e400"], "below 10^31"),
+    (["--params", "7B", "--workers", "0"], "--workers: got 0"),
+    (["--params", "7B", "--workers", "6", "--shard-group", "4"], "--shard-group: got 4; allowed: a divisor"),
+    (["--params", "7B", "--param-dtype", "fp12"], "invalid choice: 'fp12'"),
+    (["--params", "7B", "--master-dtype", "fp12"], "allowed: none, fp64"),
+    (["--params", "7B", "--optimizer", "adamax"], "invalid choice: 'adamax'"),
+    (["--params", "7B", "--offload-params", "disk"], "invalid choice: 'disk'"),
+    (["--params", "7B", "--deepspeed-estimate"], "--largest-layer-params is required"),
+    (["--params", "7B", "--deepspeed-estimate", "--largest-layer-params", "8B"], "allowed: an integer from 1"),
+    (["--params", "7B", "--buffer-factor", "nan"], "allowed: a number above 0"),
+    (["--workers", "4"], "required: --params"),
+    (["--params", "7B", "--bogus"], "unrecognized arguments"),
+])
+def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args, message):
+    done = cli(*args)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr
+    assert message in lines[0]

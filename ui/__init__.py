@@ -1,0 +1,1 @@
+"""The Streamlit shell's helpers: widgets, figures, tables, URL state. No byte is computed here."""

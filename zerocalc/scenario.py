@@ -1,0 +1,116 @@
+"""One frozen input object and its validation.
+
+Every check names the field, the value it got and the allowed range; nothing is clamped silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Optional
+
+from .tables import (CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_FACTORED_DIM, DTYPE_BITS, OFFLOAD_TARGETS,
+                     OPTIMIZERS)
+
+# Integer ranges, shared by the validation below, the CLI and the UI's widgets.
+INT_LIMITS = {
+    "params": (1, 10**18),
+    "workers": (1, 10**7),
+    "shard_group": (1, 10**7),
+    "gpus_per_node": (1, 1024),
+    "factored_dim": (1, 10**7),
+}
+
+
+class FieldError(ValueError):
+    """A bad value for one named input field."""
+
+    def __init__(self, field: str, value, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+
+
+def _int_range(field: str) -> str:
+    lo, hi = INT_LIMITS[field]
+    return f"an integer from {lo:,} to {hi:,}"
+
+
+def _choices(options) -> str:
+    return "one of " + ", ".join(str(o) for o in options)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the user is planning: model size, precision ledger, optimizer, parallelism, offload."""
+
+    params: int
+    workers: int = 1
+    shard_group: Optional[int] = None          # None: all workers (plain ZeRO); smaller for hybrid sharding
+    param_dtype: str = "fp16"
+    grad_dtype: str = "fp16"
+    master_dtype: Optional[str] = "fp32"       # None: no separate master copy
+    grad_accum_dtype: Optional[str] = None     # None: no extra gradient accumulation buffer
+    optimizer: str = "adam"
+    optimizer_dtype: str = "fp32"
+    comm_dtype: Optional[str] = None           # None: each tensor travels in its own dtype
+    offload_optimizer: str = "none"
+    offload_params: str = "none"
+    gpus_per_node: int = 8
+    factored_dim: int = DEFAULT_FACTORED_DIM   # Adafactor only: side of the assumed square weight matrices
+    convention: str = DEFAULT_CONVENTION       # label of the preset these fields started from
+
+    def __post_init__(self):
+        validate(self)
+
+    @property
+    def group(self) -> int:
+        """The divisor of partitioned state: the shard group, or all workers."""
+        return self.workers if self.shard_group is None else self.shard_group
+
+    @classmethod
+    def from_convention(cls, convention: str = DEFAULT_CONVENTION, **overrides) -> "Scenario":
+        """The convention's precision fields, then every override given (None is a value: "no master copy")."""
+        if convention not in CONVENTIONS:
+            raise FieldError("convention", convention, _choices(CONVENTIONS))
+        preset = {k: v for k, v in CONVENTIONS[convention].items() if k != "summary"}
+        preset.update(overrides)
+        return cls(convention=convention, **preset)
+
+    def with_changes(self, **changes) -> "Scenario":
+        return replace(self, **changes)
+
+
+FIELD_NAMES = tuple(f.name for f in fields(Scenario))
+DTYPE_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer_dtype", "comm_dtype")
+OPTIONAL_DTYPE_FIELDS = frozenset({"master_dtype", "grad_accum_dtype", "comm_dtype"})
+
+
+def _check_int(s: Scenario, field: str) -> None:
+    value = getattr(s, field)
+    lo, hi = INT_LIMITS[field]
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise FieldError(field, value, _int_range(field))
+
+
+def validate(s: Scenario) -> None:
+    """Raise FieldError for the first bad field, in declaration order."""
+    for field in ("params", "workers", "gpus_per_node", "factored_dim"):
+        _check_int(s, field)
+    if s.shard_group is not None:
+        _check_int(s, "shard_group")
+        if s.workers % s.shard_group:
+            raise FieldError("shard_group", s.shard_group,
+                             f"a divisor of workers ({s.workers:,}) from 1 to {s.workers:,}")
+    for field in DTYPE_FIELDS:
+        value = getattr(s, field)
+        if value is None and field in OPTIONAL_DTYPE_FIELDS:
+            continue
+        if value not in DTYPE_BITS:
+            extra = ["none"] if field in OPTIONAL_DTYPE_FIELDS else []
+            raise FieldError(field, value, _choices(list(DTYPE_BITS) + extra))
+    if s.optimizer not in OPTIMIZERS:
+        raise FieldError("optimizer", s.optimizer, _choices(OPTIMIZERS))
+    for field in ("offload_optimizer", "offload_params"):
+        if getattr(s, field) not in OFFLOAD_TARGETS:
+            raise FieldError(field, getattr(s, field), _choices(OFFLOAD_TARGETS))
+    if s.convention not in CONVENTIONS:
+        raise FieldError("convention", s.convention, _choices(CONVENTIONS))

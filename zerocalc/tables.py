@@ -1,0 +1,133 @@
+"""Data, not code: dtypes, optimizers, accounting conventions and ZeRO ownership rules.
+
+One small function in `ledger.py` and `model_states.py` applies these tables, as in the seed's own example
+(widths per category, a set of partitioned categories per stage). Every row names its source.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+
+# --- dtypes: storage width in bits (exact integers; 4-bit types are half a byte per element) ---------------
+# tf32 is a compute mode of fp32 tensor cores: its tensors are stored in 32-bit containers (NVIDIA A100 whitepaper).
+DTYPE_BITS = MappingProxyType({
+    "fp64": 64,
+    "fp32": 32,
+    "tf32": 32,
+    "bf16": 16,
+    "fp16": 16,
+    "fp8_e4m3": 8,
+    "fp8_e5m2": 8,
+    "int8": 8,
+    "uint8": 8,
+    "int4": 4,
+    "nf4": 4,
+    "fp4_e2m1": 4,
+})
+
+# --- categories --------------------------------------------------------------------------------------------
+# The seeds group the fp32 master copy with the optimizer's moments as "optimizer" (DESIGN.md section 2).
+CATEGORIES = ("parameters", "gradients", "optimizer")
+
+# --- ZeRO ownership rules: which categories are split across the shard group at each stage ----------------
+# ZeRO paper (Rajbhandari et al., SC20), section 5: P_os (stage 1), P_os+g (stage 2), P_os+g+p (stage 3).
+STAGES = (0, 1, 2, 3)
+PARTITIONED = MappingProxyType({
+    0: frozenset(),
+    1: frozenset({"optimizer"}),
+    2: frozenset({"optimizer", "gradients"}),
+    3: frozenset({"optimizer", "gradients", "parameters"}),
+})
+
+# --- offload: what each offload switch moves off the GPU --------------------------------------------------
+# Only a worker's own shard moves, never a replicated copy: DeepSpeed offloads the optimizer partition (ZeRO-1/2/3)
+# together with the partitioned gradients it consumes (ZeRO-Offload, Ren et al. ATC'21, section 4; DeepSpeed's
+# estimate_zero2_model_states_mem_needs keeps only 2 * params on the GPU with offload_optimizer=cpu), and offloads
+# parameters only under ZeRO-3 (offload_param). The set actually moved is this set intersected with PARTITIONED.
+OFFLOAD_TARGETS = ("none", "cpu", "nvme")
+OFFLOADED_CATEGORIES = MappingProxyType({
+    "offload_optimizer": frozenset({"optimizer", "gradients"}),
+    "offload_params": frozenset({"parameters"}),
+})
+
+# --- communication volume per worker per step, in elements of the communicated tensor ---------------------
+# ZeRO paper section 7: plain data parallelism all-reduces gradients (reduce-scatter + all-gather = 2 Psi);
+# stages 1-2 reduce-scatter gradients (Psi) and all-gather updated parameters (Psi) = 2 Psi; stage 3 all-gathers
+# parameters in forward and again in backward (2 Psi) and reduce-scatters gradients (Psi) = 3 Psi.
+COMM_TERMS = MappingProxyType({
+    0: (("gradients", 2),),
+    1: (("gradients", 1), ("parameters", 1)),
+    2: (("gradients", 1), ("parameters", 1)),
+    3: (("gradients", 1), ("parameters", 2)),
+})
+
+# --- optimizers: per-parameter state tensors ---------------------------------------------------------------
+# Each state is (name, elements per parameter as (numerator, denominator) or "factored", dtype).
+# dtype "state" means the scenario's chosen optimizer-state dtype; any other value is a fixed dtype.
+# Sources: PyTorch torch.optim state names (exp_avg, exp_avg_sq, momentum_buffer); Transformer Math 101
+# (EleutherAI, 2023) bytes per optimizer; Lion (Chen et al. 2023) keeps one moment; Adafactor (Shazeer & Stern
+# 2018) keeps a factored second moment (row + column vectors of each matrix, no first moment by default);
+# bitsandbytes Adam8bit keeps two uint8 states plus one fp32 absmax per 256-element block each
+# (bitsandbytes/optim/optimizer.py, Optimizer8bit.init_state: blocksize = 256).
+OPTIMIZERS = MappingProxyType({
+    "adam": (("exp_avg", (1, 1), "state"), ("exp_avg_sq", (1, 1), "state")),
+    "adamw": (("exp_avg", (1, 1), "state"), ("exp_avg_sq", (1, 1), "state")),
+    "sgd": (),
+    "sgd-momentum": (("momentum_buffer", (1, 1), "state"),),
+    "lion": (("exp_avg", (1, 1), "state"),),
+    "adafactor": (("exp_avg_sq_row+col (factored)", "factored", "state"),),
+    "adam-8bit": (
+        ("state1 (exp_avg, 8-bit)", (1, 1), "uint8"),
+        ("absmax1 (per 256 block)", (1, 256), "fp32"),
+        ("state2 (exp_avg_sq, 8-bit)", (1, 1), "uint8"),
+        ("absmax2 (per 256 block)", (1, 256), "fp32"),
+    ),
+})
+
+# --- accounting conventions: named presets of the precision fields of a Scenario ---------------------------
+# Keys are Scenario field names. grad_accum_dtype is an extra gradient buffer (None: not kept).
+# comm_dtype None: each tensor is communicated in its own dtype.
+CONVENTIONS = MappingProxyType({
+    # ZeRO paper section 3.1: fp16 params 2 + fp16 grads 2 + K=12 (fp32 master 4, momentum 4, variance 4) = 16.
+    "zero-paper": MappingProxyType({
+        "param_dtype": "fp16", "grad_dtype": "fp16", "master_dtype": "fp32", "grad_accum_dtype": None,
+        "optimizer": "adam", "optimizer_dtype": "fp32", "comm_dtype": None,
+        "summary": "ZeRO paper section 3.1: 2 + 2 + 12 = 16 bytes per parameter.",
+    }),
+    # DeepSpeed stage_1_and_2.py, estimate_zero2_model_states_mem_needs: "2 = params_16bit, 18 = 2_grads_16bit +
+    # 4_grads_32bit + 4_params_32bit + 8_optimizer_states_32bit" = 20 bytes per parameter.
+    "deepspeed": MappingProxyType({
+        "param_dtype": "fp16", "grad_dtype": "fp16", "master_dtype": "fp32", "grad_accum_dtype": "fp32",
+        "optimizer": "adam", "optimizer_dtype": "fp32", "comm_dtype": None,
+        "summary": "DeepSpeed ZeRO-1/2 implementation: 2 + 2 + 4 (fp32 grads) + 12 = 20 bytes per parameter.",
+    }),
+    # Megatron-LM megatron/training/theoretical_memory_usage.py: num_bytes_per_parameter = 18, or
+    # 6 + 12 / data_parallel_size with the distributed optimizer (bf16 params 2 + fp32 main grads 4 replicated,
+    # fp32 main params + Adam moments 12 sharded) -- ZeRO-1 over this ledger.
+    "megatron": MappingProxyType({
+        "param_dtype": "bf16", "grad_dtype": "fp32", "master_dtype": "fp32", "grad_accum_dtype": None,
+        "optimizer": "adam", "optimizer_dtype": "fp32", "comm_dtype": None,
+        "summary": "Megatron-LM: bf16 params 2 + fp32 main grads 4 + 12 = 18 bytes per parameter.",
+    }),
+    # PyTorch FSDP2 (torch.distributed.fsdp.fully_shard) with MixedPrecisionPolicy(param_dtype=bf16): the sharded
+    # parameter stays in its original fp32 and is the optimizer's parameter; bf16 copies exist only while
+    # all-gathered, and gradients are reduced in param_dtype then kept sharded in fp32.
+    "fsdp2": MappingProxyType({
+        "param_dtype": "fp32", "grad_dtype": "fp32", "master_dtype": None, "grad_accum_dtype": None,
+        "optimizer": "adamw", "optimizer_dtype": "fp32", "comm_dtype": "bf16",
+        "summary": "FSDP2 mixed precision: fp32 sharded params 4 + fp32 grads 4 + Adam 8 = 16 bytes; bf16 only "
+                   "while gathered.",
+    }),
+    # Pure bf16 training (no master copy; e.g. torch.optim.AdamW on a bf16 model): Transformer Math 101 lists
+    # optimizer states at the training dtype when no fp32 copy is kept.
+    "pure-bf16": MappingProxyType({
+        "param_dtype": "bf16", "grad_dtype": "bf16", "master_dtype": None, "grad_accum_dtype": None,
+        "optimizer": "adamw", "optimizer_dtype": "bf16", "comm_dtype": None,
+        "summary": "Pure bf16, no master copy: 2 + 2 + 4 = 8 bytes per parameter.",
+    }),
+})
+DEFAULT_CONVENTION = "zero-paper"
+
+# Adafactor's factored second moment holds rows + columns of each weight matrix. Without an architecture we assume
+# square d x d matrices: (d + d) / d^2 = 2 / d elements per parameter, with d editable.
+DEFAULT_FACTORED_DIM = 4096

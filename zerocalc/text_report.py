@@ -1,0 +1,76 @@
+"""The report as aligned plain-text tables for a terminal. Units are labelled exactly (GB = 10^9, GiB = 2^30)."""
+
+from __future__ import annotations
+
+from .ledger import bytes_per_param
+from .model_states import workers_per_node
+from .report import ledger_rows
+from .tables import CONVENTIONS
+from .units import format_bytes, in_unit, resolve_unit
+
+
+def _table(header, rows) -> str:
+    cells = [header] + rows
+    widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+             for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _bpp(value) -> str:
+    return f"{float(value):g}"
+
+
+def render_text(report, deepspeed=None, units: str = "decimal") -> str:
+    s = report.scenario
+    stage0 = report.stages[0]
+    unit = resolve_unit(stage0.per_worker_total, units)
+    big_unit = resolve_unit(stage0.cluster_total, units)
+    out = [
+        f"zerocalc: {s.params:,} parameters, {s.workers:,} workers, shard group {s.group:,}, "
+        f"convention {s.convention}",
+        f"  {CONVENTIONS[s.convention]['summary']}",
+        "",
+        f"Ledger: {_bpp(bytes_per_param(report.ledger))} bytes per parameter",
+        _table(["entry", "category", "dtype", "bytes/param", "sharded from"],
+               [[r["name"], r["category"], r["dtype"], _bpp(r["bytes_per_param"]),
+                 f"stage {r['sharded_from_stage']}"] for r in ledger_rows(report)]),
+        "",
+        f"Per worker ({unit}) and cluster-wide ({big_unit}), persistent model state only:",
+        _table(["stage", "params", "grads", "optimizer", "per worker", "on GPU", "cluster", "redundant",
+                "comm/step"],
+               [[r.stage, *(in_unit(r.per_worker_by_category[c], unit) for c in ("parameters", "gradients",
+                                                                                   "optimizer")),
+                 in_unit(r.per_worker_total, unit), in_unit(r.gpu_bytes, unit), in_unit(r.cluster_total, big_unit),
+                 in_unit(r.redundant_bytes, big_unit), in_unit(r.communication_bytes, unit)]
+                for r in report.stages]),
+    ]
+    if s.offload_optimizer != "none" or s.offload_params != "none":
+        per_node = workers_per_node(s)
+        out += ["", f"Offload (optimizer: {s.offload_optimizer}, params: {s.offload_params}), "
+                    f"{per_node} workers per node:",
+                _table(["stage", "GPU/worker", "CPU/worker", "NVMe/worker", "CPU/node", "NVMe/node"],
+                       [[r.stage, format_bytes(r.gpu_bytes, units), format_bytes(r.cpu_bytes, units),
+                         format_bytes(r.nvme_bytes, units), format_bytes(r.cpu_bytes * per_node, units),
+                         format_bytes(r.nvme_bytes * per_node, units)] for r in report.stages])]
+    if deepspeed is not None:
+        out += ["", _deepspeed_text(deepspeed, units)]
+    out += ["", "Not included: activations, gathered parameters, communication buffers, temporaries and allocator "
+                "overhead (the peak working set)."]
+    return "\n".join(out)
+
+
+def _deepspeed_text(view, units) -> str:
+    rows = [[f"ZeRO-2 offload_optimizer={r.offload_optimizer}", format_bytes(r.cpu_bytes, units),
+             format_bytes(r.gpu_bytes, units)] for r in view.zero2]
+    rows += [[f"ZeRO-3 offload_param={r.offload_param}, offload_optimizer={r.offload_optimizer}, "
+              f"zero_init={int(r.zero_init)}", format_bytes(r.cpu_bytes, units), format_bytes(r.gpu_bytes, units)]
+             for r in view.zero3]
+    return "\n".join([
+        f"DeepSpeed's own estimators ({view.nodes} node(s) x {view.gpus_per_node} GPUs, "
+        f"largest layer {view.largest_layer_params:,} params, buffer factor {view.buffer_factor:g}):",
+        _table(["options", "per CPU", "per GPU"], rows),
+        "How its assumptions differ:",
+        *(f"  - {note}" for note in view.differences),
+    ])

@@ -1,0 +1,71 @@
+"""Units appear only here, at display time: GB = 10^9 bytes, GiB = 2^30 bytes, never one called the other.
+
+Formatting divides exact integers with Decimal arithmetic, so 10^18 bytes prints without float rounding or
+scientific notation. Parsing of counts ("7B", "1.5T", "1e9") is exact too.
+"""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation, localcontext
+
+UNIT_BYTES = {
+    "B": 1,
+    "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15, "EB": 10**18,
+    "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40, "PiB": 2**50, "EiB": 2**60,
+}
+DECIMAL_UNITS = ("B", "KB", "MB", "GB", "TB", "PB", "EB")
+BINARY_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+# "decimal" and "binary" pick the largest unit of that system that keeps the number >= 1.
+UNIT_CHOICES = ("decimal", "binary") + tuple(UNIT_BYTES)
+
+COUNT_SUFFIXES = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12, "P": 10**15}
+
+
+def auto_unit(nbytes: int, system: str = "decimal") -> str:
+    units = DECIMAL_UNITS if system == "decimal" else BINARY_UNITS
+    chosen = units[0]
+    for unit in units:
+        if abs(nbytes) >= UNIT_BYTES[unit]:
+            chosen = unit
+    return chosen
+
+
+def resolve_unit(nbytes: int, unit: str) -> str:
+    return auto_unit(nbytes, unit) if unit in ("decimal", "binary") else unit
+
+
+def in_unit(nbytes: int, unit: str, decimals: int = 2) -> str:
+    """The number alone, in `unit`, rounded half-even to `decimals` places: in_unit(28_672 * 10**9, 'TB', 1) == '28.7'."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        value = Decimal(nbytes) / Decimal(UNIT_BYTES[unit])
+        quantum = Decimal(1).scaleb(-decimals)
+        return f"{value.quantize(quantum, rounding=ROUND_HALF_EVEN):,f}"
+
+
+def format_bytes(nbytes: int, unit: str = "decimal", decimals: int = 2) -> str:
+    """'16.00 GB', '14.90 GiB', '512 B'. `unit` is a unit name or 'decimal' / 'binary' for automatic choice."""
+    unit = resolve_unit(nbytes, unit)
+    return f"{in_unit(nbytes, unit, 0 if unit == 'B' else decimals)} {unit}"
+
+
+def parse_count(text: str) -> int:
+    """'7B' -> 7_000_000_000; '1.5T', '350M', '1e9', '124439808', '1_000'. Must denote a whole number."""
+    hint = f"not a count: {text!r} (examples: 7B, 1.5T, 350M, 1e9, 124439808)"
+    raw = str(text).strip().replace("_", "").replace(",", "")
+    suffix = raw[-1:].upper() if raw[-1:].isalpha() and raw[-1:].upper() in COUNT_SUFFIXES else ""
+    number = raw[:-1] if suffix else raw
+    if not number or len(number) > 40:
+        raise ValueError(hint)
+    try:
+        value = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(hint) from None
+    if not value.is_finite() or value.adjusted() > 30:
+        raise ValueError(f"{hint}: must be finite and below 10^31")
+    with localcontext() as ctx:
+        ctx.prec = 80
+        value = value * COUNT_SUFFIXES[suffix]
+        if value != value.to_integral_value():
+            raise ValueError(f"not a whole number: {text!r}")
+        return int(value)
