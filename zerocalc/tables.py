@@ -109,9 +109,9 @@ CONVENTIONS = MappingProxyType({
         "optimizer": "adam", "optimizer_dtype": "fp32", "comm_dtype": None,
         "summary": "Megatron-LM: bf16 params 2 + fp32 main grads 4 + 12 = 18 bytes per parameter.",
     }),
-    # PyTorch FSDP2 (torch.distributed.fsdp.fully_shard) with MixedPrecisionPolicy(param_dtype=bf16): the sharded
-    # parameter stays in its original fp32 and is the optimizer's parameter; bf16 copies exist only while
-    # all-gathered, and gradients are reduced in param_dtype then kept sharded in fp32.
+    # PyTorch FSDP2 (torch.distributed.fsdp.fully_shard), MixedPrecisionPolicy docstring: "The optimizer step uses
+    # the sharded parameter in the original dtype"; param_dtype (bf16) is the dtype of the unsharded parameter and
+    # of the all-gather; with reduce_dtype None "the reduction uses the compute dtype". No separate master copy.
     "fsdp2": MappingProxyType({
         "param_dtype": "fp32", "grad_dtype": "fp32", "master_dtype": None, "grad_accum_dtype": None,
         "optimizer": "adamw", "optimizer_dtype": "fp32", "comm_dtype": "bf16",
