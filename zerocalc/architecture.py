@@ -139,6 +139,20 @@ def param_count(a: Architecture) -> int:
     return a.layers * layer_params(a) + sum(model_modules(a).values())
 
 
+def small_params(a: Architecture, threshold: int) -> int:
+    """Elements of parameter tensors with at most `threshold` elements (1-D norms and biases in practice):
+    what ZeRO-3 keeps whole on every worker (DeepSpeed stage3_param_persistence_threshold). Weight matrices
+    are assumed larger than any sensible threshold."""
+    h, q, kv, f = a.hidden, a.q_size, a.kv_size, a.ffn
+    per_layer = [h, h] * (2 if a.norm == "layernorm" else 1)
+    if a.bias or a.qkv_bias:
+        per_layer += [q + 2 * kv] if a.fused_qkv else [q, kv, kv]
+    if a.bias:
+        per_layer += [h, h] + ([2 * f] if a.gated_mlp and a.fused_gate_up else [f] * (2 if a.gated_mlp else 1))
+    model = [h] * (2 if a.norm == "layernorm" else 1)
+    return sum(n for n in per_layer if n <= threshold) * a.layers + sum(n for n in model if n <= threshold)
+
+
 def largest_layer(a: Architecture) -> tuple:
     """(module name, parameters) of the largest single module: DeepSpeed's largest_layer_params."""
     candidates = {**model_modules(a), **layer_modules(a)}

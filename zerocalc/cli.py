@@ -11,13 +11,21 @@ import math
 import sys
 
 from . import __version__
+from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from .architecture import largest_layer, param_count
+from .cli_workload import (ModelFlagError, architecture_from_args, list_gpus, list_models, workload_flags_given,
+                           workload_from_args)
 from .deepspeed_estimator import deepspeed_view
+from .gpus import GPU_CATALOG
+from .hf_config import ConfigError
+from .model_presets import MODEL_PRESETS
 from .model_states import model_states
 from .report import report_dict
 from .scenario import FieldError, Scenario
 from .tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
 from .text_report import render_text
 from .units import UNIT_CHOICES, parse_count
+from .workload import OVERLAP_CHOICES
 
 
 class UsageError(Exception):
@@ -46,6 +54,16 @@ def _factor(text: str) -> float:
     return value
 
 
+def _probability(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a probability from 0 up to (not including) 1")
+    return value
+
+
 def _dtype_or_none(text: str):
     if text == "none":
         return "none"
@@ -57,7 +75,8 @@ def _dtype_or_none(text: str):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m zerocalc", description="Exact ZeRO model-state memory per worker, stages 0-3.")
     p.add_argument("--version", action="version", version=f"zerocalc {__version__}")
-    p.add_argument("--params", type=_count, required=True, help="parameter count: 1e9, 7B, 1.5T, 350M, 124439808")
+    p.add_argument("--params", type=_count, help="parameter count: 1e9, 7B, 1.5T, 350M, 124439808 "
+                                                 "(or give a model below)")
     p.add_argument("--workers", type=_count, default=1, help="data-parallel workers (default 1)")
     p.add_argument("--shard-group", type=_count, help="workers one sharded copy is split across (default: all)")
     p.add_argument("--convention", choices=list(CONVENTIONS), default=DEFAULT_CONVENTION,
@@ -84,14 +103,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--largest-layer-params", type=_count, help="for the DeepSpeed ZeRO-3 rows")
     p.add_argument("--nodes", type=_count, help="for the DeepSpeed view (default: workers / gpus-per-node)")
     p.add_argument("--buffer-factor", type=_factor, default=1.5, help="DeepSpeed additional_buffer_factor (1.5)")
+    _model_flags(p)
     return p
+
+
+def _model_flags(p):
+    m = p.add_argument_group("model and peak memory (any of these adds the peak working set and the solvers)")
+    m.add_argument("--model", choices=list(MODEL_PRESETS), help="a preset (see --list-models)")
+    m.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (read locally, never executed)")
+    for flag in ("--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab"):
+        m.add_argument(flag, type=_count, help="architecture field (overrides the preset's)")
+    m.add_argument("--tied-embeddings", nargs="?", const="yes", choices=("yes", "no"))
+    m.add_argument("--micro-batch", type=_count)
+    m.add_argument("--seq-len", type=_count, help="sequence length (default 2048)")
+    m.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")
+    m.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    m.add_argument("--activation-dtype", choices=list(DTYPE_BITS), help="default: the compute dtype")
+    m.add_argument("--dropout", type=_probability, help="every dropout probability (default: the model's)")
+    m.add_argument("--implementation", choices=IMPLEMENTATIONS, help="which kernels save activations "
+                                                                      "(default huggingface)")
+    m.add_argument("--gpu", choices=list(GPU_CATALOG), help="default H100-SXM-80GB (see --list-gpus)")
+    m.add_argument("--gpu-memory", type=_count, help="a custom capacity in bytes (overrides --gpu)")
+    for flag in ("--reduce-bucket-size", "--allgather-bucket-size", "--prefetch-bucket-size",
+                 "--max-live-parameters", "--param-persistence-threshold"):
+        m.add_argument(flag, type=_count, help="DeepSpeed ZeRO knob, in elements")
+    m.add_argument("--overlap-comm", choices=OVERLAP_CHOICES, help="auto: on for stage 3 only (DeepSpeed)")
+    m.add_argument("--cuda-context-bytes", type=_count, help="CUDA context and framework overhead (1 GiB)")
+    m.add_argument("--fragmentation-percent", type=_count, help="allocator reserve, %% of tensors (5)")
+    m.add_argument("--list-models", action="store_true", help="list the model presets and exit")
+    m.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 
 
 def _flag(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def scenario_from_args(args) -> Scenario:
+def scenario_from_args(args, params: int) -> Scenario:
     """The convention's ledger, then only the flags the user gave ("none" means no such tensor)."""
     given = {}
     for field in ("param_dtype", "grad_dtype", "optimizer", "optimizer_dtype", "factored_dim", "shard_group",
@@ -100,34 +147,67 @@ def scenario_from_args(args) -> Scenario:
         if value is not None:
             given[field] = None if value == "none" else value
     return Scenario.from_convention(
-        args.convention, params=args.params, workers=args.workers, offload_optimizer=args.offload_optimizer,
+        args.convention, params=params, workers=args.workers, offload_optimizer=args.offload_optimizer,
         offload_params=args.offload_params, gpus_per_node=args.gpus_per_node, **given)
 
 
-def _deepspeed(args, report):
-    if args.largest_layer_params is None:
-        raise UsageError("--largest-layer-params is required with --deepspeed-estimate")
-    if not 1 <= args.largest_layer_params <= args.params:
-        raise UsageError(f"--largest-layer-params: got {args.largest_layer_params}; "
-                         f"allowed: an integer from 1 to --params ({args.params:,})")
+def _deepspeed(args, params: int, arch, report):
+    largest = args.largest_layer_params
+    if largest is None and arch is not None:
+        largest = largest_layer(arch)[1]
+    if largest is None:
+        raise UsageError("--largest-layer-params is required with --deepspeed-estimate (or give a model)")
+    if not 1 <= largest <= params:
+        raise UsageError(f"--largest-layer-params: got {largest}; allowed: an integer from 1 to the parameter "
+                         f"count ({params:,})")
     gpus_per_node = args.gpus_per_node
     nodes = args.nodes if args.nodes is not None else max(1, -(-args.workers // gpus_per_node))
     if not 1 <= nodes <= 10**6:
         raise UsageError(f"--nodes: got {nodes}; allowed: an integer from 1 to 1,000,000")
-    return deepspeed_view(args.params, args.largest_layer_params, gpus_per_node, nodes, args.buffer_factor, report)
+    return deepspeed_view(params, largest, gpus_per_node, nodes, args.buffer_factor, report)
+
+
+def _inputs(args):
+    """(scenario, architecture or None, workload or None) from the flags, or a UsageError naming the flag."""
+    try:
+        arch = architecture_from_args(args)
+    except ConfigError as exc:
+        raise UsageError(f"--config: {exc.field}: got {exc.value!r}; allowed: {exc.allowed}") from None
+    except ModelFlagError as exc:
+        raise UsageError(str(exc)) from None
+    except FieldError as exc:
+        flag = "--dropout" if exc.field.endswith("_dropout") else _flag(exc.field)
+        raise UsageError(f"{flag}: got {exc.value!r}; allowed: {exc.allowed}") from None
+    if arch is None:
+        if workload_flags_given(args):
+            raise UsageError(f"{workload_flags_given(args)[0]} needs a model: give --model, --config or "
+                             "--layers/--hidden/--heads/--ffn/--vocab")
+        if args.params is None:
+            raise UsageError("the following arguments are required: --params (or --model / --config)")
+        params = args.params
+    else:
+        params = param_count(arch)
+        if args.params is not None and args.params != params:
+            raise UsageError(f"--params: got {args.params:,}; the model has {params:,} parameters (leave it out)")
+    try:
+        scenario = scenario_from_args(args, params)
+        workload = workload_from_args(args, arch) if arch is not None else None
+    except FieldError as exc:
+        raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
+    return scenario, arch, workload
 
 
 def run(argv) -> str:
     args = build_parser().parse_args(argv)
-    try:
-        scenario = scenario_from_args(args)
-    except FieldError as exc:
-        raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
+    if args.list_models or args.list_gpus:
+        listing = list_models(args.json) if args.list_models else list_gpus(args.json)
+        return json.dumps(listing, indent=2) if args.json else listing
+    scenario, arch, workload = _inputs(args)
     report = model_states(scenario)
-    view = _deepspeed(args, report) if args.deepspeed_estimate else None
+    view = _deepspeed(args, scenario.params, arch, report) if args.deepspeed_estimate else None
     if args.json:
-        return json.dumps(report_dict(report, view), indent=2)
-    return render_text(report, view, args.units)
+        return json.dumps(report_dict(report, view, workload), indent=2)
+    return render_text(report, view, args.units, workload)
 
 
 def main(argv=None) -> int:

@@ -10,8 +10,11 @@ from fractions import Fraction
 
 from . import __version__
 from .deepspeed_estimator import DeepSpeedView
+from .architecture import largest_layer, param_count
 from .ledger import bytes_per_param
 from .model_states import ModelStatesReport, workers_per_node
+from .peak import peaks, step_shape
+from .solve import solve
 from .tables import CONVENTIONS, PARTITIONED
 
 
@@ -69,7 +72,36 @@ def deepspeed_dict(view: DeepSpeedView) -> dict:
     }
 
 
-def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None) -> dict:
+def peak_dict(report: ModelStatesReport, workload) -> dict:
+    """The peak-memory half of the report: architecture, activations, per-stage live sets, fit, solvers."""
+    s, a = report.scenario, workload.arch
+    shape = step_shape(s, workload)
+    largest_name, largest = largest_layer(a)
+    solution = solve(s, workload, report)
+    return {
+        "architecture": {"params": param_count(a), "largest_layer_params": largest, "largest_layer": largest_name,
+                         **{k: v for k, v in asdict(a).items()}},
+        "workload": {k: v for k, v in asdict(workload).items() if k != "arch"},
+        "activation_bits": shape.act_bits,
+        "activation_bytes_per_layer": shape.act.per_layer_total,
+        "activation_bytes": shape.act.total,
+        "activation_terms": {"per_layer": shape.act.per_layer, "embedding_end": shape.act.embed,
+                             "output_end": shape.act.head, "recompute_working": shape.act.recompute_working},
+        "gpu": {"name": workload.gpu_label, "capacity_bytes": workload.capacity_bytes},
+        "peak": [{
+            "stage": p.stage, "phases": p.phases, "phase_totals": p.phase_totals, "peak_bytes": p.peak_bytes,
+            "peak_phase": p.peak_phase, "capacity_bytes": p.capacity_bytes, "fits": p.fits,
+            "headroom_bytes": p.headroom_bytes, "utilisation": p.peak_bytes / p.capacity_bytes,
+        } for p in peaks(s, workload, report)],
+        "solve": {
+            "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
+            "min_workers": {str(k): v for k, v in solution.min_workers.items()},
+            "lowest_stage": solution.lowest_stage,
+        },
+    }
+
+
+def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None, workload=None) -> dict:
     s = report.scenario
     out = {
         "zerocalc_version": __version__,
@@ -88,4 +120,6 @@ def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None) -> d
     }
     if deepspeed is not None:
         out["deepspeed_estimator"] = deepspeed_dict(deepspeed)
+    if workload is not None:
+        out.update(peak_dict(report, workload))
     return out

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from .architecture import largest_layer
 from .ledger import bytes_per_param
+from .peak import peaks, step_shape
+from .solve import solve
 from .model_states import workers_per_node
 from .report import ledger_rows
 from .tables import CONVENTIONS
@@ -22,7 +25,7 @@ def _bpp(value) -> str:
     return f"{float(value):g}"
 
 
-def render_text(report, deepspeed=None, units: str = "decimal") -> str:
+def render_text(report, deepspeed=None, units: str = "decimal", workload=None) -> str:
     s = report.scenario
     stage0 = report.stages[0]
     unit = resolve_unit(stage0.per_worker_total, units)
@@ -56,8 +59,11 @@ def render_text(report, deepspeed=None, units: str = "decimal") -> str:
                          format_bytes(r.nvme_bytes * per_node, units)] for r in report.stages])]
     if deepspeed is not None:
         out += ["", _deepspeed_text(deepspeed, units)]
-    out += ["", "Not included: activations, gathered parameters, communication buffers, temporaries and allocator "
-                "overhead (the peak working set)."]
+    if workload is None:
+        out += ["", "Not included: activations, gathered parameters, communication buffers, temporaries and "
+                    "allocator overhead (the peak working set): give --model, --config or an architecture."]
+    else:
+        out += ["", peak_text(report, workload, units)]
     return "\n".join(out)
 
 
@@ -74,3 +80,36 @@ def _deepspeed_text(view, units) -> str:
         "How its assumptions differ:",
         *(f"  - {note}" for note in view.differences),
     ])
+
+
+def peak_text(report, workload, units) -> str:
+    s, a = report.scenario, workload.arch
+    shape = step_shape(s, workload)
+    stage_peaks = peaks(s, workload, report)
+    unit = resolve_unit(workload.capacity_bytes, units)
+    solution = solve(s, workload, report)
+    lines = [
+        f"Peak working set per worker on {workload.gpu_label} ({format_bytes(workload.capacity_bytes, unit)}): "
+        f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
+        f"recompute {workload.recompute}, {shape.act_bits}-bit activations ({workload.implementation}).",
+        f"  activations: {format_bytes(shape.act.per_layer_total, units)} per layer x {a.layers} layers, "
+        f"{format_bytes(shape.act.total, units)} in all; largest layer {largest_layer(a)[0]} "
+        f"({largest_layer(a)[1]:,} params)",
+        _table(["stage", "peak", "phase", "capacity", "headroom", "used", "fits"],
+               [[p.stage, format_bytes(p.peak_bytes, unit), p.peak_phase, format_bytes(p.capacity_bytes, unit),
+                 format_bytes(p.headroom_bytes, unit), f"{100 * p.peak_bytes / p.capacity_bytes:.1f}%",
+                 "yes" if p.fits else "NO"] for p in stage_peaks]),
+        "",
+        "What makes each stage's peak:",
+    ]
+    for p in stage_peaks:
+        parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
+        lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
+    lines += ["", "Answers:"]
+    for stage in range(4):
+        mb, mw = solution.max_micro_batch[stage], solution.min_workers[stage]
+        lines.append(f"  stage {stage}: largest micro-batch that fits: {mb if mb else 'none (not even 1)'}; "
+                     f"fewest workers that fit: {mw if mw is not None else 'none up to 10,000,000'}")
+    lowest = solution.lowest_stage
+    lines.append(f"  lowest stage that fits: {lowest if lowest is not None else 'none'}")
+    return "\n".join(lines)

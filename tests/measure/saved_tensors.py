@@ -116,7 +116,11 @@ def measure(model, batch: int, seq: int, checkpointing: bool = False) -> Counter
     """Bytes saved for backward per region, one count per storage, as a CUDA run would save them."""
     rec = _Recorder(model)
     if checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(model, "activation_checkpointing_enable", None)   # transformers >= 5.x
+        if enable is not None:
+            enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     def enter_block(module, args, kwargs):
         rec.region = "layer"

@@ -1,0 +1,83 @@
+"""The CLI's model and workload flags -> Architecture and Workload, and the --list-* tables."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .architecture import Architecture, largest_layer, param_count
+from .gpus import GPU_CATALOG
+from .hf_config import architecture_from_config
+from .model_presets import MODEL_PRESETS
+from .units import format_bytes
+from .workload import Workload
+
+ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "implementation",
+                  "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
+                  "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
+                  "gpu", "gpu_memory")
+
+
+class ModelFlagError(ValueError):
+    """A flag combination that names no model, or two that disagree."""
+
+
+def architecture_from_args(args):
+    """The architecture the flags describe, or None when none is described."""
+    shape = {f: getattr(args, f) for f in ARCH_FLAGS if getattr(args, f) is not None}
+    if args.model and args.config:
+        raise ModelFlagError("--model and --config both name a model: give one")
+    if args.model:
+        arch = MODEL_PRESETS[args.model][0]
+    elif args.config:
+        arch = architecture_from_config(args.config)
+    elif shape:
+        missing = [f"--{f}" for f in ("layers", "hidden", "heads", "ffn", "vocab") if f not in shape]
+        if missing:
+            raise ModelFlagError(f"a custom architecture needs {', '.join(missing)} (or --model / --config)")
+        arch = Architecture(seq_len=args.seq_len or 2048, **shape)
+    else:
+        return None
+    changes = dict(shape)
+    if args.tied_embeddings is not None:
+        changes["tied_embeddings"] = args.tied_embeddings == "yes"
+    if args.dropout is not None:
+        changes.update(attn_dropout=args.dropout, resid_dropout=args.dropout, embd_dropout=args.dropout)
+    return replace(arch, **changes) if changes and (args.model or args.config) else arch
+
+
+def workload_from_args(args, arch) -> Workload:
+    given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
+    return Workload(arch, **given)
+
+
+def workload_flags_given(args) -> list:
+    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS if getattr(args, f) is not None]
+
+
+def list_models(as_json: bool):
+    rows = []
+    for name, (arch, published, source) in MODEL_PRESETS.items():
+        layer_name, layer = largest_layer(arch)
+        rows.append({"name": name, "params": param_count(arch), "published_params": published, "source": source,
+                     "largest_layer_params": layer, "largest_layer": layer_name, "layers": arch.layers,
+                     "hidden": arch.hidden, "heads": arch.heads, "kv_heads": arch.n_kv_heads, "ffn": arch.ffn,
+                     "vocab": arch.vocab})
+    if as_json:
+        return rows
+    width = max(len(r["name"]) for r in rows)
+    return "\n".join([f"{'model':{width}}  {'parameters':>17}  {'largest layer':>14}  source"] +
+                     [f"{r['name']:{width}}  {r['params']:>17,}  {r['largest_layer_params']:>14,}  {r['source']}"
+                      for r in rows])
+
+
+def list_gpus(as_json: bool):
+    rows = [{"name": key, "capacity_bytes": cap, "marketing_name": label, "reported_as": reported}
+            for key, (label, cap, reported) in GPU_CATALOG.items()]
+    if as_json:
+        return rows
+    width = max(len(r["name"]) for r in rows)
+    return "\n".join([f"{'gpu':{width}}  {'capacity':>12}  {'':>10}  reported as"] +
+                     [f"{r['name']:{width}}  {format_bytes(r['capacity_bytes'], 'GiB'):>12}  "
+                      f"{format_bytes(r['capacity_bytes'], 'GB'):>10}  {r['reported_as']} ({r['marketing_name']})"
+                      for r in rows])

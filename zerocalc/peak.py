@@ -1,0 +1,140 @@
+"""The peak working set per ZeRO stage: what is live in each phase of a step, the largest, and the fit.
+
+Each phase's live set is a dict of named components (bytes per worker, on the GPU):
+- forward (at the loss, the end of forward): model states on the GPU, every saved activation, the logits in the
+  activation dtype plus their fp32 upcast for the loss (HF ForCausalLMLoss: logits.float()), ZeRO-3's gathered
+  parameters;
+- backward (its start, when every activation is still saved): model states, activations, the logits (the model
+  output keeps them), the fp32 gradient of the loss input and its cast back, the gathered layer and its gradient
+  (ZeRO-3), gradient reduce buckets (x2 with overlap_comm), and under full recompute one block rebuilt;
+- optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
+  master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
+  updates"), the all-gather bucket for updated parameters (stages 1-2), ZeRO-3's persistent parameters.
+Every phase adds the CUDA context and the allocator's fragmentation reserve (Workload assumptions).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple
+
+from .activations import ActivationReport, activations
+from .architecture import largest_layer, small_params
+from .model_states import StageResult
+from .tables import DTYPE_BITS
+
+PHASES = ("forward", "backward", "optimizer_step")
+
+
+class StagePeak(NamedTuple):
+    stage: int
+    phases: Dict[str, Dict[str, int]]     # phase -> component -> bytes
+    capacity_bytes: int
+
+    @property
+    def phase_totals(self) -> Dict[str, int]:
+        return {phase: sum(parts.values()) for phase, parts in self.phases.items()}
+
+    @property
+    def peak_phase(self) -> str:
+        totals = self.phase_totals
+        return max(PHASES, key=lambda p: totals[p])
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.phase_totals.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+
+def _b(elements: int, bits: int) -> int:
+    return -(-elements * bits // 8)
+
+
+class StepShape(NamedTuple):
+    """What does not depend on the ZeRO stage: computed once per scenario and workload."""
+    act: ActivationReport
+    act_bits: int
+    compute_bits: int
+    largest_layer_params: int
+    persistent_params: int
+
+
+def step_shape(scenario, workload) -> StepShape:
+    compute = scenario.comm_dtype or scenario.param_dtype
+    bits = DTYPE_BITS[workload.activation_dtype or compute]
+    a = workload.arch
+    act = activations(a, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
+                      workload.implementation)
+    return StepShape(act, bits, DTYPE_BITS[compute], largest_layer(a)[1],
+                     small_params(a, workload.param_persistence_threshold))
+
+
+def _logits(workload, shape: StepShape) -> Dict[str, int]:
+    """Forward: logits + their fp32 upcast. Backward: logits (still referenced) + the fp32 gradient + its cast back.
+    With fp32 activations the casts are no-ops."""
+    tokens_vocab = workload.micro_batch * workload.seq_len * workload.arch.vocab
+    logits, fp32 = _b(tokens_vocab, shape.act_bits), _b(tokens_vocab, 32)
+    cast = 0 if shape.act_bits == 32 else 1
+    return {"forward": logits + cast * fp32, "backward": logits + fp32 + cast * logits}
+
+
+def _fp32_grad_copy(scenario, stage: int) -> int:
+    """An fp32 copy of the gradient partition at the optimizer step, when no gradient entry is already that wide."""
+    if scenario.master_dtype is None or (scenario.offload_optimizer != "none" and stage >= 1):
+        return 0
+    master_bits = DTYPE_BITS[scenario.master_dtype]
+    widest = max(DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.grad_accum_dtype or scenario.grad_dtype])
+    if widest >= master_bits:
+        return 0
+    elements = scenario.params if stage == 0 else -(-scenario.params // scenario.group)
+    return _b(elements, master_bits)
+
+
+def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> StagePeak:
+    s, P = stage.stage, scenario.params
+    grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
+    act_total = shape.act.total
+    logits = _logits(workload, shape)
+    base = {"model states": stage.gpu_bytes}
+
+    forward = {**base, "activations": act_total, "logits and loss": logits["forward"]}
+    backward = {**base, "activations": act_total, "logits and loss": logits["backward"]}
+    optimizer = dict(base)
+
+    if s == 3:
+        L = shape.largest_layer_params
+        live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
+        persistent = _b(min(shape.persistent_params, P), shape.compute_bits)
+        gathered = _b(live, shape.compute_bits) + persistent
+        forward["gathered parameters"] = gathered
+        backward["gathered parameters"] = gathered + _b(L, grad_bits)   # + the gathered layer's gradient
+        optimizer["persistent parameters"] = persistent
+    copies = 2 if workload.overlap(s) else 1
+    backward["gradient buckets"] = copies * _b(min(workload.reduce_bucket_size, P), grad_bits)
+    if shape.act.recompute_working:
+        backward["recompute (one block)"] = shape.act.recompute_working
+    if s in (1, 2):
+        optimizer["all-gather bucket"] = _b(min(workload.allgather_bucket_size, P), param_bits)
+    grad_copy = _fp32_grad_copy(scenario, s)
+    if grad_copy:
+        optimizer["fp32 gradient copy"] = grad_copy
+
+    phases = {}
+    for name, parts in zip(PHASES, (forward, backward, optimizer)):
+        parts = {k: v for k, v in parts.items() if v}
+        tensors = sum(parts.values())
+        parts["allocator reserve"] = -(-tensors * workload.fragmentation_percent // 100)
+        parts["CUDA context"] = workload.cuda_context_bytes
+        phases[name] = parts
+    return StagePeak(s, phases, workload.capacity_bytes)
+
+
+def peaks(scenario, workload, report) -> tuple:
+    shape = step_shape(scenario, workload)
+    return tuple(stage_peak(scenario, workload, r, shape) for r in report.stages)

@@ -1,0 +1,86 @@
+"""What one training step runs on each worker, beyond the model-state ledger: the architecture, the batch, the
+attention and recompute choices, and every working-set assumption, each a visible, editable input.
+
+ZeRO knobs keep DeepSpeed's names and defaults and count elements, not bytes (deepspeed/runtime/zero/config.py
+and the stage-3 optimizer's signature in stage3.py: reduce_bucket_size=5e8, allgather_bucket_size=5e8,
+stage3_prefetch_bucket_size=5e7, stage3_max_live_parameters=1e9, stage3_param_persistence_threshold=1e5;
+overlap_comm defaults to True only for stage 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from .architecture import Architecture
+from .gpus import DEFAULT_GPU, GPU_CATALOG
+from .scenario import FieldError
+from .tables import DTYPE_BITS
+
+WORKLOAD_LIMITS = {
+    "micro_batch": (1, 10**6),
+    "seq_len": (1, 10**8),
+    "reduce_bucket_size": (1, 10**13),
+    "allgather_bucket_size": (1, 10**13),
+    "prefetch_bucket_size": (0, 10**13),
+    "max_live_parameters": (1, 10**15),
+    "param_persistence_threshold": (0, 10**13),
+    "cuda_context_bytes": (0, 2**40),
+    "gpu_memory": (1, 2**50),
+    "fragmentation_percent": (0, 100),
+}
+OVERLAP_CHOICES = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class Workload:
+    arch: Architecture
+    micro_batch: int = 1
+    seq_len: int = 2048
+    activation_dtype: Optional[str] = None    # None: the compute dtype (comm_dtype or param_dtype)
+    attention: str = "flash"
+    recompute: str = "none"
+    implementation: str = "huggingface"
+    reduce_bucket_size: int = 500_000_000
+    allgather_bucket_size: int = 500_000_000
+    prefetch_bucket_size: int = 50_000_000
+    max_live_parameters: int = 1_000_000_000
+    param_persistence_threshold: int = 100_000
+    overlap_comm: str = "auto"                # auto: on for stage 3 only, as DeepSpeed
+    # CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers: outside PyTorch's allocator, inside nvidia-smi's
+    # figure (torch.cuda.memory_allocated docs). Commonly 0.5-1.5 GiB; 1 GiB assumed.
+    cuda_context_bytes: int = 2**30
+    # Caching-allocator reserve and fragmentation, as a percentage of what tensors need (assumed 5%).
+    fragmentation_percent: int = 5
+    gpu: str = DEFAULT_GPU
+    gpu_memory: Optional[int] = None          # a custom capacity in bytes; overrides the catalog
+
+    def __post_init__(self):
+        if not isinstance(self.arch, Architecture):
+            raise FieldError("arch", type(self.arch).__name__, "an Architecture")
+        for field, (lo, hi) in WORKLOAD_LIMITS.items():
+            value = getattr(self, field)
+            if value is None and field == "gpu_memory":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+                raise FieldError(field, value, f"an integer from {lo:,} to {hi:,}")
+        if self.activation_dtype is not None and self.activation_dtype not in DTYPE_BITS:
+            raise FieldError("activation_dtype", self.activation_dtype, "one of " + ", ".join(DTYPE_BITS))
+        for field, options in (("attention", ATTENTION), ("recompute", RECOMPUTE),
+                               ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES)):
+            if getattr(self, field) not in options:
+                raise FieldError(field, getattr(self, field), "one of " + ", ".join(options))
+        if self.gpu_memory is None and self.gpu not in GPU_CATALOG:
+            raise FieldError("gpu", self.gpu, "one of " + ", ".join(GPU_CATALOG) + ", or a custom gpu_memory")
+
+    @property
+    def capacity_bytes(self) -> int:
+        return self.gpu_memory if self.gpu_memory is not None else GPU_CATALOG[self.gpu][1]
+
+    @property
+    def gpu_label(self) -> str:
+        return f"custom {self.gpu_memory:,} bytes" if self.gpu_memory is not None else GPU_CATALOG[self.gpu][0]
+
+    def overlap(self, stage: int) -> bool:
+        return stage == 3 if self.overlap_comm == "auto" else self.overlap_comm == "on"
