@@ -1,4 +1,5 @@
-"""Time one full model-state report (target: median under 50 microseconds) next to the seed's own loop.
+"""Time one full model-state report (target: median under 50 microseconds) next to the seed's own loop, and the
+peak solvers (target: each under 5 ms).
 
 Run: python benchmarks/model_states.py   (prints a table; no assertion: speed targets live here, not in tests)
 """
@@ -12,6 +13,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zerocalc import Scenario, model_states  # noqa: E402
+from zerocalc.architecture import param_count  # noqa: E402
+from zerocalc.model_presets import MODEL_PRESETS  # noqa: E402
+from zerocalc.peak import peaks  # noqa: E402
+from zerocalc.solve import lowest_stage, max_micro_batch, min_workers  # noqa: E402
+from zerocalc.workload import Workload  # noqa: E402
+
+_ARCH = MODEL_PRESETS["llama-3-70b"][0]
+_SC = Scenario(params=param_count(_ARCH), workers=64, param_dtype="bf16", grad_dtype="bf16")
+_WL = Workload(_ARCH, micro_batch=2, seq_len=4096)
+_SMALL = MODEL_PRESETS["gpt2"][0]
+_SC_SMALL = Scenario(params=param_count(_SMALL), workers=8)
+_WL_SMALL = Workload(_SMALL, seq_len=1024, gpu="B200-180GB")
 
 
 def seed_loop():
@@ -46,6 +59,14 @@ def main():
         "Scenario + model_states (uncached ledger)": lambda: model_states(
             Scenario(params=10**9, workers=4, factored_dim=1 + (id(object()) % 10**6), optimizer="adafactor")),
     }
+    solver_cases = {
+        "peaks, 4 stages (llama-3-70b, 64 x H100)": lambda: peaks(_SC, _WL, model_states(_SC)),
+        "solver: max micro-batch, 4 stages": lambda: max_micro_batch(_SC, _WL),
+        "solver: min workers, 4 stages": lambda: min_workers(_SC, _WL),
+        "solver: lowest stage": lambda: lowest_stage(_SC, _WL),
+        "solver: max micro-batch (gpt2 on B200: large answers)": lambda: max_micro_batch(_SC_SMALL, _WL_SMALL),
+        "solver: min workers (gpt2 on B200)": lambda: min_workers(_SC_SMALL, _WL_SMALL),
+    }
     print(f"machine: {platform.machine()}, {platform.processor() or 'unknown cpu'}, "
           f"Python {platform.python_version()}")
     print(f"{'case':55} {'median us':>10} {'min us':>8} {'max us':>8}")
@@ -53,6 +74,12 @@ def main():
         med, lo, hi = measure(fn)
         print(f"{name:55} {med:10.2f} {lo:8.2f} {hi:8.2f}")
     print("target: model_states median < 50 us")
+    print()
+    print(f"{'case':55} {'median ms':>10} {'min ms':>8} {'max ms':>8}")
+    for name, fn in solver_cases.items():
+        med, lo, hi = measure(fn, repeat=7, number=20)
+        print(f"{name:55} {med / 1000:10.3f} {lo / 1000:8.3f} {hi / 1000:8.3f}")
+    print("target: each solver median < 5 ms")
 
 
 if __name__ == "__main__":

@@ -101,3 +101,72 @@ def test_bad_arguments_exit_2_with_one_line_and_no_traceback(args, message):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert message in lines[0]
+
+
+# --- model, peak and solver flags (peak-memory issue) -------------------------------------------------------
+
+def test_model_preset_adds_architecture_activations_peak_and_solve():
+    out = cli_json("--model", "llama-2-7b", "--workers", "8", "--micro-batch", "2", "--seq-len", "4096",
+                   "--attention", "eager", "--recompute", "selective", "--activation-dtype", "bf16",
+                   "--gpu", "H100-SXM-80GB")
+    assert out["params"] == 6_738_415_616
+    assert out["architecture"]["params"] == 6_738_415_616
+    assert out["architecture"]["largest_layer_params"] == 32000 * 4096
+    assert isinstance(out["activation_bytes_per_layer"], int) and out["activation_bytes"] > 0
+    assert [p["stage"] for p in out["peak"]] == [0, 1, 2, 3]
+    for p in out["peak"]:
+        assert set(p["phases"]) == {"forward", "backward", "optimizer_step"}
+        assert p["peak_bytes"] == max(sum(c.values()) for c in p["phases"].values())
+        assert p["capacity_bytes"] == 81_559 * 2**20
+        assert p["peak_phase"] in p["phases"] and isinstance(p["fits"], bool)
+    assert set(out["solve"]) == {"max_micro_batch", "min_workers", "lowest_stage"}
+    assert set(out["solve"]["max_micro_batch"]) == {"0", "1", "2", "3"}
+
+
+def test_custom_architecture_flags_and_gpu_memory():
+    out = cli_json("--layers", "2", "--hidden", "64", "--heads", "8", "--kv-heads", "2", "--ffn", "256",
+                   "--vocab", "100", "--tied-embeddings", "--gpu-memory", "1000000000")
+    assert out["architecture"]["tied_embeddings"] is True and out["architecture"]["kv_heads"] == 2
+    assert out["peak"][0]["capacity_bytes"] == 10**9
+
+
+def test_config_file_and_dropout(tmp_path):
+    cfg = tmp_path / "config.json"
+    cfg.write_text('{"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, '
+                   '"n_positions": 1024}')
+    out = cli_json("--config", str(cfg), "--dropout", "0")
+    assert out["params"] == 124_439_808 and out["architecture"]["attn_dropout"] == 0.0
+
+
+def test_lists():
+    models = cli_json("--list-models")
+    assert {"name", "params"} <= set(models[0]) and any(m["name"] == "llama-3.1-405b" for m in models)
+    gpus = cli_json("--list-gpus")
+    assert {"name", "capacity_bytes"} <= set(gpus[0])
+    assert cli("--list-gpus").returncode == 0 and "81559MiB" in cli("--list-gpus").stdout
+
+
+def test_text_report_answers_in_words():
+    done = cli("--model", "llama-2-7b", "--workers", "8", "--micro-batch", "4")
+    assert done.returncode == 0
+    assert "largest micro-batch that fits" in done.stdout and "lowest stage that fits" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--params", "7B", "--micro-batch", "2"], "--micro-batch needs a model"),
+    (["--model", "gpt2", "--params", "7B"], "the model has 124,439,808 parameters"),
+    (["--model", "gpt2", "--config", "x.json"], "give one"),
+    (["--layers", "2", "--hidden", "64"], "needs --heads, --ffn, --vocab"),
+    (["--layers", "2", "--hidden", "64", "--heads", "7", "--ffn", "8", "--vocab", "9"], "--heads: got 7"),
+    (["--config", "/no/such.json"], "--config: config"),
+    (["--model", "nope"], "invalid choice: 'nope'"),
+    (["--model", "gpt2", "--dropout", "1.5"], "a probability"),
+    (["--model", "gpt2", "--micro-batch", "0"], "--micro-batch: got 0"),
+    (["--model", "gpt2", "--gpu", "TPU"], "invalid choice: 'TPU'"),
+    (["--model", "gpt2", "--fragmentation-percent", "500"], "--fragmentation-percent: got 500"),
+])
+def test_bad_model_arguments_exit_2_with_one_line(args, message):
+    done = cli(*args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]

@@ -38,12 +38,12 @@ def architecture_from_args(args):
         arch = Architecture(seq_len=args.seq_len or 2048, **shape)
     else:
         return None
-    changes = dict(shape)
+    changes = dict(shape)                      # preset or config fields the flags override
     if args.tied_embeddings is not None:
         changes["tied_embeddings"] = args.tied_embeddings == "yes"
     if args.dropout is not None:
         changes.update(attn_dropout=args.dropout, resid_dropout=args.dropout, embd_dropout=args.dropout)
-    return replace(arch, **changes) if changes and (args.model or args.config) else arch
+    return replace(arch, **changes) if changes else arch
 
 
 def workload_from_args(args, arch) -> Workload:

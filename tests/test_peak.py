@@ -1,0 +1,132 @@
+"""Peak working set, fit against a GPU, and the solvers."""
+
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zerocalc import Scenario, model_states
+from zerocalc.architecture import largest_layer, param_count
+from zerocalc.gpus import GPU_CATALOG
+from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.peak import peaks, step_shape
+from zerocalc.scenario import FieldError
+from zerocalc.solve import max_micro_batch, min_workers, solve
+from zerocalc.workload import Workload
+
+MIB = 2**20
+
+
+def setup(model="llama-2-7b", workers=8, convention="zero-paper", **work):
+    arch = MODEL_PRESETS[model][0]
+    scenario = Scenario.from_convention(convention, params=param_count(arch), workers=workers)
+    return scenario, Workload(arch, **work)
+
+
+def test_gpu_capacities_are_what_the_driver_reports():
+    # nvidia-smi "Memory-Usage" totals as printed on these GPUs; rocm-smi for MI300X.
+    assert GPU_CATALOG["H100-SXM-80GB"][1] == 81_559 * MIB
+    assert GPU_CATALOG["A100-80GB"][1] == 81_920 * MIB
+    assert GPU_CATALOG["A100-40GB"][1] == 40_960 * MIB
+    assert GPU_CATALOG["H200-141GB"][1] == 143_771 * MIB
+    assert GPU_CATALOG["B200-180GB"][1] == 183_359 * MIB
+    assert GPU_CATALOG["L4-24GB"][1] == 23_034 * MIB
+    assert GPU_CATALOG["V100-16GB"][1] == 16_160 * MIB and GPU_CATALOG["V100-32GB"][1] == 32_510 * MIB
+    assert GPU_CATALOG["RTX-4090-24GB"][1] == 24_564 * MIB
+    assert GPU_CATALOG["MI300X-192GB"][1] == 206_141_652_992
+
+
+def test_custom_capacity_overrides_the_catalog():
+    scenario, work = setup(gpu_memory=10**12)
+    assert work.capacity_bytes == 10**12
+    assert all(p.capacity_bytes == 10**12 and p.fits for p in peaks(scenario, work, model_states(scenario)))
+
+
+def test_phase_components_are_named_and_the_peak_is_the_largest_phase():
+    scenario, work = setup(micro_batch=2)
+    for p in peaks(scenario, work, model_states(scenario)):
+        assert p.peak_bytes == max(p.phase_totals.values()) == p.phase_totals[p.peak_phase]
+        for parts in p.phases.values():
+            assert parts["CUDA context"] == 2**30
+            tensors = sum(v for k, v in parts.items() if k not in ("CUDA context", "allocator reserve"))
+            assert parts["allocator reserve"] == -(-tensors * 5 // 100)
+        assert "activations" in p.phases["forward"] and "activations" not in p.phases["optimizer_step"]
+
+
+def test_zero3_gathers_the_largest_layer_plus_prefetch_and_doubles_buckets_with_overlap():
+    scenario, work = setup()
+    p3 = peaks(scenario, work, model_states(scenario))[3]
+    L = largest_layer(work.arch)[1]
+    persistent = step_shape(scenario, work).persistent_params
+    assert p3.phases["forward"]["gathered parameters"] == 2 * (L + 50_000_000) + 2 * persistent
+    assert p3.phases["backward"]["gradient buckets"] == 2 * 2 * 500_000_000   # overlap_comm on at stage 3
+    p2 = peaks(scenario, work, model_states(scenario))[2]
+    assert p2.phases["backward"]["gradient buckets"] == 2 * 500_000_000       # off at stages 0-2
+    off = peaks(scenario, replace(work, overlap_comm="off"), model_states(scenario))[3]
+    assert off.phases["backward"]["gradient buckets"] == 2 * 500_000_000
+
+
+def test_fp32_gradient_copy_only_when_gradients_are_narrower_than_the_master():
+    scenario, work = setup()                       # fp16 grads, fp32 master: DeepSpeed upcasts at the step
+    p = peaks(scenario, work, model_states(scenario))
+    assert p[2].phases["optimizer_step"]["fp32 gradient copy"] == 4 * -(-scenario.params // 8)
+    assert p[0].phases["optimizer_step"]["fp32 gradient copy"] == 4 * scenario.params
+    megatron, _ = setup(convention="megatron")     # fp32 main grads already
+    assert all("fp32 gradient copy" not in q.phases["optimizer_step"]
+               for q in peaks(megatron, work, model_states(megatron)))
+
+
+def test_logits_transients_follow_the_vocabulary():
+    scenario, work = setup(micro_batch=1, seq_len=1000)
+    p = peaks(scenario, work, model_states(scenario))[0]
+    tv = 1000 * 32000
+    assert p.phases["forward"]["logits and loss"] == 2 * tv + 4 * tv
+    assert p.phases["backward"]["logits and loss"] == 2 * tv + 4 * tv + 2 * tv
+
+
+def test_bad_workload_fields_are_named():
+    arch = MODEL_PRESETS["gpt2"][0]
+    for field, value, allowed in [("micro_batch", 0, "an integer from 1"), ("attention", "paged", "one of eager"),
+                                  ("gpu", "TPUv5", "one of A100-40GB"), ("fragmentation_percent", 101, "to 100"),
+                                  ("activation_dtype", "fp12", "one of fp64")]:
+        with pytest.raises(FieldError) as err:
+            Workload(arch, **{field: value})
+        assert err.value.field == field and allowed in str(err.value)
+
+
+models = st.sampled_from(["gpt2", "gpt2-xl", "llama-2-7b", "llama-3-8b", "mistral-7b", "qwen2.5-0.5b"])
+gpus = st.sampled_from(sorted(GPU_CATALOG))
+
+
+@settings(max_examples=60, deadline=None)
+@given(models, st.integers(1, 512), st.integers(1, 16), st.sampled_from([512, 2048, 4096]), gpus,
+       st.sampled_from(["none", "selective", "full"]), st.sampled_from(["eager", "flash"]))
+def test_peak_covers_persistent_state_and_solvers_are_exact(model, workers, mb, seq, gpu, recompute, attention):
+    scenario, work = setup(model, workers, micro_batch=mb, seq_len=seq, gpu=gpu, recompute=recompute,
+                           attention=attention)
+    report = model_states(scenario)
+    for p, r in zip(peaks(scenario, work, report), report.stages):
+        assert p.peak_bytes >= r.gpu_bytes
+    solution = solve(scenario, work, report)
+    for stage, best in solution.max_micro_batch.items():
+        fits = lambda b: peaks(scenario, replace(work, micro_batch=b), report)[stage].fits  # noqa: E731
+        if best:
+            assert fits(best)
+        assert not fits(best + 1)
+    for stage, fewest in solution.min_workers.items():
+        if fewest is None:
+            continue
+        fits = lambda n: peaks(scenario, work, model_states(replace(scenario, workers=n)))[stage].fits  # noqa: E731
+        assert fits(fewest) and (fewest == 1 or not fits(fewest - 1))
+    fitting = [p.stage for p in peaks(scenario, work, report) if p.fits]
+    assert solution.lowest_stage == (min(fitting) if fitting else None)
+
+
+def test_solver_answers_in_a_worked_example():
+    # Llama-2-7B, bf16 ZeRO-paper ledger, 8 x H100 80GB, micro-batch 4, sequence 2048, flash attention.
+    scenario, work = setup(micro_batch=4, seq_len=2048)
+    scenario = replace(scenario, param_dtype="bf16", grad_dtype="bf16")
+    mb = max_micro_batch(scenario, work)
+    assert mb[0] == 0 and mb[2] >= 4          # stage 0 cannot hold 16 bytes x 6.7B on 80 GB
+    assert min_workers(scenario, work)[0] is None
