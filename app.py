@@ -1,28 +1,33 @@
-"""zerocalc web app (first cut): the per-stage model-state table from the core. The full UI is a later issue."""
+"""zerocalc web app: exact ZeRO training memory per GPU, explained and shareable. A table of contents; the
+widgets, figures, tables and URL handling live in ui/, every byte in zerocalc/."""
 
 import streamlit as st
 
-from zerocalc import FieldError, Scenario, model_states, parse_count
-from zerocalc.scenario import INT_LIMITS
-from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION
-from ui.tables import stage_table
+from ui import panels, share, widgets
+from ui.state import resolve
+from zerocalc.report import full_report
 
-st.set_page_config(page_title="zerocalc: ZeRO memory per GPU", layout="wide")
+st.set_page_config(page_title="zerocalc: ZeRO memory per GPU", page_icon="🧮", layout="wide")
 st.title("zerocalc")
-st.caption("Exact persistent model-state bytes per worker for ZeRO stages 0-3. GB = 10^9 bytes, GiB = 2^30 bytes.")
+st.caption("Exact training memory per GPU for ZeRO stages 0-3: every byte traced to a dtype, a category and an "
+           "ownership rule. GB = 10^9 bytes, GiB = 2^30 bytes.")
 
-with st.sidebar:
-    params_text = st.text_input("Parameters", "7B", key="params", help="1e9, 7B, 1.5T, 350M or 124439808")
-    workers = st.number_input("Workers (data-parallel GPUs)", *INT_LIMITS["workers"], value=8, step=1, key="workers")
-    convention = st.selectbox("Convention", list(CONVENTIONS), index=list(CONVENTIONS).index(DEFAULT_CONVENTION),
-                              key="convention")
-    unit = st.radio("Units", ["GB", "GiB"], horizontal=True, key="units")
+link_warnings = share.start_session()
+widgets.sidebar()
+state = widgets.read_state()
+problems = share.params_from_text(state)
+resolved = resolve(state)
+for message in link_warnings + problems + resolved.warnings + [st.session_state.get("config_error")]:
+    if message:
+        st.warning(message)
 
-try:
-    scenario = Scenario.from_convention(convention, params=parse_count(params_text), workers=int(workers))
-except (ValueError, FieldError) as exc:
-    st.error(f"Parameters: {exc}" if not isinstance(exc, FieldError) else str(exc))
-    st.stop()
+report = full_report(resolved.scenario, resolved.workload, resolved.state["buffer_factor"])
+unit = resolved.state["units"]
 
-st.write(CONVENTIONS[convention]["summary"])
-st.dataframe(stage_table(model_states(scenario), unit), hide_index=True, key="stage_table")
+panels.summary(report, unit)
+panels.model_states(report, unit)
+panels.peak(report, unit)
+panels.scaling(report, unit)
+panels.deepspeed(report, unit)
+panels.assumptions()
+panels.share_and_download(report, share.share_link(share.sync_url(resolved.state)))

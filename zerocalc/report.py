@@ -10,6 +10,7 @@ from fractions import Fraction
 
 from . import __version__
 from .deepspeed_estimator import DeepSpeedView
+from .explore import fits_on, ledger_cells, scaling
 from .architecture import largest_layer, param_count
 from .ledger import bytes_per_param
 from .model_states import ModelStatesReport, workers_per_node
@@ -98,6 +99,7 @@ def peak_dict(report: ModelStatesReport, workload) -> dict:
             "min_workers": {str(k): v for k, v in solution.min_workers.items()},
             "lowest_stage": solution.lowest_stage,
         },
+        "fits_on": fits_on(s, workload, report),
     }
 
 
@@ -116,10 +118,28 @@ def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None, work
         "bytes_per_param_exact": _exact(bytes_per_param(report.ledger)),
         "one_copy_bytes": report.unique_total,
         "ledger": ledger_rows(report),
+        "ledger_cells": ledger_cells(report),
         "stages": stage_rows(report),
+        "scaling": scaling(s),
     }
     if deepspeed is not None:
         out["deepspeed_estimator"] = deepspeed_dict(deepspeed)
     if workload is not None:
         out.update(peak_dict(report, workload))
     return out
+
+
+def full_report(scenario, workload=None, buffer_factor: float = 1.5) -> dict:
+    """Everything the UI shows, in one call: the report, with the peak half when a workload is given and
+    DeepSpeed's own estimates when the largest layer is known (nodes = workers / GPUs per node, rounded up)."""
+    from .deepspeed_estimator import deepspeed_view
+    from .model_states import model_states
+
+    report = model_states(scenario)
+    view = None
+    if workload is not None:
+        nodes = -(-scenario.workers // scenario.gpus_per_node)
+        gpus_per_node = min(scenario.gpus_per_node, scenario.workers)
+        view = deepspeed_view(scenario.params, largest_layer(workload.arch)[1], gpus_per_node, nodes,
+                              buffer_factor, report)
+    return report_dict(report, view, workload)

@@ -1,0 +1,128 @@
+"""The main area's panels. Each draws one part of the core's report; none computes a byte."""
+
+from __future__ import annotations
+
+import json
+
+import streamlit as st
+
+from zerocalc.units import format_bytes
+
+from . import figures, tables
+from .figures import STAGE_LABELS
+from .widgets import widget
+
+
+def _csv(df) -> bytes:
+    return df.to_csv(index=False).encode("utf-8")
+
+
+def _download_csv(df, name: str, report: dict, key: str):
+    stamp = f"zerocalc-{report['zerocalc_version']}-{report['convention']}"
+    st.download_button(f"CSV: {name}", _csv(df), file_name=f"{stamp}-{name}.csv", mime="text/csv", key=key,
+                       on_click="ignore")
+
+
+def summary(report: dict, unit: str) -> None:
+    stages = report["stages"]
+    cols = st.columns(4)
+    for col, s in zip(cols, stages):
+        col.metric(f"{STAGE_LABELS[s['stage']]} per worker", format_bytes(s["per_worker_total_bytes"], unit),
+                   help="Persistent model state: parameters, gradients and optimizer state.")
+    st.caption(f"{report['params']:,} parameters · {report['workers']:,} workers · shard group "
+               f"{report['shard_group']:,} · convention {report['convention']}: {report['convention_summary']}")
+
+
+def model_states(report: dict, unit: str) -> None:
+    st.subheader("1 · Model states by ZeRO stage")
+    widget("breakdown")
+    left, right = st.columns(2)
+    left.plotly_chart(figures.per_worker(report, unit, st.session_state["breakdown"]), key="fig_per_worker")
+    right.plotly_chart(figures.cluster(report, unit), key="fig_cluster")
+    stage_df = tables.stage_table(report, unit)
+    st.dataframe(stage_df, hide_index=True, key="stage_table")
+    _download_csv(stage_df, "stages", report, "csv_stages")
+    st.markdown(f"**Ledger:** {report['bytes_per_param']:g} bytes per parameter. Each cell: elements "
+                f"(split across the shard group from the stage that shards it, rounded up) × width.")
+    ledger_df = tables.ledger_table(report, unit, st.session_state["stage"])
+    st.dataframe(ledger_df, hide_index=True, key="ledger_table")
+    _download_csv(ledger_df, "ledger", report, "csv_ledger")
+
+
+def peak(report: dict, unit: str) -> None:
+    st.subheader("2 · Peak memory against the GPU")
+    if "peak" not in report:
+        st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
+        return
+    st.plotly_chart(figures.peak(report, unit), key="fig_peak")
+    verdict_df = tables.verdicts(report, unit)
+    cols = st.columns(4)
+    for col, p in zip(cols, report["peak"]):
+        label = "fits" if p["fits"] else "does not fit"
+        col.metric(f"{STAGE_LABELS[p['stage']]}: {label}", f"{100 * p['utilisation']:.0f}% used",
+                   delta=f"{format_bytes(p['headroom_bytes'], unit)} headroom",
+                   delta_color="normal" if p["fits"] else "inverse")
+    st.dataframe(verdict_df, hide_index=True, key="verdict_table")
+    for sentence in tables.solver_sentences(report):
+        st.markdown(f"- {sentence}")
+    widget("stage")
+    st.plotly_chart(figures.timeline(report, st.session_state["stage"], unit), key="fig_timeline")
+    with st.expander("Activation terms (saved for backward)"):
+        st.caption(f"{report['activation_bits']}-bit activations: "
+                   f"{format_bytes(report['activation_bytes_per_layer'], unit)} per layer, "
+                   f"{format_bytes(report['activation_bytes'], unit)} in all.")
+        st.dataframe(tables.activation_table(report, unit), hide_index=True, key="activation_table")
+    st.markdown("**Fits on** (the same job on each catalogued GPU):")
+    fits_df = tables.fits_on_table(report, unit)
+    st.dataframe(fits_df, hide_index=True, key="fits_on_table")
+    _download_csv(fits_df, "fits-on", report, "csv_fits_on")
+
+
+def scaling(report: dict, unit: str) -> None:
+    st.subheader("3 · Scaling with the number of workers")
+    st.plotly_chart(figures.scaling(report, unit), key="fig_scaling")
+
+
+def deepspeed(report: dict, unit: str) -> None:
+    with st.expander("DeepSpeed's own estimator for the same inputs, and why it differs"):
+        if "deepspeed_estimator" not in report:
+            st.info("DeepSpeed's ZeRO-3 rows need the largest layer: pick a model with an architecture.")
+            return
+        ds = report["deepspeed_estimator"]["inputs"]
+        st.caption(f"estimate_zero2/3_model_states_mem_needs with {ds['params']:,} params, largest layer "
+                   f"{ds['largest_layer_params']:,}, {ds['nodes']} node(s) x {ds['gpus_per_node']} GPUs, "
+                   f"buffer factor {ds['buffer_factor']:g}.")
+        st.dataframe(tables.deepspeed_table(report, unit), hide_index=True, key="deepspeed_table")
+        for note in report["deepspeed_estimator"]["differences"]:
+            st.markdown(f"- {note}")
+
+
+ASSUMPTIONS = """
+**Modelled.** Persistent model state from the ledger (every tensor, its dtype, its ZeRO ownership, partitions
+rounded up to whole elements); optimizer and parameter offload; activations saved for backward, validated against
+real Hugging Face models within 10%; logits and the fp32 loss; ZeRO-3 gathered parameters, prefetch and persistent
+small parameters; gradient reduce buckets (doubled with overlap_comm) and the all-gather bucket; the fp32 gradient
+copy at the optimizer step; one rebuilt block under full recompute; a CUDA context and an allocator reserve.
+
+**Assumed (editable).** CUDA context and framework overhead 1 GiB; allocator reserve 5%; DeepSpeed's defaults
+for bucket sizes, prefetch, live parameters and the persistence threshold; no KV cache during training.
+
+**Not modelled.** Tensor, sequence, pipeline and expert parallelism; mixture-of-experts; optimizer temporaries
+other than the fp32 gradient copy; activation offload; allocator behaviour beyond a flat percentage. Capacities
+are what nvidia-smi / rocm-smi report, not the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
+Full list with formulas and sources: docs/peak-memory.md in the repository.
+"""
+
+
+def assumptions() -> None:
+    with st.expander("Assumptions and limits"):
+        st.markdown(ASSUMPTIONS)
+
+
+def share_and_download(report: dict, link: str) -> None:
+    st.subheader("Share and download")
+    st.caption("This link reproduces the exact view (it updates as you change any control):")
+    st.code(link, language=None)
+    st.download_button("JSON: full report", json.dumps(report, indent=2).encode("utf-8"),
+                       file_name=f"zerocalc-{report['zerocalc_version']}-{report['convention']}-report.json",
+                       mime="application/json", key="json_report", on_click="ignore")

@@ -1,0 +1,297 @@
+"""The app's whole state as one flat dict of plain values, and its URL form.
+
+Every input is a named field with a kind and an allowed range (FIELDS, data). A link holds only the fields that
+differ from their defaults, as plain readable query parameters (?model=llama-3-8b&workers=64&stage=3); the
+defaults of dtype fields come from the chosen convention and those of architecture fields from the chosen model,
+so a link stays short and still reproduces the view exactly. Nothing from a URL is trusted: each value is parsed
+by its kind and range, never evaluated; a bad or unknown one falls back to its default with a warning naming it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields as dc_fields
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from zerocalc.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from zerocalc.architecture import ACTIVATIONS, NORMS, POSITIONS, Architecture
+from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
+from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.scenario import INT_LIMITS
+from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
+from zerocalc.units import parse_count
+from zerocalc.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
+
+PARAMS_ONLY = "params-only"
+CUSTOM = "custom"
+MODEL_CHOICES = tuple(MODEL_PRESETS) + (CUSTOM, PARAMS_ONLY)
+DEFAULT_MODEL = "llama-2-7b"
+DTYPES = tuple(DTYPE_BITS)
+MAX_VALUE_CHARS = 64          # longer URL values are refused before parsing
+
+
+class Field(NamedTuple):
+    name: str
+    kind: str                 # "choice" | "int" | "count" | "bool" | "prob" | "factor"
+    default: object           # a value, or None when it comes from the convention / model (see default_for)
+    choices: tuple = ()
+    lo: float = 0
+    hi: float = 0
+
+
+def _c(name, choices, default):
+    return Field(name, "choice", default, tuple(choices))
+
+
+def _i(name, lo, hi, default, kind="int"):
+    return Field(name, kind, default, (), lo, hi)
+
+
+_W = {k: v for k, v in WORKLOAD_LIMITS.items()}
+ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "context", "tied_embeddings",
+               "gated_mlp", "norm", "bias", "qkv_bias", "positions", "fused_qkv", "fused_gate_up", "activation",
+               "softmax_fp32", "attn_dropout", "resid_dropout", "embd_dropout")
+PRECISION_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer",
+                    "optimizer_dtype", "comm_dtype")
+
+FIELDS: Tuple[Field, ...] = (
+    _c("model", MODEL_CHOICES, DEFAULT_MODEL),
+    _i("params", *INT_LIMITS["params"], 7 * 10**9, kind="count"),
+    # architecture (defaults: the chosen model's)
+    _i("layers", 1, 10_000, None), _i("hidden", 1, 10**6, None), _i("heads", 1, 10**5, None),
+    _i("kv_heads", 1, 10**5, None), _i("head_dim", 0, 10**5, None), _i("ffn", 1, 10**7, None),
+    _i("vocab", 1, 10**7, None), _i("context", 1, 10**8, None),
+    Field("tied_embeddings", "bool", None), Field("gated_mlp", "bool", None), _c("norm", NORMS, None),
+    Field("bias", "bool", None), Field("qkv_bias", "bool", None), _c("positions", POSITIONS, None),
+    Field("fused_qkv", "bool", None), Field("fused_gate_up", "bool", None), _c("activation", ACTIVATIONS, None),
+    Field("softmax_fp32", "bool", None),
+    Field("attn_dropout", "prob", None, (), 0, 0.5), Field("resid_dropout", "prob", None, (), 0, 0.5),
+    Field("embd_dropout", "prob", None, (), 0, 0.5),
+    # precision (defaults: the chosen convention's)
+    _c("convention", CONVENTIONS, DEFAULT_CONVENTION),
+    _c("param_dtype", DTYPES, None), _c("grad_dtype", DTYPES, None), _c("master_dtype", DTYPES + ("none",), None),
+    _c("grad_accum_dtype", DTYPES + ("none",), None), _c("optimizer", OPTIMIZERS, None),
+    _c("optimizer_dtype", DTYPES, None), _c("comm_dtype", DTYPES + ("none",), None),
+    # parallelism and offload
+    _i("workers", 1, 1_048_576, 8), _i("shard_group", 0, 1_048_576, 0), _i("gpus_per_node", 1, 1024, 8),
+    _c("offload_optimizer", OFFLOAD_TARGETS, "none"), _c("offload_params", OFFLOAD_TARGETS, "none"),
+    # the step
+    _i("micro_batch", 1, 256, 1), _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
+    _c("recompute", RECOMPUTE, "none"), _c("activation_dtype", ("auto",) + DTYPES, "auto"),
+    _c("implementation", IMPLEMENTATIONS, "huggingface"),
+    # working-set assumptions (DeepSpeed defaults, elements)
+    _i("reduce_bucket_size", *_W["reduce_bucket_size"], 500_000_000, kind="count"),
+    _i("allgather_bucket_size", *_W["allgather_bucket_size"], 500_000_000, kind="count"),
+    _i("prefetch_bucket_size", *_W["prefetch_bucket_size"], 50_000_000, kind="count"),
+    _i("max_live_parameters", *_W["max_live_parameters"], 1_000_000_000, kind="count"),
+    _i("param_persistence_threshold", *_W["param_persistence_threshold"], 100_000, kind="count"),
+    _c("overlap_comm", OVERLAP_CHOICES, "auto"),
+    _i("cuda_context_bytes", *_W["cuda_context_bytes"], 2**30, kind="count"),
+    _i("fragmentation_percent", 0, 50, 5),
+    _c("gpu", tuple(GPU_CATALOG) + (CUSTOM,), DEFAULT_GPU),
+    _i("gpu_memory", *_W["gpu_memory"], 80 * 10**9, kind="count"),
+    Field("buffer_factor", "factor", 1.5, (), 0.1, 100),
+    # view
+    _c("units", ("GB", "GiB"), "GB"), _c("breakdown", ("category", "entry"), "category"),
+    _i("stage", 0, 3, 3),
+)
+FIELD = {f.name: f for f in FIELDS}
+_ARCH_ATTR = {"context": "seq_len"}   # state name -> Architecture attribute
+
+
+def _arch_value(arch: Architecture, name: str):
+    if name == "kv_heads":
+        return arch.n_kv_heads
+    if name == "head_dim":
+        return arch.head_dim or 0
+    return getattr(arch, _ARCH_ATTR.get(name, name))
+
+
+def base_architecture(model: str) -> Architecture:
+    """The architecture a model choice starts from (custom starts from the default preset's shape)."""
+    return MODEL_PRESETS[model if model in MODEL_PRESETS else DEFAULT_MODEL][0]
+
+
+def default_for(name: str, state: dict):
+    """A field's default, given the (already chosen) model and convention."""
+    f = FIELD[name]
+    if f.default is not None:
+        return f.default
+    if name in ARCH_FIELDS:
+        return _arch_value(base_architecture(state.get("model", DEFAULT_MODEL)), name)
+    value = CONVENTIONS[state.get("convention", DEFAULT_CONVENTION)][name]
+    return "none" if value is None else value
+
+
+def defaults() -> dict:
+    state = {"model": DEFAULT_MODEL, "convention": DEFAULT_CONVENTION}
+    for f in FIELDS:
+        state[f.name] = default_for(f.name, state)
+    return state
+
+
+def allowed(f: Field) -> str:
+    if f.kind == "choice":
+        return "one of " + ", ".join(f.choices)
+    if f.kind == "bool":
+        return "true or false"
+    if f.kind in ("prob", "factor"):
+        return f"a number from {f.lo:g} to {f.hi:g}"
+    return f"an integer from {f.lo:,} to {f.hi:,}"
+
+
+def parse_value(f: Field, text: str):
+    """The value a URL string denotes for this field; ValueError when it is not allowed."""
+    text = str(text).strip()
+    if len(text) > MAX_VALUE_CHARS:
+        raise ValueError("too long")
+    if f.kind == "choice":
+        if text not in f.choices:
+            raise ValueError(text)
+        return text
+    if f.kind == "bool":
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(text)
+        return text.lower() in ("true", "1")
+    if f.kind in ("prob", "factor"):
+        value = float(text)
+        if not math.isfinite(value) or not f.lo <= value <= f.hi:
+            raise ValueError(text)
+        return value
+    value = parse_count(text)
+    if not f.lo <= value <= f.hi:
+        raise ValueError(text)
+    return value
+
+
+def format_value(f: Field, value) -> str:
+    if f.kind == "bool":
+        return "true" if value else "false"
+    if f.kind in ("prob", "factor"):
+        return repr(float(value))
+    return str(value)
+
+
+def _significant(state: dict) -> List[str]:
+    """Fields that matter for this state (architecture fields only when a model with a shape is chosen)."""
+    names = [f.name for f in FIELDS]
+    if state["model"] == PARAMS_ONLY:
+        return [n for n in names if n not in ARCH_FIELDS]
+    return [n for n in names if n != "params"]
+
+
+def to_query(state: dict) -> Dict[str, str]:
+    """The URL parameters of a state: fields that differ from their defaults, in FIELDS order."""
+    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default_for(n, state)}
+
+
+def from_query(query) -> Tuple[dict, List[str]]:
+    """(state, warnings) from URL parameters (a mapping of str -> str or list of str)."""
+    warnings, raw = [], {}
+    for key in query:
+        values = query[key] if isinstance(query[key], (list, tuple)) else [query[key]]
+        if key not in FIELD:
+            warnings.append(f"Ignored unknown link parameter {str(key)[:40]!r}.")
+            continue
+        if len(values) > 1:
+            warnings.append(f"Link parameter {key!r} was given {len(values)} times; the last one is used.")
+        raw[key] = values[-1] if values else ""
+    state: dict = {}
+    for f in FIELDS:  # model and convention come first in FIELDS order, so later defaults can follow them
+        if f.name in raw:
+            try:
+                state[f.name] = parse_value(f, raw[f.name])
+                continue
+            except (ValueError, ArithmeticError):
+                warnings.append(f"Link parameter {f.name}={str(raw[f.name])[:40]!r} is not allowed "
+                                f"({allowed(f)}); using the default, {format_value(f, default_for(f.name, state))}.")
+        state[f.name] = default_for(f.name, state)
+    return state, warnings
+
+
+# --- state -> core inputs -------------------------------------------------------------------------------------
+
+def _none(value):
+    return None if value == "none" else value
+
+
+def architecture(state: dict) -> Optional[Architecture]:
+    if state["model"] == PARAMS_ONLY:
+        return None
+    base = base_architecture(state["model"])
+    changes = {}
+    for name in ARCH_FIELDS:
+        if state[name] != _arch_value(base, name):
+            changes[_ARCH_ATTR.get(name, name)] = state[name] if name != "head_dim" else (state[name] or None)
+    if not changes:
+        return base
+    return Architecture(**{**{f.name: getattr(base, f.name) for f in dc_fields(Architecture)}, **changes})
+
+
+def scenario_fields(state: dict, params: int) -> dict:
+    return dict(params=params, workers=state["workers"], shard_group=state["shard_group"] or None,
+                gpus_per_node=state["gpus_per_node"], offload_optimizer=state["offload_optimizer"],
+                offload_params=state["offload_params"], convention=state["convention"],
+                **{n: _none(state[n]) for n in PRECISION_FIELDS})
+
+
+def workload(state: dict, arch: Architecture) -> Workload:
+    return Workload(
+        arch, micro_batch=state["micro_batch"], seq_len=state["seq_len"],
+        activation_dtype=None if state["activation_dtype"] == "auto" else state["activation_dtype"],
+        attention=state["attention"], recompute=state["recompute"], implementation=state["implementation"],
+        reduce_bucket_size=state["reduce_bucket_size"], allgather_bucket_size=state["allgather_bucket_size"],
+        prefetch_bucket_size=state["prefetch_bucket_size"], max_live_parameters=state["max_live_parameters"],
+        param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
+        cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
+        gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
+        gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None)
+
+
+def canonical(state: dict) -> dict:
+    """The state with fields that do not matter for it (per _significant) at their defaults."""
+    keep = set(_significant(state))
+    out = dict(state)
+    for f in FIELDS:
+        if f.name not in keep:
+            out[f.name] = default_for(f.name, out)
+    return out
+
+
+_FROM_ARCH_ATTR = {v: k for k, v in _ARCH_ATTR.items()}
+
+
+class Resolved(NamedTuple):
+    state: dict               # the state actually used (bad cross-field values reset to their defaults)
+    scenario: object
+    workload: Optional[Workload]
+    warnings: List[str]
+
+
+def resolve(state: dict) -> Resolved:
+    """Core inputs from a state. A value the core refuses (a shard group that does not divide the workers, heads
+    that do not divide the hidden size) is reset to its default with a warning naming it, and the rest is kept."""
+    from zerocalc import FieldError, Scenario
+    from zerocalc.architecture import param_count
+
+    state, warnings = dict(state), []
+    for _ in range(len(FIELDS)):
+        stage = "architecture"
+        try:
+            arch = architecture(state)
+            stage = "scenario"
+            params = state["params"] if arch is None else param_count(arch)
+            scenario = Scenario(**scenario_fields(state, params))
+            stage = "workload"
+            return Resolved(state, scenario, None if arch is None else workload(state, arch), warnings)
+        except FieldError as exc:
+            name = _FROM_ARCH_ATTR.get(exc.field, exc.field) if stage == "architecture" else exc.field
+            if name not in FIELD or state[name] == default_for(name, state):
+                # the default itself is refused in this combination: fall back to every default
+                warnings.append(f"{exc}; using the default view.")
+                state = defaults()
+                continue
+            warnings.append(f"{name}: {state[name]!r} is not allowed here ({exc.allowed}); using the default, "
+                            f"{format_value(FIELD[name], default_for(name, state))}.")
+            state[name] = default_for(name, state)
+    raise RuntimeError("could not resolve a valid state")  # unreachable: defaults() always resolves
