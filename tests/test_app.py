@@ -154,6 +154,8 @@ def test_solver_sentences_and_fits_on_table():
 
 def test_every_sidebar_control_reaches_the_link_without_an_exception():
     at = run_app()
+    at.toggle(key="edit_arch").set_value(True).run()
+    at.toggle(key="edit_assumptions").set_value(True).run()
     changes = {  # field -> a valid non-default value
         "layers": 16, "hidden": 2048, "heads": 16, "kv_heads": 8, "ffn": 5632, "vocab": 32768, "context": 2048,
         "head_dim": 128, "tied_embeddings": True, "gated_mlp": False, "norm": "layernorm", "bias": True,

@@ -17,86 +17,81 @@ def _scaled(values, unit):
     return [v / UNIT_BYTES[unit] for v in values]
 
 
-def _layout(fig, unit, title, barmode="stack"):
-    fig.update_layout(title=title, barmode=barmode, yaxis_title=unit, legend_title_text="", height=380,
-                      margin=dict(l=10, r=10, t=50, b=10), hovermode="x unified")
-    return fig
+def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None) -> go.Figure:
+    """One Figure built in a single pass (Plotly validates once; update_layout and add_hline cost far more)."""
+    layout = dict(title=dict(text=title), barmode=barmode, yaxis=dict(title=dict(text=unit)),
+                  legend=dict(title=dict(text="")), height=380, margin=dict(l=10, r=10, t=50, b=10),
+                  hovermode="x unified", xaxis=xaxis or {})
+    if capacity is not None:
+        value, label = capacity
+        y = value / UNIT_BYTES[unit]
+        layout["shapes"] = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
+                                 line=dict(color="#B22222", dash="dash"))]
+        layout["annotations"] = [dict(xref="paper", x=0, yref="y", y=y, text=f"{label}: {y:,.2f} {unit}",
+                                      showarrow=False, xanchor="left", yanchor="bottom")]
+    return go.Figure(data=traces, layout=layout)
 
 
 def _bar(name, x, values, unit, color=None):
-    return go.Bar(name=name, x=list(x), y=_scaled(values, unit), customdata=list(values), marker_color=color,
-                  hovertemplate=f"{name}: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
+    return dict(type="bar", name=name, x=list(x), y=_scaled(values, unit), customdata=list(values),
+                marker=dict(color=color) if color else {},
+                hovertemplate=f"{name}: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
 
 
 def per_worker(report: dict, unit: str, breakdown: str = "category") -> go.Figure:
     """Persistent model state per worker, one bar per stage, stacked by category or by ledger entry."""
     stages = report["stages"]
-    fig = go.Figure()
     key = "per_worker_bytes" if breakdown == "category" else "per_worker_entry_bytes"
-    for name in stages[0][key]:
-        fig.add_trace(_bar(name, STAGE_LABELS, [s[key][name] for s in stages], unit, COLORS.get(name)))
-    return _layout(fig, unit, "Model states per worker")
+    traces = [_bar(name, STAGE_LABELS, [s[key][name] for s in stages], unit, COLORS.get(name))
+              for name in stages[0][key]]
+    return _figure(traces, unit, "Model states per worker")
 
 
 def cluster(report: dict, unit: str) -> go.Figure:
     """Cluster-wide bytes per stage, split into one copy and redundant copies."""
     stages = report["stages"]
-    fig = go.Figure()
-    fig.add_trace(_bar("one copy", STAGE_LABELS, [s["cluster_unique_bytes"] for s in stages], unit,
-                       COLORS["one copy"]))
-    fig.add_trace(_bar("redundant", STAGE_LABELS, [s["cluster_redundant_bytes"] for s in stages], unit,
-                       COLORS["redundant"]))
-    return _layout(fig, unit, f"Whole cluster ({report['workers']:,} workers)")
+    traces = [_bar("one copy", STAGE_LABELS, [s["cluster_unique_bytes"] for s in stages], unit, COLORS["one copy"]),
+              _bar("redundant", STAGE_LABELS, [s["cluster_redundant_bytes"] for s in stages], unit,
+                   COLORS["redundant"])]
+    return _figure(traces, unit, f"Whole cluster ({report['workers']:,} workers)")
 
 
-def _capacity_line(fig, capacity: int, unit: str, label: str):
-    fig.add_hline(y=capacity / UNIT_BYTES[unit], line_dash="dash", line_color="#B22222",
-                  annotation_text=f"{label}: {capacity / UNIT_BYTES[unit]:,.2f} {unit}",
-                  annotation_position="top left")
+def _names(parts_list) -> list:
+    names = []
+    for parts in parts_list:
+        names += [n for n in parts if n not in names]
+    return names
 
 
 def peak(report: dict, unit: str) -> go.Figure:
     """Each stage's peak phase, stacked by component, against the GPU's capacity."""
     peaks = report["peak"]
-    names = []
-    for p in peaks:
-        for name in p["phases"][p["peak_phase"]]:
-            if name not in names:
-                names.append(name)
-    fig = go.Figure()
+    tops = [p["phases"][p["peak_phase"]] for p in peaks]
     labels = [f"{STAGE_LABELS[p['stage']]} ({PHASE_LABELS[p['peak_phase']]})" for p in peaks]
-    for name in names:
-        fig.add_trace(_bar(name, labels, [p["phases"][p["peak_phase"]].get(name, 0) for p in peaks], unit))
-    _capacity_line(fig, report["gpu"]["capacity_bytes"], unit, report["gpu"]["name"])
-    return _layout(fig, unit, "Peak per GPU against its capacity")
+    traces = [_bar(name, labels, [top.get(name, 0) for top in tops], unit) for name in _names(tops)]
+    return _figure(traces, unit, "Peak per GPU against its capacity",
+                   capacity=(report["gpu"]["capacity_bytes"], report["gpu"]["name"]))
 
 
 def timeline(report: dict, stage: int, unit: str) -> go.Figure:
     """The live set in each phase of one step, for one stage."""
     p = report["peak"][stage]
-    names = []
-    for parts in p["phases"].values():
-        for name in parts:
-            if name not in names:
-                names.append(name)
-    fig = go.Figure()
     phases = list(p["phases"])
-    for name in names:
-        fig.add_trace(_bar(name, [PHASE_LABELS[ph] for ph in phases], [p["phases"][ph].get(name, 0) for ph in phases],
-                           unit))
-    _capacity_line(fig, p["capacity_bytes"], unit, report["gpu"]["name"])
-    return _layout(fig, unit, f"Live memory over one step, {STAGE_LABELS[stage]}")
+    traces = [_bar(name, [PHASE_LABELS[ph] for ph in phases], [p["phases"][ph].get(name, 0) for ph in phases], unit)
+              for name in _names(p["phases"].values())]
+    return _figure(traces, unit, f"Live memory over one step, {STAGE_LABELS[stage]}",
+                   capacity=(p["capacity_bytes"], report["gpu"]["name"]))
 
 
 def scaling(report: dict, unit: str) -> go.Figure:
     """Per-worker persistent state against the number of workers (log axis), one line per stage."""
     rows = report["scaling"]
-    fig = go.Figure()
+    traces = []
     for stage in range(4):
         values = rows[f"stage_{stage}"]
-        fig.add_trace(go.Scatter(name=STAGE_LABELS[stage], x=list(rows["workers"]), y=_scaled(values, unit),
-                                 customdata=list(values), mode="lines+markers",
-                                 hovertemplate=f"{STAGE_LABELS[stage]}: %{{y:,.2f}} {unit} "
-                                               f"(%{{customdata:,}} bytes)<extra></extra>"))
-    fig.update_xaxes(type="log", title="workers")
-    return _layout(fig, unit, "Model states per worker as the cluster grows", barmode="group")
+        traces.append(dict(type="scatter", name=STAGE_LABELS[stage], x=list(rows["workers"]),
+                           y=_scaled(values, unit), customdata=list(values), mode="lines+markers",
+                           hovertemplate=f"{STAGE_LABELS[stage]}: %{{y:,.2f}} {unit} "
+                                         f"(%{{customdata:,}} bytes)<extra></extra>"))
+    return _figure(traces, unit, "Model states per worker as the cluster grows", barmode="group",
+                   xaxis=dict(type="log", title=dict(text="workers")))

