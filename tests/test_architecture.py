@@ -89,9 +89,9 @@ def test_gpt2_config_honours_activation_and_dropout():
     ('{"model_type": "bert"}', "model_type", "one of gpt2, llama"),
     ('{"model_type": "mixtral", "num_local_experts": 8}', "model_type", "one of"),
     ('{"model_type": "llama", "num_local_experts": 8}', "num_local_experts", "mixture-of-experts"),
-    ('{"model_type": "llama", "hidden_size": "4096"}', "num_attention_heads", "a positive integer"),
+    ('{"model_type": "llama", "hidden_size": "4096"}', "num_attention_heads", "an integer from 1"),
     ('{"model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": -1}', "num_hidden_layers",
-     "a positive integer"),
+     "an integer from 1"),
     ('{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 8, "vocab_size": 10, "n_positions": 8, '
      '"attn_pdrop": NaN}', "attn_pdrop", "a probability"),
     ("/no/such/config.json", "config", "a path to a config.json"),

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Dict, Optional
 
-from .scenario import FieldError
+from .scenario import FieldError, require_choice, require_int, require_probability
 
 ARCH_LIMITS = {
     "layers": (1, 10_000),
@@ -61,24 +61,17 @@ class Architecture:
     embd_dropout: float = 0.0         # dropout after the embeddings
 
     def __post_init__(self):
-        for f in ARCH_LIMITS:
-            value = getattr(self, f)
-            if value is None and f in ("kv_heads", "head_dim"):
-                continue
-            lo, hi = ARCH_LIMITS[f]
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise FieldError(f, value, f"an integer from {lo:,} to {hi:,}")
+        for f, (lo, hi) in ARCH_LIMITS.items():
+            if getattr(self, f) is not None or f not in ("kv_heads", "head_dim"):
+                require_int(f, getattr(self, f), lo, hi)
         if self.head_dim is None and self.hidden % self.heads:
             raise FieldError("heads", self.heads, f"a divisor of hidden ({self.hidden:,}), or give head_dim")
         if self.heads % self.n_kv_heads:
             raise FieldError("kv_heads", self.kv_heads, f"a divisor of heads ({self.heads:,})")
         for f, options in (("norm", NORMS), ("positions", POSITIONS), ("activation", ACTIVATIONS)):
-            if getattr(self, f) not in options:
-                raise FieldError(f, getattr(self, f), "one of " + ", ".join(options))
+            require_choice(f, getattr(self, f), options)
         for f in ("attn_dropout", "resid_dropout", "embd_dropout"):
-            p = getattr(self, f)
-            if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
-                raise FieldError(f, p, "a probability from 0 up to (not including) 1")
+            require_probability(f, getattr(self, f))
 
     @property
     def n_kv_heads(self) -> int:

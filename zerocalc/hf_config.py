@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 
 from .architecture import ACTIVATIONS, Architecture
-from .scenario import FieldError
+from .scenario import FieldError, require_choice, require_int, require_probability
 
 MAX_CONFIG_BYTES = 1_000_000
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "phi3")
@@ -65,8 +65,7 @@ def parse_config(source) -> dict:
 
 def _int(cfg: dict, key: str, default=None) -> int:
     value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(key, value, "a positive integer")
+    require_int(key, value, 1, 10**18, ConfigError)
     return value
 
 
@@ -74,15 +73,13 @@ def _prob(cfg: dict, key: str) -> float:
     value = cfg.get(key, 0.0)
     if value is None:
         return 0.0
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-        raise ConfigError(key, value, "a probability from 0 up to (not including) 1")
+    require_probability(key, value, ConfigError)
     return float(value)
 
 
 def _activation(cfg: dict, key: str, default: str) -> str:
     value = cfg.get(key, default)
-    if value not in ACTIVATIONS:
-        raise ConfigError(key, value, "one of " + ", ".join(ACTIVATIONS))
+    require_choice(key, value, ACTIVATIONS, ConfigError)
     return value
 
 
@@ -97,8 +94,7 @@ def architecture_from_config(source) -> Architecture:
     """Architecture from a config.json path, its text, or an already parsed dict."""
     cfg = source if isinstance(source, dict) else parse_config(source)
     model_type = cfg.get("model_type")
-    if model_type not in SUPPORTED:
-        raise ConfigError("model_type", model_type, "one of " + ", ".join(SUPPORTED))
+    require_choice("model_type", model_type, SUPPORTED, ConfigError)
     for key, what in UNSUPPORTED_KEYS.items():
         if cfg.get(key):
             raise ConfigError(key, cfg[key], f"absent, false or 0: {what} are not supported yet")

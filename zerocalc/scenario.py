@@ -29,13 +29,24 @@ class FieldError(ValueError):
         super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
 
 
-def _int_range(field: str) -> str:
-    lo, hi = INT_LIMITS[field]
-    return f"an integer from {lo:,} to {hi:,}"
-
-
 def _choices(options) -> str:
     return "one of " + ", ".join(str(o) for o in options)
+
+
+def require_int(field: str, value, lo: int, hi: int, error=FieldError) -> None:
+    """An int (not a bool, not a float) within [lo, hi], or `error` naming the field and the range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise error(field, value, f"an integer from {lo:,} to {hi:,}")
+
+
+def require_choice(field: str, value, options, error=FieldError) -> None:
+    if value not in options:
+        raise error(field, value, _choices(options))
+
+
+def require_probability(field: str, value, error=FieldError) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise error(field, value, "a probability from 0 up to (not including) 1")
 
 
 @dataclass(frozen=True)
@@ -85,10 +96,7 @@ OPTIONAL_DTYPE_FIELDS = frozenset({"master_dtype", "grad_accum_dtype", "comm_dty
 
 
 def _check_int(s: Scenario, field: str) -> None:
-    value = getattr(s, field)
-    lo, hi = INT_LIMITS[field]
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise FieldError(field, value, _int_range(field))
+    require_int(field, getattr(s, field), *INT_LIMITS[field])
 
 
 def validate(s: Scenario) -> None:

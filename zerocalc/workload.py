@@ -15,7 +15,7 @@ from typing import Optional
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .architecture import Architecture
 from .gpus import DEFAULT_GPU, GPU_CATALOG
-from .scenario import FieldError
+from .scenario import FieldError, require_choice, require_int
 from .tables import DTYPE_BITS
 
 WORKLOAD_LIMITS = {
@@ -60,17 +60,13 @@ class Workload:
         if not isinstance(self.arch, Architecture):
             raise FieldError("arch", type(self.arch).__name__, "an Architecture")
         for field, (lo, hi) in WORKLOAD_LIMITS.items():
-            value = getattr(self, field)
-            if value is None and field == "gpu_memory":
-                continue
-            if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-                raise FieldError(field, value, f"an integer from {lo:,} to {hi:,}")
-        if self.activation_dtype is not None and self.activation_dtype not in DTYPE_BITS:
-            raise FieldError("activation_dtype", self.activation_dtype, "one of " + ", ".join(DTYPE_BITS))
+            if getattr(self, field) is not None or field != "gpu_memory":
+                require_int(field, getattr(self, field), lo, hi)
+        if self.activation_dtype is not None:
+            require_choice("activation_dtype", self.activation_dtype, DTYPE_BITS)
         for field, options in (("attention", ATTENTION), ("recompute", RECOMPUTE),
                                ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES)):
-            if getattr(self, field) not in options:
-                raise FieldError(field, getattr(self, field), "one of " + ", ".join(options))
+            require_choice(field, getattr(self, field), options)
         if self.gpu_memory is None and self.gpu not in GPU_CATALOG:
             raise FieldError("gpu", self.gpu, "one of " + ", ".join(GPU_CATALOG) + ", or a custom gpu_memory")
 
