@@ -43,7 +43,9 @@ def model_states(report: dict, unit: str) -> None:
     st.dataframe(stage_df, hide_index=True, key="stage_table")
     _download_csv(stage_df, "stages", report, "csv_stages")
     st.markdown(f"**Ledger:** {report['bytes_per_param']:g} bytes per parameter. Each cell: elements "
-                f"(split across the shard group from the stage that shards it, rounded up) × width.")
+                f"(split across the shard group from the stage that shards it, rounded up) × width, for the "
+                f"stage chosen here (also the step timeline's below).")
+    widget("stage")
     ledger_df = tables.ledger_table(report, unit, st.session_state["stage"])
     st.dataframe(ledger_df, hide_index=True, key="ledger_table")
     _download_csv(ledger_df, "ledger", report, "csv_ledger")
@@ -63,15 +65,17 @@ def peak(report: dict, unit: str) -> None:
                    delta=f"{format_bytes(p['headroom_bytes'], unit)} headroom",
                    delta_color="normal" if p["fits"] else "inverse")
     st.dataframe(verdict_df, hide_index=True, key="verdict_table")
+    _download_csv(verdict_df, "peak", report, "csv_peak")
     for sentence in tables.solver_sentences(report):
         st.markdown(f"- {sentence}")
-    widget("stage")
     st.plotly_chart(figures.timeline(report, st.session_state["stage"], unit), key="fig_timeline")
     with st.expander("Activation terms (saved for backward)"):
         st.caption(f"{report['activation_bits']}-bit activations: "
                    f"{format_bytes(report['activation_bytes_per_layer'], unit)} per layer, "
                    f"{format_bytes(report['activation_bytes'], unit)} in all.")
-        st.dataframe(tables.activation_table(report, unit), hide_index=True, key="activation_table")
+        activation_df = tables.activation_table(report, unit)
+        st.dataframe(activation_df, hide_index=True, key="activation_table")
+        _download_csv(activation_df, "activations", report, "csv_activations")
     st.markdown("**Fits on** (the same job on each catalogued GPU):")
     fits_df = tables.fits_on_table(report, unit)
     st.dataframe(fits_df, hide_index=True, key="fits_on_table")
@@ -92,7 +96,9 @@ def deepspeed(report: dict, unit: str) -> None:
         st.caption(f"estimate_zero2/3_model_states_mem_needs with {ds['params']:,} params, largest layer "
                    f"{ds['largest_layer_params']:,}, {ds['nodes']} node(s) x {ds['gpus_per_node']} GPUs, "
                    f"buffer factor {ds['buffer_factor']:g}.")
-        st.dataframe(tables.deepspeed_table(report, unit), hide_index=True, key="deepspeed_table")
+        deepspeed_df = tables.deepspeed_table(report, unit)
+        st.dataframe(deepspeed_df, hide_index=True, key="deepspeed_table")
+        _download_csv(deepspeed_df, "deepspeed", report, "csv_deepspeed")
         for note in report["deepspeed_estimator"]["differences"]:
             st.markdown(f"- {note}")
 
