@@ -95,6 +95,10 @@ def test_gpt2_config_honours_activation_and_dropout():
     ('{"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 8, "vocab_size": 10, "n_positions": 8, '
      '"attn_pdrop": NaN}', "attn_pdrop", "a probability"),
     ("/no/such/config.json", "config", "a path to a config.json"),
+    ('{"model_type": "gpt2", "n_layer": ' + "9" * 5000 + "}", "config", "valid JSON"),
+    ('{"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 7, '
+     '"intermediate_size": 8, "vocab_size": 9, "max_position_embeddings": 8}', "num_attention_heads",
+     "a divisor of hidden"),
 ])
 def test_malformed_or_unsupported_configs_are_refused_by_name(source, key, allowed):
     with pytest.raises(ConfigError) as err:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from zerocalc.hf_config import ConfigError, MAX_CONFIG_BYTES, architecture_from_config
+from zerocalc.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config
+from zerocalc.scenario import FieldError
 
 from .figures import STAGE_LABELS
 from .state import (ARCH_FIELDS, CUSTOM, FIELD, FIELDS, PARAMS_ONLY, PRECISION_FIELDS, _arch_value, default_for)
@@ -73,7 +74,7 @@ def _on_config_upload():
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError("config", f"{len(data):,} bytes", f"at most {MAX_CONFIG_BYTES:,} bytes")
         arch = architecture_from_config(data)
-    except ConfigError as exc:
+    except (ConfigError, FieldError) as exc:  # every refusal names the config key and what is allowed
         st.session_state["config_error"] = f"config.json refused: {exc}"
         return
     st.session_state["model"] = CUSTOM

@@ -56,8 +56,9 @@ def parse_config(source) -> dict:
         raise ConfigError("config", f"{len(text):,} characters", f"at most {MAX_CONFIG_BYTES:,}")
     try:
         data = json.loads(text, parse_constant=lambda c: math.nan)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        raise ConfigError("config", "malformed JSON", f"valid JSON ({exc.__class__.__name__}: {exc})") from None
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, integers over Python's 4300-digit limit
+        raise ConfigError("config", "malformed JSON", f"valid JSON ({exc.__class__.__name__}: "
+                                                      f"{str(exc)[:200]})") from None
     if not isinstance(data, dict):
         raise ConfigError("config", type(data).__name__, "a JSON object")
     return data
@@ -90,9 +91,29 @@ def _tied(cfg: dict, default: bool) -> bool:
     return value
 
 
+# Architecture field -> the config key that sets it, for messages about a combination the model refuses.
+CONFIG_KEYS = {
+    "gpt2": {"layers": "n_layer", "hidden": "n_embd", "heads": "n_head", "ffn": "n_inner", "vocab": "vocab_size",
+             "seq_len": "n_positions"},
+    "llama": {"layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
+              "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn": "intermediate_size",
+              "vocab": "vocab_size", "seq_len": "max_position_embeddings"},
+}
+
+
 def architecture_from_config(source) -> Architecture:
     """Architecture from a config.json path, its text, or an already parsed dict."""
     cfg = source if isinstance(source, dict) else parse_config(source)
+    try:
+        return _architecture(cfg)
+    except ConfigError:
+        raise
+    except FieldError as exc:  # a combination Architecture refuses (heads not dividing hidden, ...)
+        keys = CONFIG_KEYS["gpt2" if cfg.get("model_type") == "gpt2" else "llama"]
+        raise ConfigError(keys.get(exc.field, exc.field), exc.value, exc.allowed) from None
+
+
+def _architecture(cfg: dict) -> Architecture:
     model_type = cfg.get("model_type")
     require_choice("model_type", model_type, SUPPORTED, ConfigError)
     for key, what in UNSUPPORTED_KEYS.items():

@@ -7,22 +7,13 @@ CI installs both (.ci/run) and must never pass by skipping them.
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
+from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, start, stop
+
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-READY = "[data-testid=stApp][data-test-script-state=notRunning][data-test-connection-state=CONNECTED]"
 
 
 def _missing() -> str:
@@ -35,20 +26,6 @@ def _missing() -> str:
     return ""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str) -> int:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return response.status
-    except Exception:  # noqa: BLE001 - not up yet
-        return 0
-
-
 @pytest.fixture(scope="session")
 def server():
     missing = _missing()
@@ -56,27 +33,12 @@ def server():
         if os.environ.get("CI") == "true":
             pytest.fail(f"browser tests cannot run under CI: {missing}")
         pytest.skip(f"browser tests need a browser: {missing}")
-    port = _free_port()
-    streamlit = shutil.which("streamlit", path=str(Path(sys.executable).parent)) or "streamlit"
-    proc = subprocess.Popen([streamlit, "run", "app.py", "--server.headless", "true", "--server.address",
-                             "127.0.0.1", "--server.port", str(port), "--server.scriptHealthCheckEnabled", "true"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _get(f"{base}/_stcore/script-health-check") != 200:
-        if proc.poll() is not None:
-            pytest.fail("streamlit exited before it was healthy")
-        time.sleep(0.2)
-    else:
-        if _get(f"{base}/_stcore/script-health-check") != 200:
-            proc.kill()
-            pytest.fail("streamlit did not become healthy within 60 s")
-    yield base
-    proc.terminate()
     try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+        proc, base = start()
+    except RuntimeError as exc:
+        pytest.fail(str(exc))
+    yield base
+    stop(proc)
 
 
 @pytest.fixture(scope="session")
