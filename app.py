@@ -17,9 +17,7 @@ widgets.sidebar()
 state = widgets.read_state()
 problems = share.params_from_text(state)
 resolved = resolve(state)
-for message in link_warnings + problems + resolved.warnings + [st.session_state.get("config_error")]:
-    if message:
-        st.warning(message)
+panels.warnings(link_warnings + problems + resolved.warnings + [st.session_state.get("config_error")])
 
 report = full_report(resolved.scenario, resolved.workload, resolved.state["buffer_factor"])
 unit = resolved.state["units"]

@@ -247,3 +247,10 @@ def test_deepspeed_panel_and_assumptions():
     assert len(ds) == 8 and ds["estimator"].tolist().count("ZeRO-3") == 6
     text = " ".join(m.value for m in at.markdown)
     assert "Not modelled" in text and "GiB" in text
+
+
+def test_markdown_in_a_link_is_shown_literally():
+    at = run_app({"[click](javascript:alert(1))": "1", "gpu": "**bold** <b>x</b>"})
+    shown = " ".join(w.value for w in at.warning)
+    assert "\\[click\\]\\(javascript:alert\\(1\\)\\)" in shown        # escaped: not a link
+    assert "\\*\\*bold\\*\\*" in shown and "\\<b\\>" in shown

@@ -13,6 +13,20 @@ from .figures import STAGE_LABELS
 from .widgets import widget
 
 
+_MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
+
+
+def escape_markdown(text: str) -> str:
+    """Text shown literally: link parameters and uploaded files can carry markdown (links, images, emphasis)."""
+    return text.translate(_MARKDOWN)
+
+
+def warnings(messages) -> None:
+    for message in messages:
+        if message:
+            st.warning(escape_markdown(message))
+
+
 def _csv(df) -> bytes:
     return df.to_csv(index=False).encode("utf-8")
 

@@ -31,7 +31,7 @@ def start_session() -> list:
     state, warnings = from_query(_query())
     resolved = resolve(state)
     seed(resolved.state)
-    st.session_state["params_text"] = str(resolved.state["params"])
+    st.session_state.setdefault("params_text", str(resolved.state["params"]))
     st.session_state[SEEDED] = True
     return warnings + resolved.warnings
 

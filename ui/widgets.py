@@ -45,9 +45,11 @@ RADIOS = {"units", "attention", "breakdown"}
 
 
 def seed(state: dict) -> None:
-    """Put a state into the widgets' session slots (first run, or a model / convention change)."""
+    """Put a state into the widgets' session slots on a session's first run. A slot that already holds a value
+    is the user's own input, sent before that first run finished (typing during the page load): it wins."""
     for name, value in state.items():
-        st.session_state[name] = value
+        if name not in st.session_state:
+            st.session_state[name] = value
 
 
 def _on_model_change():
