@@ -73,7 +73,7 @@ def test_deepspeed_estimate_rows():
 def test_readable_table_by_default_labels_units_correctly():
     done = cli("--params", "1B", "--workers", "4")
     assert done.returncode == 0
-    assert "16.00" in done.stdout and "(GB)" in done.stdout and "zero-paper" in done.stdout
+    assert "16.00 GB" in done.stdout and "500.00 MB" in done.stdout and "zero-paper" in done.stdout
     gib = cli("--params", "1B", "--workers", "4", "--units", "GiB").stdout
     assert "14.90" in gib and "(GiB)" in gib
 

@@ -27,9 +27,10 @@ def _bpp(value) -> str:
 
 def render_text(report, deepspeed=None, units: str = "decimal", workload=None) -> str:
     s = report.scenario
-    stage0 = report.stages[0]
-    unit = resolve_unit(stage0.per_worker_total, units)
-    big_unit = resolve_unit(stage0.cluster_total, units)
+    auto = units in ("decimal", "binary")
+    # A fixed unit labels the header; an automatic one labels each cell, so 16 GB next to 16 PB never reads 0.00.
+    unit = "auto" if auto else units
+    cell = (lambda n: format_bytes(n, units)) if auto else (lambda n: in_unit(n, units))
     out = [
         f"zerocalc: {s.params:,} parameters, {s.workers:,} workers, shard group {s.group:,}, "
         f"convention {s.convention}",
@@ -40,13 +41,13 @@ def render_text(report, deepspeed=None, units: str = "decimal", workload=None) -
                [[r["name"], r["category"], r["dtype"], _bpp(r["bytes_per_param"]),
                  f"stage {r['sharded_from_stage']}"] for r in ledger_rows(report)]),
         "",
-        f"Per worker ({unit}) and cluster-wide ({big_unit}), persistent model state only:",
+        "Per worker and cluster-wide, persistent model state only" + ("" if auto else f" ({unit}):") +
+        (":" if auto else ""),
         _table(["stage", "params", "grads", "optimizer", "per worker", "on GPU", "cluster", "redundant",
                 "comm/step"],
-               [[r.stage, *(in_unit(r.per_worker_by_category[c], unit) for c in ("parameters", "gradients",
-                                                                                   "optimizer")),
-                 in_unit(r.per_worker_total, unit), in_unit(r.gpu_bytes, unit), in_unit(r.cluster_total, big_unit),
-                 in_unit(r.redundant_bytes, big_unit), in_unit(r.communication_bytes, unit)]
+               [[r.stage, *(cell(r.per_worker_by_category[c]) for c in ("parameters", "gradients", "optimizer")),
+                 cell(r.per_worker_total), cell(r.gpu_bytes), cell(r.cluster_total), cell(r.redundant_bytes),
+                 cell(r.communication_bytes)]
                 for r in report.stages]),
     ]
     if s.offload_optimizer != "none" or s.offload_params != "none":
