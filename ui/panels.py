@@ -31,10 +31,12 @@ def _csv(df) -> bytes:
     return df.to_csv(index=False).encode("utf-8")
 
 
-def _download_csv(df, name: str, report: dict, key: str):
+def table_with_csv(df, name: str, report: dict) -> None:
+    """A table and its CSV download, stamped with the package version and the convention."""
+    st.dataframe(df, hide_index=True, key=f"{name}_table")
     stamp = f"zerocalc-{report['zerocalc_version']}-{report['convention']}"
     st.download_button(f"CSV: {name}", lambda: _csv(df), file_name=f"{stamp}-{name}.csv", mime="text/csv",
-                       key=key, on_click="ignore")   # built on click, not on every rerun
+                       key=f"csv_{name}", on_click="ignore")   # built on click, not on every rerun
 
 
 def summary(report: dict, unit: str) -> None:
@@ -53,16 +55,12 @@ def model_states(report: dict, unit: str) -> None:
     left, right = st.columns(2)
     left.plotly_chart(figures.per_worker(report, unit, st.session_state["breakdown"]), key="fig_per_worker")
     right.plotly_chart(figures.cluster(report, unit), key="fig_cluster")
-    stage_df = tables.stage_table(report, unit)
-    st.dataframe(stage_df, hide_index=True, key="stage_table")
-    _download_csv(stage_df, "stages", report, "csv_stages")
+    table_with_csv(tables.stage_table(report, unit), "stages", report)
     st.markdown(f"**Ledger:** {report['bytes_per_param']:g} bytes per parameter. Each cell: elements "
                 f"(split across the shard group from the stage that shards it, rounded up) × width, for the "
                 f"stage chosen here (also the step timeline's below).")
     widget("stage")
-    ledger_df = tables.ledger_table(report, unit, st.session_state["stage"])
-    st.dataframe(ledger_df, hide_index=True, key="ledger_table")
-    _download_csv(ledger_df, "ledger", report, "csv_ledger")
+    table_with_csv(tables.ledger_table(report, unit, st.session_state["stage"]), "ledger", report)
 
 
 def peak(report: dict, unit: str) -> None:
@@ -71,15 +69,13 @@ def peak(report: dict, unit: str) -> None:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
         return
     st.plotly_chart(figures.peak(report, unit), key="fig_peak")
-    verdict_df = tables.verdicts(report, unit)
     cols = st.columns(4)
     for col, p in zip(cols, report["peak"]):
         label = "fits" if p["fits"] else "does not fit"
         col.metric(f"{STAGE_LABELS[p['stage']]}: {label}", f"{100 * p['utilisation']:.0f}% used",
                    delta=f"{format_bytes(p['headroom_bytes'], unit)} headroom",
                    delta_color="normal" if p["fits"] else "inverse")
-    st.dataframe(verdict_df, hide_index=True, key="verdict_table")
-    _download_csv(verdict_df, "peak", report, "csv_peak")
+    table_with_csv(tables.verdicts(report, unit), "peak", report)
     for sentence in tables.solver_sentences(report):
         st.markdown(f"- {sentence}")
     st.plotly_chart(figures.timeline(report, st.session_state["stage"], unit), key="fig_timeline")
@@ -87,13 +83,9 @@ def peak(report: dict, unit: str) -> None:
         st.caption(f"{report['activation_bits']}-bit activations: "
                    f"{format_bytes(report['activation_bytes_per_layer'], unit)} per layer, "
                    f"{format_bytes(report['activation_bytes'], unit)} in all.")
-        activation_df = tables.activation_table(report, unit)
-        st.dataframe(activation_df, hide_index=True, key="activation_table")
-        _download_csv(activation_df, "activations", report, "csv_activations")
+        table_with_csv(tables.activation_table(report, unit), "activations", report)
     st.markdown("**Fits on** (the same job on each catalogued GPU):")
-    fits_df = tables.fits_on_table(report, unit)
-    st.dataframe(fits_df, hide_index=True, key="fits_on_table")
-    _download_csv(fits_df, "fits-on", report, "csv_fits_on")
+    table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
 
 
 def scaling(report: dict, unit: str) -> None:
@@ -110,9 +102,7 @@ def deepspeed(report: dict, unit: str) -> None:
         st.caption(f"estimate_zero2/3_model_states_mem_needs with {ds['params']:,} params, largest layer "
                    f"{ds['largest_layer_params']:,}, {ds['nodes']} node(s) x {ds['gpus_per_node']} GPUs, "
                    f"buffer factor {ds['buffer_factor']:g}.")
-        deepspeed_df = tables.deepspeed_table(report, unit)
-        st.dataframe(deepspeed_df, hide_index=True, key="deepspeed_table")
-        _download_csv(deepspeed_df, "deepspeed", report, "csv_deepspeed")
+        table_with_csv(tables.deepspeed_table(report, unit), "deepspeed", report)
         for note in report["deepspeed_estimator"]["differences"]:
             st.markdown(f"- {note}")
 
