@@ -47,7 +47,7 @@ def _i(name, lo, hi, default, kind="int"):
     return Field(name, kind, default, (), lo, hi)
 
 
-_W = {k: v for k, v in WORKLOAD_LIMITS.items()}
+_W = WORKLOAD_LIMITS
 ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "context", "tied_embeddings",
                "gated_mlp", "norm", "bias", "qkv_bias", "positions", "fused_qkv", "fused_gate_up", "activation",
                "softmax_fp32", "attn_dropout", "resid_dropout", "embd_dropout")

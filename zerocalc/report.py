@@ -9,11 +9,11 @@ from dataclasses import asdict
 from fractions import Fraction
 
 from . import __version__
-from .deepspeed_estimator import DeepSpeedView
+from .deepspeed_estimator import DeepSpeedView, deepspeed_view
 from .explore import fits_on, ledger_cells, scaling
 from .architecture import largest_layer, param_count
 from .ledger import bytes_per_param
-from .model_states import ModelStatesReport, workers_per_node
+from .model_states import ModelStatesReport, model_states, workers_per_node
 from .peak import peaks, step_shape
 from .solve import solve
 from .tables import CONVENTIONS, PARTITIONED
@@ -132,9 +132,6 @@ def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None, work
 def full_report(scenario, workload=None, buffer_factor: float = 1.5) -> dict:
     """Everything the UI shows, in one call: the report, with the peak half when a workload is given and
     DeepSpeed's own estimates when the largest layer is known (nodes = workers / GPUs per node, rounded up)."""
-    from .deepspeed_estimator import deepspeed_view
-    from .model_states import model_states
-
     report = model_states(scenario)
     view = None
     if workload is not None:
