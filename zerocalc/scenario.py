@@ -115,10 +115,7 @@ def validate(s: Scenario) -> None:
         if value not in DTYPE_BITS:
             extra = ["none"] if field in OPTIONAL_DTYPE_FIELDS else []
             raise FieldError(field, value, _choices(list(DTYPE_BITS) + extra))
-    if s.optimizer not in OPTIMIZERS:
-        raise FieldError("optimizer", s.optimizer, _choices(OPTIMIZERS))
+    require_choice("optimizer", s.optimizer, OPTIMIZERS)
     for field in ("offload_optimizer", "offload_params"):
-        if getattr(s, field) not in OFFLOAD_TARGETS:
-            raise FieldError(field, getattr(s, field), _choices(OFFLOAD_TARGETS))
-    if s.convention not in CONVENTIONS:
-        raise FieldError("convention", s.convention, _choices(CONVENTIONS))
+        require_choice(field, getattr(s, field), OFFLOAD_TARGETS)
+    require_choice("convention", s.convention, CONVENTIONS)

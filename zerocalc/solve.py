@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Callable, Dict, NamedTuple, Optional
 
 from .model_states import model_states
-from .peak import StepShape, peaks, stage_peak, step_shape
+from .peak import peaks, stage_peak, step_shape
 from .scenario import INT_LIMITS
 from .tables import STAGES
 from .workload import WORKLOAD_LIMITS
@@ -51,15 +51,12 @@ def _smallest_true(fits: Callable[[int], bool], lo: int, hi: int) -> Optional[in
 
 def max_micro_batch(scenario, workload, report=None) -> Dict[int, int]:
     report = report or model_states(scenario)
-    base = step_shape(scenario, workload)
     cache: Dict[int, tuple] = {}
 
     def shaped(b: int):
         if b not in cache:
             w = replace(workload, micro_batch=b)
-            s = step_shape(scenario, w)
-            cache[b] = (w, StepShape(s.act, base.act_bits, base.compute_bits, base.largest_layer_params,
-                                     base.persistent_params))
+            cache[b] = (w, step_shape(scenario, w))
         return cache[b]
 
     def fits(stage: int) -> Callable[[int], bool]:
