@@ -29,7 +29,7 @@ def open_app(page, server, query=""):
 
 def test_page_loads_without_console_errors_and_draws_every_chart(page, server):
     open_app(page, server)
-    assert page.locator("[data-testid=stPlotlyChart]").count() == 5
+    expect(page.locator("[data-testid=stPlotlyChart]")).to_have_count(5, timeout=30_000)  # drawn one by one
     report = core_report({})
     assert metrics(page)[:4] == [format_bytes(s["per_worker_total_bytes"], "GB") for s in report["stages"]]
     screenshot(page, "default-view", height=1000)
