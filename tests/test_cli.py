@@ -119,7 +119,7 @@ def test_model_preset_adds_architecture_activations_peak_and_solve():
         assert p["peak_bytes"] == max(sum(c.values()) for c in p["phases"].values())
         assert p["capacity_bytes"] == 81_559 * 2**20
         assert p["peak_phase"] in p["phases"] and isinstance(p["fits"], bool)
-    assert set(out["solve"]) == {"max_micro_batch", "min_workers", "lowest_stage"}
+    assert set(out["solve"]) >= {"max_micro_batch", "min_workers", "lowest_stage", "min_gpus", "layouts"}
     assert set(out["solve"]["max_micro_batch"]) == {"0", "1", "2", "3"}
 
 

@@ -10,7 +10,7 @@ from zerocalc import Scenario, model_states
 from zerocalc.architecture import largest_layer, param_count
 from zerocalc.gpus import GPU_CATALOG
 from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.peak import peaks, step_shape
+from zerocalc.ranks import layout_report, peaks
 from zerocalc.scenario import FieldError
 from zerocalc.solve import max_micro_batch, min_workers, solve
 from zerocalc.workload import Workload
@@ -40,12 +40,12 @@ def test_gpu_capacities_are_what_the_driver_reports():
 def test_custom_capacity_overrides_the_catalog():
     scenario, work = setup(gpu_memory=10**12)
     assert work.capacity_bytes == 10**12
-    assert all(p.capacity_bytes == 10**12 and p.fits for p in peaks(scenario, work, model_states(scenario)))
+    assert all(p.capacity_bytes == 10**12 and p.fits for p in peaks(scenario, work))
 
 
 def test_phase_components_are_named_and_the_peak_is_the_largest_phase():
     scenario, work = setup(micro_batch=2)
-    for p in peaks(scenario, work, model_states(scenario)):
+    for p in peaks(scenario, work):
         assert p.peak_bytes == max(p.phase_totals.values()) == p.phase_totals[p.peak_phase]
         for parts in p.phases.values():
             assert parts["CUDA context"] == 2**30
@@ -56,30 +56,30 @@ def test_phase_components_are_named_and_the_peak_is_the_largest_phase():
 
 def test_zero3_gathers_the_largest_layer_plus_prefetch_and_doubles_buckets_with_overlap():
     scenario, work = setup()
-    p3 = peaks(scenario, work, model_states(scenario))[3]
+    p3 = peaks(scenario, work)[3]
     L = largest_layer(work.arch)[1]
-    persistent = step_shape(scenario, work).persistent_params
+    persistent = layout_report(scenario, work).ranks[0].shape.persistent_params
     assert p3.phases["forward"]["gathered parameters"] == 2 * (L + 50_000_000) + 2 * persistent
     assert p3.phases["backward"]["gradient buckets"] == 2 * 2 * 500_000_000   # overlap_comm on at stage 3
-    p2 = peaks(scenario, work, model_states(scenario))[2]
+    p2 = peaks(scenario, work)[2]
     assert p2.phases["backward"]["gradient buckets"] == 2 * 500_000_000       # off at stages 0-2
-    off = peaks(scenario, replace(work, overlap_comm="off"), model_states(scenario))[3]
+    off = peaks(scenario, replace(work, overlap_comm="off"))[3]
     assert off.phases["backward"]["gradient buckets"] == 2 * 500_000_000
 
 
 def test_fp32_gradient_copy_only_when_gradients_are_narrower_than_the_master():
     scenario, work = setup()                       # fp16 grads, fp32 master: DeepSpeed upcasts at the step
-    p = peaks(scenario, work, model_states(scenario))
+    p = peaks(scenario, work)
     assert p[2].phases["optimizer_step"]["fp32 gradient copy"] == 4 * -(-scenario.params // 8)
     assert p[0].phases["optimizer_step"]["fp32 gradient copy"] == 4 * scenario.params
     megatron, _ = setup(convention="megatron")     # fp32 main grads already
     assert all("fp32 gradient copy" not in q.phases["optimizer_step"]
-               for q in peaks(megatron, work, model_states(megatron)))
+               for q in peaks(megatron, work))
 
 
 def test_logits_transients_follow_the_vocabulary():
     scenario, work = setup(micro_batch=1, seq_len=1000)
-    p = peaks(scenario, work, model_states(scenario))[0]
+    p = peaks(scenario, work)[0]
     tv = 1000 * 32000
     assert p.phases["forward"]["logits and loss"] == 2 * tv + 4 * tv
     assert p.phases["backward"]["logits and loss"] == 2 * tv + 4 * tv + 2 * tv
@@ -106,20 +106,22 @@ def test_peak_covers_persistent_state_and_solvers_are_exact(model, workers, mb, 
     scenario, work = setup(model, workers, micro_batch=mb, seq_len=seq, gpu=gpu, recompute=recompute,
                            attention=attention)
     report = model_states(scenario)
-    for p, r in zip(peaks(scenario, work, report), report.stages):
+    for p, r in zip(peaks(scenario, work), report.stages):
         assert p.peak_bytes >= r.gpu_bytes
-    solution = solve(scenario, work, report)
+    solution = solve(scenario, work)
     for stage, best in solution.max_micro_batch.items():
-        fits = lambda b: peaks(scenario, replace(work, micro_batch=b), report)[stage].fits  # noqa: E731
+        fits = lambda b: peaks(scenario, replace(work, micro_batch=b))[stage].fits  # noqa: E731
         if best:
             assert fits(best)
         assert not fits(best + 1)
     for stage, fewest in solution.min_workers.items():
         if fewest is None:
             continue
-        fits = lambda n: peaks(scenario, work, model_states(replace(scenario, workers=n)))[stage].fits  # noqa: E731
+        # every candidate is a whole scenario: the answer, set back as the input, fits (issue 8's bug: the working
+        # set was once evaluated with the original worker count)
+        fits = lambda n: peaks(replace(scenario, workers=n), work)[stage].fits  # noqa: E731
         assert fits(fewest) and (fewest == 1 or not fits(fewest - 1))
-    fitting = [p.stage for p in peaks(scenario, work, report) if p.fits]
+    fitting = [p.stage for p in peaks(scenario, work) if p.fits]
     assert solution.lowest_stage == (min(fitting) if fitting else None)
 
 

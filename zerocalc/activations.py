@@ -22,6 +22,8 @@ All sizes are in bits until the end, so fp8 or 4-bit widths stay exact.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from functools import lru_cache
 from typing import Dict, NamedTuple
 
 from .architecture import ACTIVATION_SAVES, Architecture
@@ -57,9 +59,33 @@ def _norm(a: Architecture, T: int, w: int, impl: str) -> int:
     return w * T * a.hidden + STAT_BITS * T                           # fused RMSNorm: input + rstd
 
 
-def _mlp(a: Architecture, T: int, w: int, impl: str) -> Dict[str, int]:
-    f = a.ffn
-    terms = {"mlp input": w * T * a.hidden}
+class Tokens(NamedTuple):
+    """One rank's share of a micro-batch, in tokens, for each kind of term (Korthikanti et al. section 4.2):
+    inside the tensor-parallel region (heads and FFN split over tp), outside it (the full hidden size: norms,
+    residual dropout, the block input; split over tp only with sequence parallel), and the saved input of a
+    column-parallel linear (q/k/v, gate/up, head): Megatron's sequence-parallel linear saves its local shard and
+    all-gathers again in backward (LinearWithGradAccumulationAndAsyncCommunication), while a DTensor plan saves
+    the all-gathered input its matmul ran on (torch.distributed.tensor.parallel: the redistribute to Replicate is
+    its own autograd op). Context parallelism gives each rank s / cp of the sequence."""
+    b: int
+    s: int              # this rank's sequence length (s / cp)
+    inside: int
+    outside: int
+    linear_in: int
+
+
+def tokens(micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1, sequence_parallel: bool = False,
+           implementation: str = "huggingface") -> Tokens:
+    s = seq_len // cp
+    inside = micro_batch * s
+    outside = inside // tp if sequence_parallel and tp > 1 else inside
+    linear_in = outside if implementation == "megatron" else inside
+    return Tokens(micro_batch, s, inside, outside, linear_in)
+
+
+def _mlp(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]:
+    f, T = a.ffn, t.inside
+    terms = {"mlp input": w * t.linear_in * a.hidden}
     if impl == "megatron":
         terms["mlp fc1 output"] = w * T * f * (2 if a.gated_mlp else 1)   # GeLU / SwiGLU input (Korthikanti: 8sbh)
     else:
@@ -85,10 +111,10 @@ def _qkv(a: Architecture, T: int, w: int, attention: str, hf: bool) -> int:
     return w * T * (q + (2 * q if repeated else 2 * kv))
 
 
-def _attention(a: Architecture, b: int, s: int, w: int, attention: str, impl: str, recompute: str) -> Dict[str, int]:
-    T = b * s
+def _attention(a: Architecture, t: Tokens, w: int, attention: str, impl: str, recompute: str) -> Dict[str, int]:
     hf = impl == "huggingface"
-    terms = {"attention input": w * T * a.hidden, "q, k, v": _qkv(a, T, w, attention, hf)}
+    b, s = t.b, t.s
+    terms = {"attention input": w * t.linear_in * a.hidden, "q, k, v": _qkv(a, t.inside, w, attention, hf)}
     if attention == "flash":
         terms["attention logsumexp"] = STAT_BITS * b * a.heads * s
     elif recompute != "selective":                                 # selective recompute drops the s^2 terms
@@ -102,20 +128,19 @@ def _attention(a: Architecture, b: int, s: int, w: int, attention: str, impl: st
             terms["attention softmax"] = w * scores
         if dropout:
             terms["attention dropout"] = (MASK_BITS + w) * scores  # mask + dropped probabilities
-    terms["attention output"] = w * T * a.q_size                   # out-projection input (= flash output)
+    terms["attention output"] = w * t.inside * a.q_size            # out-projection input (= flash output)
     if a.resid_dropout > 0:
-        terms["attention output dropout mask"] = MASK_BITS * T * a.hidden
+        terms["attention output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
 
 
-def _layer(a, b, s, w, attention, impl, recompute) -> Dict[str, int]:
-    T = b * s
-    terms = {"input norm": _norm(a, T, w, impl)}
-    terms.update(_attention(a, b, s, w, attention, impl, recompute))
-    terms["post-attention norm"] = _norm(a, T, w, impl)
-    terms.update(_mlp(a, T, w, impl))
+def _layer(a, t: Tokens, w, attention, impl, recompute) -> Dict[str, int]:
+    terms = {"input norm": _norm(a, t.outside, w, impl)}
+    terms.update(_attention(a, t, w, attention, impl, recompute))
+    terms["post-attention norm"] = _norm(a, t.outside, w, impl)
+    terms.update(_mlp(a, t, w, impl))
     if a.resid_dropout > 0:
-        terms["mlp output dropout mask"] = MASK_BITS * T * a.hidden
+        terms["mlp output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
 
 
@@ -123,33 +148,46 @@ def _bytes(terms: Dict[str, int]) -> Dict[str, int]:
     return {k: -(-v // 8) for k, v in terms.items() if v}
 
 
+@lru_cache(maxsize=256)
+def tp_local(a: Architecture, tp: int) -> Architecture:
+    """The block one tensor-parallel rank runs: heads, KV heads and the FFN split over tp, hidden size whole."""
+    if tp == 1:
+        return a
+    return replace(a, heads=a.heads // tp, kv_heads=a.n_kv_heads // tp, head_dim=a.d_head, ffn=a.ffn // tp)
+
+
 def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, attention: str = "flash",
-                recompute: str = "none", implementation: str = "huggingface") -> ActivationReport:
-    """Bytes saved for backward by one worker for one micro-batch (no tensor or sequence parallelism)."""
-    b, s, w, T = micro_batch, seq_len, bits, micro_batch * seq_len
+                recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
+                sequence_parallel: bool = False, loss_vocab: int = None) -> ActivationReport:
+    """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
+    its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
+    them; vocab-parallel cross entropy keeps the padded vocabulary / tp)."""
+    t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
+    local = tp_local(a, tp)
+    w = bits
     hf = implementation == "huggingface"
-    full_layer = _layer(a, b, s, w, attention, implementation, "none")
+    full_layer = _layer(local, t, w, attention, implementation, "none")
     if recompute == "full":
-        per_layer = {"block input (checkpoint)": w * T * a.hidden}
+        per_layer = {"block input (checkpoint)": w * t.outside * a.hidden}
     elif recompute == "selective":
-        per_layer = _layer(a, b, s, w, attention, implementation, "selective")
+        per_layer = _layer(local, t, w, attention, implementation, "selective")
     else:
         per_layer = full_layer
 
-    embed = {"token ids": INDEX_BITS * T}
+    embed = {"token ids": INDEX_BITS * t.inside}
     if a.positions == "learned":
-        embed["position ids"] = INDEX_BITS * s
+        embed["position ids"] = INDEX_BITS * t.s
     elif hf:
-        embed["rotary cos/sin"] = 2 * w * s * a.d_head               # batch-1 tables shared by all layers
+        embed["rotary cos/sin"] = 2 * w * t.s * a.d_head             # batch-1 tables shared by all layers
     if recompute == "full" and hf and attention == "eager":
-        embed["causal mask (checkpoint input)"] = w * b * s * s   # HF's 4-D additive mask, kept for recompute
+        embed["causal mask (checkpoint input)"] = w * t.b * t.s * t.s  # HF's 4-D additive mask, kept for recompute
     if a.embd_dropout > 0:
-        embed["embedding dropout mask"] = MASK_BITS * T * a.hidden
+        embed["embedding dropout mask"] = MASK_BITS * t.outside * a.hidden
     head = {
-        "final norm": _norm(a, T, w, implementation),
-        "output projection input": w * T * a.hidden,
-        "loss log-softmax (fp32)": STAT_BITS * T * a.vocab,
-        "labels": INDEX_BITS * T,
+        "final norm": _norm(a, t.outside, w, implementation),
+        "output projection input": w * t.linear_in * a.hidden,
+        "loss log-softmax (fp32)": STAT_BITS * t.inside * (a.vocab if loss_vocab is None else loss_vocab),
+        "labels": INDEX_BITS * t.inside,
     }
     return ActivationReport(_bytes(per_layer), _bytes(embed), _bytes(head), a.layers,
                             sum(_bytes(full_layer).values()) if recompute == "full" else 0)

@@ -10,7 +10,8 @@ projections are three.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Dict, Optional
+from functools import lru_cache
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from .scenario import FieldError, require_choice, require_int, require_probability
 
@@ -90,63 +91,105 @@ class Architecture:
         return self.n_kv_heads * self.d_head
 
 
-def layer_modules(a: Architecture) -> Dict[str, int]:
-    """Parameters of each module inside one transformer block."""
+class ParamTensor(NamedTuple):
+    """One row of the parameter inventory (DESIGN.md section 7)."""
+    name: str            # as in the module tree, one layer standing for all: "q_proj.weight"
+    module: str          # the nn.Module owning it: ZeRO-3 gathers module by module
+    shape: Tuple[int, ...]
+    role: str            # embedding | position | attention | mlp | norm | head
+    tp: str              # column (dim 0 split) | row (last dim split) | vocab (vocabulary rows) | replicated
+    place: str           # layer (every block) | first (first pipeline stage) | last (last pipeline stage)
+    tied: bool = False   # the output head of tied embeddings: stored once, a copy on the last stage under PP
+
+    @property
+    def elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+def _linear(module, out, inp, role, tp, biased, place="layer") -> list:
+    """A Linear's weight [out, in] and its bias. A column-parallel bias is split with the output; a row-parallel
+    one is added after the reduction, so every rank keeps it whole (Megatron RowParallelLinear, DTensor
+    RowwiseParallel)."""
+    rows = [ParamTensor(f"{module}.weight", module, (out, inp), role, tp, place)]
+    if biased:
+        rows.append(ParamTensor(f"{module}.bias", module, (out,), role, "column" if tp == "column" else "replicated",
+                                place))
+    return rows
+
+
+def _norm(module, a: "Architecture", place="layer") -> list:
+    names = ("weight", "bias") if a.norm == "layernorm" else ("weight",)   # LayerNorm has a bias, RMSNorm not
+    return [ParamTensor(f"{module}.{n}", module, (a.hidden,), "norm", "replicated", place) for n in names]
+
+
+@lru_cache(maxsize=512)
+def tensors(a: "Architecture") -> Tuple[ParamTensor, ...]:
+    """Every parameter tensor: one block's (place "layer", repeated a.layers times) and the model's ends.
+    Split styles follow Megatron-LM's and torchtitan's tensor-parallel plans: q/k/v and gate/up column-parallel,
+    o and down row-parallel, embedding and head vocabulary-parallel, norms replicated."""
     h, q, kv, f = a.hidden, a.q_size, a.kv_size, a.ffn
-    b = 1 if a.bias else 0
-    qkv_b = 1 if (a.bias or a.qkv_bias) else 0
-    norm = 2 * h if a.norm == "layernorm" else h       # LayerNorm has weight and bias, RMSNorm a weight only
-    mods = {"input_norm": norm, "post_attention_norm": norm}
+    qkv_b, b = a.bias or a.qkv_bias, a.bias
+    rows = _norm("input_norm", a) + _norm("post_attention_norm", a)
     if a.fused_qkv:
-        mods["qkv_proj"] = h * (q + 2 * kv) + qkv_b * (q + 2 * kv)
+        rows += _linear("qkv_proj", q + 2 * kv, h, "attention", "column", qkv_b)
     else:
-        mods.update(q_proj=h * q + qkv_b * q, k_proj=h * kv + qkv_b * kv, v_proj=h * kv + qkv_b * kv)
-    mods["o_proj"] = q * h + b * h
+        for name, out in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+            rows += _linear(name, out, h, "attention", "column", qkv_b)
+    rows += _linear("o_proj", h, q, "attention", "row", b)
     if a.gated_mlp and a.fused_gate_up:
-        mods["gate_up_proj"] = 2 * h * f + b * 2 * f
+        rows += _linear("gate_up_proj", 2 * f, h, "mlp", "column", b)
     elif a.gated_mlp:
-        mods.update(gate_proj=h * f + b * f, up_proj=h * f + b * f)
+        rows += _linear("gate_proj", f, h, "mlp", "column", b) + _linear("up_proj", f, h, "mlp", "column", b)
     else:
-        mods["up_proj"] = h * f + b * f
-    mods["down_proj"] = f * h + b * h
-    return mods
-
-
-def model_modules(a: Architecture) -> Dict[str, int]:
-    """Parameters of each module outside the blocks (embeddings, final norm, output head)."""
-    mods = {"embed_tokens": a.vocab * a.hidden}
+        rows += _linear("up_proj", f, h, "mlp", "column", b)
+    rows += _linear("down_proj", h, f, "mlp", "row", b)
+    rows.append(ParamTensor("embed_tokens.weight", "embed_tokens", (a.vocab, h), "embedding", "vocab", "first"))
     if a.positions == "learned":
-        mods["embed_positions"] = a.seq_len * a.hidden
-    mods["final_norm"] = 2 * a.hidden if a.norm == "layernorm" else a.hidden
-    if not a.tied_embeddings:
-        mods["lm_head"] = a.vocab * a.hidden
+        rows.append(ParamTensor("embed_positions.weight", "embed_positions", (a.seq_len, h), "position",
+                                "replicated", "first"))
+    rows += _norm("final_norm", a, "last")
+    rows.append(ParamTensor("lm_head.weight", "lm_head", (a.vocab, h), "head", "vocab", "last", a.tied_embeddings))
+    return tuple(rows)
+
+
+def _modules(a: "Architecture", place) -> Dict[str, int]:
+    mods: Dict[str, int] = {}
+    for t in tensors(a):
+        if t.place in place and not t.tied:
+            mods[t.module] = mods.get(t.module, 0) + t.elements
     return mods
 
 
-def layer_params(a: Architecture) -> int:
+def layer_modules(a: "Architecture") -> Dict[str, int]:
+    """Parameters of each module inside one transformer block."""
+    return _modules(a, ("layer",))
+
+
+def model_modules(a: "Architecture") -> Dict[str, int]:
+    """Parameters of each module outside the blocks (embeddings, final norm, untied output head)."""
+    return _modules(a, ("first", "last"))
+
+
+def layer_params(a: "Architecture") -> int:
     return sum(layer_modules(a).values())
 
 
-def param_count(a: Architecture) -> int:
+def param_count(a: "Architecture") -> int:
     """Exact parameter count, shared (tied) weights counted once."""
     return a.layers * layer_params(a) + sum(model_modules(a).values())
 
 
-def small_params(a: Architecture, threshold: int) -> int:
-    """Elements of parameter tensors with at most `threshold` elements (1-D norms and biases in practice):
-    what ZeRO-3 keeps whole on every worker (DeepSpeed stage3_param_persistence_threshold). Weight matrices
-    are assumed larger than any sensible threshold."""
-    h, q, kv, f = a.hidden, a.q_size, a.kv_size, a.ffn
-    per_layer = [h, h] * (2 if a.norm == "layernorm" else 1)
-    if a.bias or a.qkv_bias:
-        per_layer += [q + 2 * kv] if a.fused_qkv else [q, kv, kv]
-    if a.bias:
-        per_layer += [h, h] + ([2 * f] if a.gated_mlp and a.fused_gate_up else [f] * (2 if a.gated_mlp else 1))
-    model = [h] * (2 if a.norm == "layernorm" else 1)
-    return sum(n for n in per_layer if n <= threshold) * a.layers + sum(n for n in model if n <= threshold)
+def small_params(a: "Architecture", threshold: int) -> int:
+    """Elements of parameter tensors with at most `threshold` elements: what ZeRO-3 keeps whole on every worker
+    (DeepSpeed stage3_param_persistence_threshold compares each parameter's ds_numel with it)."""
+    return sum(t.elements * (a.layers if t.place == "layer" else 1)
+               for t in tensors(a) if not t.tied and t.elements <= threshold)
 
 
-def largest_layer(a: Architecture) -> tuple:
+def largest_layer(a: "Architecture") -> tuple:
     """(module name, parameters) of the largest single module: DeepSpeed's largest_layer_params."""
     candidates = {**model_modules(a), **layer_modules(a)}
     name = max(candidates, key=lambda k: candidates[k])

@@ -18,9 +18,9 @@ from .cli_workload import (ModelFlagError, architecture_from_args, list_gpus, li
 from .deepspeed_estimator import deepspeed_view
 from .gpus import GPU_CATALOG
 from .hf_config import ConfigError
+from .layout import SCHEDULES
 from .model_presets import MODEL_PRESETS
-from .model_states import model_states
-from .report import report_dict
+from .report import report_dict, report_for
 from .scenario import FieldError, Scenario
 from .tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
 from .text_report import render_text
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"zerocalc {__version__}")
     p.add_argument("--params", type=_count, help="parameter count: 1e9, 7B, 1.5T, 350M, 124439808 "
                                                  "(or give a model below)")
-    p.add_argument("--workers", type=_count, default=1, help="data-parallel workers (default 1)")
+    p.add_argument("--workers", type=_count, help="data-parallel workers: the ZeRO / FSDP group, dp (default 1)")
     p.add_argument("--shard-group", type=_count, help="workers one sharded copy is split across (default: all)")
     p.add_argument("--convention", choices=list(CONVENTIONS), default=DEFAULT_CONVENTION,
                    help=f"preset ledger (default {DEFAULT_CONVENTION}); the dtype flags below override it")
@@ -130,6 +130,21 @@ def _model_flags(p):
     m.add_argument("--overlap-comm", choices=OVERLAP_CHOICES, help="auto: on for stage 3 only (DeepSpeed)")
     m.add_argument("--cuda-context-bytes", type=_count, help="CUDA context and framework overhead (1 GiB)")
     m.add_argument("--fragmentation-percent", type=_count, help="allocator reserve, %% of tensors (5)")
+    par = p.add_argument_group("parallel layout (world = dp x tp x pp x cp; needs a model)")
+    par.add_argument("--gpus", type=_count, help="total GPUs, instead of --workers: dp = gpus / (tp x pp x cp)")
+    par.add_argument("--tp", type=_count, help="tensor-parallel degree (default 1)")
+    par.add_argument("--pp", type=_count, help="pipeline-parallel stages (default 1)")
+    par.add_argument("--vpp", type=_count, help="virtual stages per pipeline rank (interleaved schedule)")
+    par.add_argument("--cp", type=_count, help="context-parallel degree (default 1)")
+    par.add_argument("--sequence-parallel", nargs="?", const="yes", choices=("yes", "no"),
+                     help="split norms, dropout and the residual stream over tp too")
+    par.add_argument("--micro-batches", type=_count, help="micro-batches per optimizer step (gradient "
+                                                          "accumulation; in flight under pipeline parallel)")
+    par.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
+    par.add_argument("--loss-parallel", choices=("yes", "no"),
+                     help="vocab-parallel logits and loss under tp (default yes; no: gathered logits)")
+    par.add_argument("--vocab-divisor", type=_count, help="pad the vocabulary to a multiple of this x tp "
+                                                         "(default: 128 for megatron kernels, 1 otherwise)")
     m.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     m.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 
@@ -147,11 +162,11 @@ def scenario_from_args(args, params: int) -> Scenario:
         if value is not None:
             given[field] = None if value == "none" else value
     return Scenario.from_convention(
-        args.convention, params=params, workers=args.workers, offload_optimizer=args.offload_optimizer,
+        args.convention, params=params, workers=1 if args.workers is None else args.workers, offload_optimizer=args.offload_optimizer,
         offload_params=args.offload_params, gpus_per_node=args.gpus_per_node, **given)
 
 
-def _deepspeed(args, params: int, arch, report):
+def _deepspeed(args, params: int, arch, report, model_parallel: int = 1):
     largest = args.largest_layer_params
     if largest is None and arch is not None:
         largest = largest_layer(arch)[1]
@@ -161,10 +176,11 @@ def _deepspeed(args, params: int, arch, report):
         raise UsageError(f"--largest-layer-params: got {largest}; allowed: an integer from 1 to the parameter "
                          f"count ({params:,})")
     gpus_per_node = args.gpus_per_node
-    nodes = args.nodes if args.nodes is not None else max(1, -(-args.workers // gpus_per_node))
+    workers = report.scenario.workers
+    nodes = args.nodes if args.nodes is not None else max(1, -(-workers // gpus_per_node))
     if not 1 <= nodes <= 10**6:
         raise UsageError(f"--nodes: got {nodes}; allowed: an integer from 1 to 1,000,000")
-    return deepspeed_view(params, largest, gpus_per_node, nodes, args.buffer_factor, report)
+    return deepspeed_view(params, largest, gpus_per_node, nodes, args.buffer_factor, report, model_parallel)
 
 
 def _inputs(args):
@@ -190,11 +206,24 @@ def _inputs(args):
         if args.params is not None and args.params != params:
             raise UsageError(f"--params: got {args.params:,}; the model has {params:,} parameters (leave it out)")
     try:
-        scenario = scenario_from_args(args, params)
         workload = workload_from_args(args, arch) if arch is not None else None
+        if args.gpus is not None:
+            _workers_from_gpus(args, 1 if workload is None else workload.layout.model_parallel)
+        scenario = scenario_from_args(args, params)
     except FieldError as exc:
         raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
     return scenario, arch, workload
+
+
+def _workers_from_gpus(args, model_parallel: int) -> None:
+    """--gpus names the world size: dp is what is left after tp x pp x cp."""
+    if args.gpus % model_parallel:
+        raise UsageError(f"--gpus: got {args.gpus:,}; allowed: a multiple of tp x pp x cp ({model_parallel:,})")
+    dp = args.gpus // model_parallel
+    if args.workers is not None and args.workers != dp:
+        raise UsageError(f"--workers: got {args.workers:,}; --gpus {args.gpus:,} with tp x pp x cp = "
+                         f"{model_parallel:,} gives {dp:,} data-parallel workers (give one of the two)")
+    args.workers = dp
 
 
 def run(argv) -> str:
@@ -203,11 +232,12 @@ def run(argv) -> str:
         listing = list_models(args.json) if args.list_models else list_gpus(args.json)
         return json.dumps(listing, indent=2) if args.json else listing
     scenario, arch, workload = _inputs(args)
-    report = model_states(scenario)
-    view = _deepspeed(args, scenario.params, arch, report) if args.deepspeed_estimate else None
+    report = report_for(scenario, workload)
+    mp = 1 if workload is None else workload.layout.model_parallel
+    view = _deepspeed(args, scenario.params, arch, report, mp) if args.deepspeed_estimate else None
     if args.json:
-        return json.dumps(report_dict(report, view, workload), indent=2)
-    return render_text(report, view, args.units, workload)
+        return json.dumps(report_dict(report, view, layouts=workload is not None), indent=2)
+    return render_text(report, view, args.units)
 
 
 def main(argv=None) -> int:

@@ -7,6 +7,7 @@ from dataclasses import replace
 from .architecture import Architecture, largest_layer, param_count
 from .gpus import GPU_CATALOG
 from .hf_config import architecture_from_config
+from .layout import Layout
 from .model_presets import MODEL_PRESETS
 from .units import format_bytes
 from .workload import Workload
@@ -16,6 +17,8 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
                   "gpu", "gpu_memory")
+LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
+                "vocab_divisor")
 
 
 class ModelFlagError(ValueError):
@@ -46,13 +49,23 @@ def architecture_from_args(args):
     return replace(arch, **changes) if changes else arch
 
 
+def layout_from_args(args) -> Layout:
+    given = {f: getattr(args, f) for f in LAYOUT_FLAGS if getattr(args, f) is not None}
+    for flag in ("sequence_parallel", "loss_parallel"):
+        if flag in given:
+            given[flag] = given[flag] == "yes"
+    if given.get("vpp", 1) > 1 and "schedule" not in given:
+        given["schedule"] = "interleaved"        # virtual stages only exist in the interleaved schedule
+    return Layout(**given)
+
+
 def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
-    return Workload(arch, **given)
+    return Workload(arch, layout=layout_from_args(args), **given)
 
 
 def workload_flags_given(args) -> list:
-    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS if getattr(args, f) is not None]
+    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS if getattr(args, f) is not None]
 
 
 def list_models(as_json: bool):

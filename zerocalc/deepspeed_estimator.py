@@ -81,7 +81,7 @@ class DeepSpeedView(NamedTuple):
 
 
 def deepspeed_view(params: int, largest_layer_params: int, gpus_per_node: int, nodes: int,
-                   buffer_factor: float = 1.5, report=None) -> DeepSpeedView:
+                   buffer_factor: float = 1.5, report=None, model_parallel: int = 1) -> DeepSpeedView:
     """Every row of estimate_zero{2,3}_model_states_mem_needs_all_cold, in its print order."""
     zero2 = [Zero2Row("cpu" if off else "none",
                       *zero2_estimate(params, gpus_per_node, nodes, off, buffer_factor))
@@ -97,10 +97,11 @@ def deepspeed_view(params: int, largest_layer_params: int, gpus_per_node: int, n
                 zero3.append(Zero3Row("cpu" if off_param else "none", "cpu" if off_opt else "none",
                                       zero_init, cpu, gpu))
     return DeepSpeedView(params, largest_layer_params, gpus_per_node, nodes, buffer_factor, zero2, zero3,
-                         differences(report, params, largest_layer_params, gpus_per_node * nodes))
+                         differences(report, params, largest_layer_params, gpus_per_node * nodes, model_parallel))
 
 
-def differences(report, params: int, largest_layer_params: int, total_gpus: int) -> List[str]:
+def differences(report, params: int, largest_layer_params: int, total_gpus: int,
+                model_parallel: int = 1) -> List[str]:
     """Plain sentences: what DeepSpeed's estimator assumes that the chosen ledger does not, with numbers."""
     notes = [
         "DeepSpeed assumes mixed-precision Adam with 16-bit params and grads, fp32 grads, master and moments: "
@@ -121,4 +122,8 @@ def differences(report, params: int, largest_layer_params: int, total_gpus: int)
                          f"the scenario has {s.workers:,} workers.")
         if s.shard_group is not None and s.shard_group != s.workers:
             notes.append("DeepSpeed's estimator knows no hybrid shard group: it always divides by all GPUs.")
+    if model_parallel > 1:
+        notes.append(f"DeepSpeed's estimator knows no tensor, pipeline or context parallelism: its rows are the "
+                     f"whole model sharded over the data-parallel GPUs only, while each rank here holds about "
+                     f"1/{model_parallel:,} of the model (tp x pp x cp) before ZeRO shards it over dp.")
     return notes

@@ -4,53 +4,61 @@ the worked formula behind each ledger cell. Plain data, for the CLI's JSON and t
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Dict, List
 
 from .gpus import GPU_CATALOG
-from .model_states import model_states
-from .peak import stage_peak, step_shape
+from .model_states import StateRow, stage_results
 from .tables import PARTITIONED
 
 SCALING_WORKERS = tuple(2**k for k in range(13))   # 1 .. 4096, the UI's log axis
 
 
-def scaling(scenario, workers=SCALING_WORKERS) -> Dict[str, list]:
-    """Per-worker persistent bytes per stage as the worker count varies (the shard group follows the workers)."""
+def stage_operands(report, stage: int):
+    """(parameters one rank holds, ZeRO divisor) behind a stage's per-worker cells: the scenario's own for pure
+    data parallelism, the worst rank's under a layout."""
+    ranks = getattr(report, "ranks", None)
+    if ranks is None:
+        return report.scenario.params, report.scenario.group
+    shape = ranks[report.worst[stage]].shape
+    return shape.params, shape.shard
+
+
+def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
+    """Per-worker persistent bytes per stage as the data-parallel degree varies (the shard group follows it), for
+    the rank holding the most parameters."""
+    ranks = getattr(report, "ranks", None)
+    s = report.scenario
+    params, cp = (s.params, 1) if ranks is None else (max(v.shape.params for v in ranks),
+                                                      report.workload.layout.cp)
     rows = {"workers": list(workers)}
     for stage in range(4):
         rows[f"stage_{stage}"] = []
     for n in workers:
-        report = model_states(replace(scenario, workers=n, shard_group=None))
-        for r in report.stages:
+        state_rows = [StateRow(e, e.elements(params), n * cp) for e in report.ledger]
+        for r in stage_results(s, state_rows, n, 0):
             rows[f"stage_{r.stage}"].append(r.per_worker_total)
     return rows
 
 
-def fits_on(scenario, workload, report=None) -> List[dict]:
-    """For each catalogued GPU: its capacity and, per stage, the peak and whether it fits."""
-    report = report or model_states(scenario)
-    shape = step_shape(scenario, workload)
+def fits_on(report) -> List[dict]:
+    """For each catalogued GPU: its capacity and, per stage, the worst rank's peak and whether it fits (a peak
+    does not depend on the capacity it is checked against)."""
     rows = []
     for key, (label, capacity, _) in GPU_CATALOG.items():
-        on_gpu = replace(workload, gpu=key, gpu_memory=None)
-        stage_peaks = [stage_peak(scenario, on_gpu, r, shape) for r in report.stages]
         rows.append({"gpu": key, "name": label, "capacity_bytes": capacity,
-                     "fits": {str(p.stage): p.fits for p in stage_peaks},
-                     "peak_bytes": {str(p.stage): p.peak_bytes for p in stage_peaks}})
+                     "fits": {str(p.stage): p.peak_bytes <= capacity for p in report.peaks},
+                     "peak_bytes": {str(p.stage): p.peak_bytes for p in report.peaks}})
     return rows
 
 
 def ledger_cells(report) -> List[dict]:
     """Every (entry, stage) cell with the numbers of its formula: elements x bits / 8 / divisor = bytes."""
-    s = report.scenario
     cells = []
     for i, entry in enumerate(report.ledger):
-        elements = entry.elements(s.params)
         for r in report.stages:
-            divisor = s.group if entry.category in PARTITIONED[r.stage] else 1
+            params, group = stage_operands(report, r.stage)
+            divisor = group if entry.category in PARTITIONED[r.stage] else 1
             cells.append({"entry": entry.name, "category": entry.category, "stage": r.stage, "dtype": entry.dtype,
-                          "params": s.params, "elements": elements, "bits": entry.bits, "divisor": divisor,
-                          "bytes": r.per_worker_by_entry[i], "location": r.entry_location[i]})
+                          "params": params, "elements": entry.elements(params), "bits": entry.bits,
+                          "divisor": divisor, "bytes": r.per_worker_by_entry[i], "location": r.entry_location[i]})
     return cells
-

@@ -61,24 +61,36 @@ def _placement(scenario, stage: int) -> Dict[str, str]:
     return where
 
 
-def communication_bytes(scenario, stage: int) -> int:
-    """Bytes one worker sends per step: ZeRO paper section 7 (2 Psi at stages 0-2, 3 Psi at stage 3)."""
-    if scenario.workers == 1:
+def communication_bytes(scenario, stage: int, params: int = None, ranks: int = None, micro_batches: int = 1) -> int:
+    """Bytes one worker sends per step for data parallelism: ZeRO paper section 7 (2 Psi at stages 0-2, 3 Psi at
+    stage 3), in each tensor's communicated dtype, over `params` held (default: all) among `ranks` data-parallel
+    peers (default: the workers). With gradient accumulation, stages 2-3 reduce-scatter gradients (and stage 3
+    gathers parameters) at every micro-batch: their gradients and parameters are partitioned, so nothing
+    accumulates unreduced (DeepSpeed stage_1_and_2.py reduces each micro-step's gradients into the partition when
+    partition_gradients is on; FSDP reduce-scatters per backward); stages 0-1 accumulate locally and reduce once."""
+    params = scenario.params if params is None else params
+    ranks = scenario.workers if ranks is None else ranks
+    if ranks == 1:
         return 0
     width = {
         "gradients": DTYPE_BITS[scenario.comm_dtype or scenario.grad_dtype],
         "parameters": DTYPE_BITS[scenario.comm_dtype or scenario.param_dtype],
     }
-    return sum(times * -(-scenario.params * width[tensor] // 8) for tensor, times in COMM_TERMS[stage])
+    per_micro = {0: (), 1: (), 2: ("gradients",), 3: ("gradients", "parameters")}[stage]
+    return sum(times * (micro_batches if tensor in per_micro else 1) * -(-params * width[tensor] // 8)
+               for tensor, times in COMM_TERMS[stage])
 
 
-def model_states(scenario) -> ModelStatesReport:
-    ledger = build_ledger(scenario)
-    params, workers, group = scenario.params, scenario.workers, scenario.group
-    full_elements = [e.elements(params) for e in ledger]
-    unique_by_entry = tuple(e.nbytes(n) for e, n in zip(ledger, full_elements))
-    unique_total = sum(unique_by_entry)
+class StateRow(NamedTuple):
+    """One ledger entry applied to one group of parameters: its elements on one rank and its ZeRO divisor."""
+    entry: LedgerEntry
+    elements: int       # before ZeRO sharding (whole elements of this entry for the group's parameters)
+    divisor: int        # the group's shard group at stages that partition this entry's category
 
+
+def stage_results(scenario, rows, copies: int, unique_total: int, comm=lambda stage: 0) -> Tuple[StageResult, ...]:
+    """The seed's loop over (entry, elements, divisor) rows: per stage, bytes per rank by category and entry,
+    where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything)."""
     stages = []
     for stage in STAGES:
         partitioned = PARTITIONED[stage]
@@ -86,9 +98,9 @@ def model_states(scenario) -> ModelStatesReport:
         by_category = dict.fromkeys(CATEGORIES, 0)
         by_location = {"gpu": 0, "cpu": 0, "nvme": 0}
         by_entry, locations = [], []
-        for entry, elements in zip(ledger, full_elements):
+        for entry, elements, divisor in rows:
             if entry.category in partitioned:
-                elements = -(-elements // group)
+                elements = -(-elements // divisor)
             nbytes = entry.nbytes(elements)
             by_entry.append(nbytes)
             locations.append(where[entry.category])
@@ -97,8 +109,18 @@ def model_states(scenario) -> ModelStatesReport:
         total = sum(by_entry)
         stages.append(StageResult(stage, by_category, tuple(by_entry), tuple(locations), total,
                                   by_location["gpu"], by_location["cpu"], by_location["nvme"],
-                                  total * workers, unique_total, communication_bytes(scenario, stage)))
-    return ModelStatesReport(scenario, ledger, unique_by_entry, tuple(stages))
+                                  total * copies, unique_total, comm(stage)))
+    return tuple(stages)
+
+
+def model_states(scenario) -> ModelStatesReport:
+    """Pure data parallelism over scenario.params: every worker holds the same bytes."""
+    ledger = build_ledger(scenario)
+    rows = [StateRow(e, e.elements(scenario.params), scenario.group) for e in ledger]
+    unique_by_entry = tuple(e.nbytes(n) for e, n, _ in rows)
+    stages = stage_results(scenario, rows, scenario.workers, sum(unique_by_entry),
+                           lambda stage: communication_bytes(scenario, stage))
+    return ModelStatesReport(scenario, ledger, unique_by_entry, stages)
 
 
 def workers_per_node(scenario) -> int:

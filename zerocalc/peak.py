@@ -15,10 +15,10 @@ Every phase adds the CUDA context and the allocator's fragmentation reserve (Wor
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple
+from typing import Dict, NamedTuple, Tuple
 
 from .activations import ActivationReport, activations
-from .architecture import largest_layer, small_params
+from .layout import in_flight
 from .model_states import StageResult
 from .tables import DTYPE_BITS
 
@@ -29,10 +29,7 @@ class StagePeak(NamedTuple):
     stage: int
     phases: Dict[str, Dict[str, int]]     # phase -> component -> bytes
     capacity_bytes: int
-
-    @property
-    def phase_totals(self) -> Dict[str, int]:
-        return {phase: sum(parts.values()) for phase, parts in self.phases.items()}
+    phase_totals: Dict[str, int]          # phase -> bytes (the sum of its components)
 
     @property
     def peak_phase(self) -> str:
@@ -57,34 +54,54 @@ def _b(elements: int, bits: int) -> int:
 
 
 class StepShape(NamedTuple):
-    """What does not depend on the ZeRO stage: computed once per scenario and workload."""
-    act: ActivationReport
+    """One rank's step, independent of the ZeRO stage: computed once per rank class, scenario and workload."""
+    act: ActivationReport        # saved for backward by one micro-batch on this rank (its layers, its ends)
     act_bits: int
     compute_bits: int
-    largest_layer_params: int
-    persistent_params: int
+    largest_layer_params: int    # the largest module's local parameters (what ZeRO-3 gathers at once)
+    persistent_params: int       # local parameters under the persistence threshold (ZeRO-3 keeps them whole)
+    params: int                  # parameter elements this rank holds before ZeRO (its TP/PP shard)
+    shard: int                   # the ZeRO shard divisor of those parameters
+    activation_bytes: int        # saved activations at the rank's peak: every in-flight micro-batch
+    in_flight: Tuple[int, int, int]   # chunk-micro-batches alive at that peak, of which first / last chunk
+    logits_elements: int         # tokens x vocabulary columns of the logits (0 off the last pipeline stage)
 
 
-def step_shape(scenario, workload) -> StepShape:
+def rank_shape(scenario, workload, rank) -> StepShape:
+    """The step shape of one rank class (placement.RankClass) of the workload's layout."""
+    layout, a = workload.layout, workload.arch
     compute = scenario.comm_dtype or scenario.param_dtype
     bits = DTYPE_BITS[workload.activation_dtype or compute]
-    a = workload.arch
+    vocab_cols = workload.vocab_columns
     act = activations(a, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
-                      workload.implementation)
-    return StepShape(act, bits, DTYPE_BITS[compute], largest_layer(a)[1],
-                     small_params(a, workload.param_persistence_threshold))
+                      workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, vocab_cols)
+    act = act._replace(layers=rank.layers, embed=act.embed if rank.first else {},
+                       head=act.head if rank.last else {})
+    embed, head, block = sum(act.embed.values()), sum(act.head.values()), act.per_layer_total
+    chunk = max(rank.chunks) * block
+    pp_m = (layout.micro_batches if layout.pp > 1 else 1)
+    if layout.pp == 1:
+        alive = (1, 1, 1)
+    else:
+        alive = in_flight(layout.schedule, layout.pp, layout.vpp, pp_m, rank.pp_ranks[0], embed, head, chunk)
+    activation = alive[0] * chunk + alive[1] * embed + alive[2] * head   # interleaved chunks are equal
+    tokens = workload.micro_batch * (workload.seq_len // layout.cp)
+    return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
+                     rank.persistent_params(workload.param_persistence_threshold), rank.params,
+                     scenario.group * layout.cp, activation, alive,
+                     tokens * vocab_cols if rank.last else 0)
 
 
 def _logits(workload, shape: StepShape) -> Dict[str, int]:
     """Forward: logits + their fp32 upcast. Backward: logits (still referenced) + the fp32 gradient + its cast back.
     With fp32 activations the casts are no-ops."""
-    tokens_vocab = workload.micro_batch * workload.seq_len * workload.arch.vocab
+    tokens_vocab = shape.logits_elements
     logits, fp32 = _b(tokens_vocab, shape.act_bits), _b(tokens_vocab, 32)
     cast = 0 if shape.act_bits == 32 else 1
     return {"forward": logits + cast * fp32, "backward": logits + fp32 + cast * logits}
 
 
-def _fp32_grad_copy(scenario, stage: int) -> int:
+def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
     """An fp32 copy of the gradient partition at the optimizer step, when no gradient entry is already that wide."""
     if scenario.master_dtype is None or (scenario.offload_optimizer != "none" and stage >= 1):
         return 0
@@ -92,14 +109,14 @@ def _fp32_grad_copy(scenario, stage: int) -> int:
     widest = max(DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.grad_accum_dtype or scenario.grad_dtype])
     if widest >= master_bits:
         return 0
-    elements = scenario.params if stage == 0 else -(-scenario.params // scenario.group)
+    elements = shape.params if stage == 0 else -(-shape.params // shape.shard)
     return _b(elements, master_bits)
 
 
 def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> StagePeak:
-    s, P = stage.stage, scenario.params
+    s, P = stage.stage, shape.params
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
-    act_total = shape.act.total
+    act_total = shape.activation_bytes
     logits = _logits(workload, shape)
     base = {"model states": stage.gpu_bytes}
 
@@ -121,20 +138,15 @@ def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> Stag
         backward["recompute (one block)"] = shape.act.recompute_working
     if s in (1, 2):
         optimizer["all-gather bucket"] = _b(min(workload.allgather_bucket_size, P), param_bits)
-    grad_copy = _fp32_grad_copy(scenario, s)
+    grad_copy = _fp32_grad_copy(scenario, s, shape)
     if grad_copy:
         optimizer["fp32 gradient copy"] = grad_copy
 
-    phases = {}
+    phases, totals = {}, {}
     for name, parts in zip(PHASES, (forward, backward, optimizer)):
         parts = {k: v for k, v in parts.items() if v}
         tensors = sum(parts.values())
-        parts["allocator reserve"] = -(-tensors * workload.fragmentation_percent // 100)
+        parts["allocator reserve"] = reserve = -(-tensors * workload.fragmentation_percent // 100)
         parts["CUDA context"] = workload.cuda_context_bytes
-        phases[name] = parts
-    return StagePeak(s, phases, workload.capacity_bytes)
-
-
-def peaks(scenario, workload, report) -> tuple:
-    shape = step_shape(scenario, workload)
-    return tuple(stage_peak(scenario, workload, r, shape) for r in report.stages)
+        phases[name], totals[name] = parts, tensors + reserve + workload.cuda_context_bytes
+    return StagePeak(s, phases, workload.capacity_bytes, totals)

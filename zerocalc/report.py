@@ -10,11 +10,11 @@ from fractions import Fraction
 
 from . import __version__
 from .deepspeed_estimator import DeepSpeedView, deepspeed_view
-from .explore import fits_on, ledger_cells, scaling
 from .architecture import largest_layer, param_count
+from .explore import fits_on, ledger_cells, scaling
 from .ledger import bytes_per_param
 from .model_states import ModelStatesReport, model_states, workers_per_node
-from .peak import peaks, step_shape
+from .ranks import LayoutReport, layout_report
 from .solve import solve
 from .tables import CONVENTIONS, PARTITIONED
 
@@ -37,29 +37,36 @@ def ledger_rows(report: ModelStatesReport) -> list:
     return rows
 
 
-def stage_rows(report: ModelStatesReport) -> list:
+def _stage_row(r, per_node: int, names) -> dict:
+    return {
+        "stage": r.stage,
+        "partitioned": sorted(PARTITIONED[r.stage]),
+        "per_worker_bytes": dict(r.per_worker_by_category),
+        "per_worker_entry_bytes": dict(zip(names, r.per_worker_by_entry)),
+        "per_worker_entry_location": dict(zip(names, r.entry_location)),
+        "per_worker_total_bytes": r.per_worker_total,
+        "gpu_bytes_per_worker": r.gpu_bytes,
+        "cpu_bytes_per_worker": r.cpu_bytes,
+        "nvme_bytes_per_worker": r.nvme_bytes,
+        "cpu_bytes_per_node": r.cpu_bytes * per_node,
+        "nvme_bytes_per_node": r.nvme_bytes * per_node,
+        "cluster_total_bytes": r.cluster_total,
+        "cluster_unique_bytes": r.unique_total,
+        "cluster_redundant_bytes": r.redundant_bytes,
+        "redundancy_factor": float(r.redundancy_factor),
+        "communication_bytes_per_step": r.communication_bytes,
+    }
+
+
+def stage_rows(report) -> list:
+    """Per ZeRO stage: the worst rank's bytes (every worker's, without a layout) and the cluster's."""
     per_node = workers_per_node(report.scenario)
     names = [e.name for e in report.ledger]
-    rows = []
-    for r in report.stages:
-        rows.append({
-            "stage": r.stage,
-            "partitioned": sorted(PARTITIONED[r.stage]),
-            "per_worker_bytes": dict(r.per_worker_by_category),
-            "per_worker_entry_bytes": dict(zip(names, r.per_worker_by_entry)),
-            "per_worker_entry_location": dict(zip(names, r.entry_location)),
-            "per_worker_total_bytes": r.per_worker_total,
-            "gpu_bytes_per_worker": r.gpu_bytes,
-            "cpu_bytes_per_worker": r.cpu_bytes,
-            "nvme_bytes_per_worker": r.nvme_bytes,
-            "cpu_bytes_per_node": r.cpu_bytes * per_node,
-            "nvme_bytes_per_node": r.nvme_bytes * per_node,
-            "cluster_total_bytes": r.cluster_total,
-            "cluster_unique_bytes": r.unique_total,
-            "cluster_redundant_bytes": r.redundant_bytes,
-            "redundancy_factor": float(r.redundancy_factor),
-            "communication_bytes_per_step": r.communication_bytes,
-        })
+    rows = [_stage_row(r, per_node, names) for r in report.stages]
+    if isinstance(report, LayoutReport):
+        for row, i, s in zip(rows, report.worst, range(4)):
+            row["worst_rank"] = report.ranks[i].rank.name
+            row["communication_bytes_by_kind"] = report.ranks[i].communication[s]
     return rows
 
 
@@ -73,37 +80,99 @@ def deepspeed_dict(view: DeepSpeedView) -> dict:
     }
 
 
-def peak_dict(report: ModelStatesReport, workload) -> dict:
-    """The peak-memory half of the report: architecture, activations, per-stage live sets, fit, solvers."""
-    s, a = report.scenario, workload.arch
-    shape = step_shape(s, workload)
+def layout_dict(report: LayoutReport) -> dict:
+    w = report.workload
+    layout, dp = w.layout, report.scenario.workers
+    return {"dp": dp, "tp": layout.tp, "pp": layout.pp, "vpp": layout.vpp, "cp": layout.cp,
+            "sequence_parallel": layout.sequence_parallel, "micro_batches": layout.micro_batches,
+            "schedule": layout.schedule, "loss_parallel": layout.loss_parallel,
+            "world_size": layout.world(dp), "zero_shard_group": report.scenario.group * layout.cp,
+            "vocab_multiple": layout.vocab_multiple(w.implementation), "padded_vocab": w.vocab_rows,
+            "stored_params": report.stored_params}
+
+
+def _peak_row(p, rank_name: str = None) -> dict:
+    row = {"stage": p.stage, "phases": p.phases, "phase_totals": p.phase_totals, "peak_bytes": p.peak_bytes,
+           "peak_phase": p.peak_phase, "capacity_bytes": p.capacity_bytes, "fits": p.fits,
+           "headroom_bytes": p.headroom_bytes, "utilisation": p.peak_bytes / p.capacity_bytes}
+    if rank_name is not None:
+        row["rank"] = rank_name
+    return row
+
+
+def rank_rows(report: LayoutReport) -> list:
+    rows = []
+    for v in report.ranks:
+        c, shape = v.rank, v.shape
+        largest_name, largest = c.largest_module()
+        rows.append({
+            "name": c.name, "pp_stage": c.pp_ranks[0], "pp_stages": list(c.pp_ranks), "count": c.count,
+            "layers": c.layers, "chunks": list(c.chunks), "embedding": c.first, "output": c.last,
+            "params": shape.params, "largest_module": largest_name, "largest_module_params": largest,
+            "persistent_params": shape.persistent_params,
+            "in_flight_micro_batches": {"chunks": shape.in_flight[0], "first_chunk": shape.in_flight[1],
+                                        "last_chunk": shape.in_flight[2]},
+            "activation_bytes": shape.activation_bytes,
+            "activation_bytes_per_layer": shape.act.per_layer_total,
+            "activation_bytes_per_micro_batch": shape.act.total,
+            "recompute_flops_per_step": v.recompute_flops,
+            "stages": [{"stage": r.stage, "per_worker_bytes": dict(r.per_worker_by_category),
+                        "per_worker_total_bytes": r.per_worker_total, "gpu_bytes_per_worker": r.gpu_bytes,
+                        "communication_bytes_per_step": r.communication_bytes,
+                        "communication_bytes_by_kind": v.communication[r.stage]} for r in v.stages],
+            "peak": [_peak_row(p) for p in v.peaks],
+        })
+    return rows
+
+
+def _activation_rank(report: LayoutReport):
+    """The rank class holding the most activations: what the top-level activation fields describe."""
+    return max(report.ranks, key=lambda v: v.shape.activation_bytes)
+
+
+def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
+    """The peak-memory half of the report: architecture, layout, activations, per-rank and worst-rank live sets,
+    fit, solvers (and, when asked, every layout of the same GPUs that fits)."""
+    s, workload = report.scenario, report.workload
+    a = workload.arch
+    heaviest = _activation_rank(report)
+    shape = heaviest.shape
     largest_name, largest = largest_layer(a)
-    solution = solve(s, workload, report)
-    return {
+    solution = solve(s, workload)
+    out = {
         "architecture": {"params": param_count(a), "largest_layer_params": largest, "largest_layer": largest_name,
-                         **{k: v for k, v in asdict(a).items()}},
-        "workload": {k: v for k, v in asdict(workload).items() if k != "arch"},
+                         "stored_params": report.stored_params, **{k: v for k, v in asdict(a).items()}},
+        "workload": {k: v for k, v in asdict(workload).items() if k not in ("arch", "layout")},
+        "layout": layout_dict(report),
+        "activation_rank": heaviest.rank.name,
         "activation_bits": shape.act_bits,
         "activation_bytes_per_layer": shape.act.per_layer_total,
-        "activation_bytes": shape.act.total,
+        "activation_bytes": shape.activation_bytes,
         "activation_terms": {"per_layer": shape.act.per_layer, "embedding_end": shape.act.embed,
                              "output_end": shape.act.head, "recompute_working": shape.act.recompute_working},
         "gpu": {"name": workload.gpu_label, "capacity_bytes": workload.capacity_bytes},
-        "peak": [{
-            "stage": p.stage, "phases": p.phases, "phase_totals": p.phase_totals, "peak_bytes": p.peak_bytes,
-            "peak_phase": p.peak_phase, "capacity_bytes": p.capacity_bytes, "fits": p.fits,
-            "headroom_bytes": p.headroom_bytes, "utilisation": p.peak_bytes / p.capacity_bytes,
-        } for p in peaks(s, workload, report)],
+        "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
+        "ranks": rank_rows(report),
         "solve": {
             "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
             "min_workers": {str(k): v for k, v in solution.min_workers.items()},
+            "min_gpus": {str(k): v for k, v in solution.min_gpus.items()},
             "lowest_stage": solution.lowest_stage,
         },
-        "fits_on": fits_on(s, workload, report),
+        "fits_on": fits_on(report),
     }
+    if layouts:
+        from .layout_search import search_dict
+        out["solve"].update(search_dict(s, workload))
+    return out
 
 
-def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None, workload=None) -> dict:
+def report_for(scenario, workload=None):
+    """The model-state report: pure data parallelism without a workload, every rank of its layout with one."""
+    return model_states(scenario) if workload is None else layout_report(scenario, workload)
+
+
+def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False) -> dict:
     s = report.scenario
     out = {
         "zerocalc_version": __version__,
@@ -120,23 +189,29 @@ def report_dict(report: ModelStatesReport, deepspeed: DeepSpeedView = None, work
         "ledger": ledger_rows(report),
         "ledger_cells": ledger_cells(report),
         "stages": stage_rows(report),
-        "scaling": scaling(s),
+        "scaling": scaling(report),
     }
     if deepspeed is not None:
         out["deepspeed_estimator"] = deepspeed_dict(deepspeed)
-    if workload is not None:
-        out.update(peak_dict(report, workload))
+    if isinstance(report, LayoutReport):
+        out["world_size"] = report.workload.layout.world(s.workers)
+        out.update(peak_dict(report, layouts))
     return out
 
 
-def full_report(scenario, workload=None, buffer_factor: float = 1.5) -> dict:
-    """Everything the UI shows, in one call: the report, with the peak half when a workload is given and
-    DeepSpeed's own estimates when the largest layer is known (nodes = workers / GPUs per node, rounded up)."""
-    report = model_states(scenario)
-    view = None
-    if workload is not None:
-        nodes = -(-scenario.workers // scenario.gpus_per_node)
-        gpus_per_node = min(scenario.gpus_per_node, scenario.workers)
-        view = deepspeed_view(scenario.params, largest_layer(workload.arch)[1], gpus_per_node, nodes,
-                              buffer_factor, report)
-    return report_dict(report, view, workload)
+def deepspeed_for(report, buffer_factor: float = 1.5) -> DeepSpeedView:
+    """DeepSpeed's own estimators for the same model over the data-parallel GPUs (nodes = workers / GPUs per node,
+    rounded up). They know no tensor or pipeline parallelism: under a layout the note says so."""
+    s, workload = report.scenario, report.workload
+    nodes = -(-s.workers // s.gpus_per_node)
+    gpus_per_node = min(s.gpus_per_node, s.workers)
+    return deepspeed_view(s.params, largest_layer(workload.arch)[1], gpus_per_node, nodes, buffer_factor, report,
+                          workload.layout.model_parallel)
+
+
+def full_report(scenario, workload=None, buffer_factor: float = 1.5, layouts: bool = False) -> dict:
+    """Everything the UI shows, in one call: the report, with the per-rank and peak half when a workload is given
+    and DeepSpeed's own estimates beside it; `layouts` adds the search over every layout of the same GPUs."""
+    report = report_for(scenario, workload)
+    view = deepspeed_for(report, buffer_factor) if workload is not None else None
+    return report_dict(report, view, layouts)

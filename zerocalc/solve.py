@@ -1,5 +1,8 @@
-"""Inverse questions, answered exactly by search over the peak model (it is monotone in each unknown):
-the largest micro-batch that fits, the fewest workers for which it fits, the lowest ZeRO stage that fits.
+"""Inverse questions, answered exactly by search over the peak model (monotone in each unknown): the largest
+micro-batch that fits, the fewest data-parallel workers (and GPUs) for which it fits, the lowest ZeRO stage that
+fits, all for the worst rank of the layout as given. Every candidate is evaluated as a whole scenario: an answer
+set back as the input reproduces the verdict exactly (the fewest-workers answer once reused the original worker
+count for part of the working set, and could name a count that did not fit).
 """
 
 from __future__ import annotations
@@ -7,8 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Callable, Dict, NamedTuple, Optional
 
-from .model_states import model_states
-from .peak import peaks, stage_peak, step_shape
+from .ranks import layout_report
 from .scenario import INT_LIMITS
 from .tables import STAGES
 from .workload import WORKLOAD_LIMITS
@@ -18,75 +20,113 @@ class Solution(NamedTuple):
     max_micro_batch: Dict[int, int]            # 0: not even a micro-batch of 1 fits
     min_workers: Dict[int, Optional[int]]      # None: no worker count up to the limit fits
     lowest_stage: Optional[int]
+    model_parallel: int = 1                    # tp x pp x cp: GPUs per data-parallel worker
+
+    @property
+    def min_gpus(self) -> Dict[int, Optional[int]]:
+        return {s: None if n is None else n * self.model_parallel for s, n in self.min_workers.items()}
 
 
-def _largest_true(fits: Callable[[int], bool], lo: int, hi: int) -> int:
+def _largest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = None) -> int:
     """Largest n in [lo, hi] with fits(n), for fits true up to some point then false; lo - 1 if none.
-    Gallops (lo + 1, lo + 3, lo + 7, ...) then bisects: O(log answer) evaluations."""
+    Gallops from lo (or from a guess) then bisects: O(log distance) evaluations."""
     if not fits(lo):
         return lo - 1
-    good, probe = lo, lo + 1
+    good = lo
+    if guess is not None and lo < guess <= hi:
+        if fits(guess):
+            good = guess
+        else:
+            return _bisect_down(fits, good, guess)
+    probe, step = good + 1, 1
     while probe <= hi and fits(probe):
-        good, probe = probe, probe + (probe - lo) + 1
-    bad = min(probe, hi + 1)                       # fits(good) and not fits(bad) (or bad beyond hi)
+        good, step = probe, step * 2
+        probe = good + step
+    return _bisect_down(fits, good, min(probe, hi + 1))
+
+
+def _bisect_down(fits, good: int, bad: int) -> int:
     while bad - good > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
     return good
 
 
-def _smallest_true(fits: Callable[[int], bool], lo: int, hi: int) -> Optional[int]:
-    """Smallest n in [lo, hi] with fits(n), for fits false up to some point then true; None if none."""
+def _smallest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = None) -> Optional[int]:
+    """Smallest n in [lo, hi] with fits(n), for fits false up to some point then true; None if none.
+    Gallops away from a guess (or up from lo) then bisects: O(log distance) evaluations."""
     if not fits(hi):
         return None
-    bad, probe = lo - 1, lo
-    while probe < hi and not fits(probe):
-        bad, probe = probe, probe + (probe - lo) + 1
-    good = min(probe, hi)                          # fits(good) and not fits(bad) (or bad below lo)
+    if guess is None or not lo <= guess <= hi:
+        guess = lo
+    if fits(guess):
+        good, step = guess, 1
+        while good - step >= lo and fits(good - step):
+            good, step = good - step, step * 2
+        bad = max(good - step, lo - 1)             # not fits(bad), or bad below lo
+    else:
+        bad, step = guess, 1
+        while bad + step < hi and not fits(bad + step):
+            bad, step = bad + step, step * 2
+        good = min(bad + step, hi)
     while good - bad > 1:
         mid = (good + bad) // 2
         good, bad = (mid, bad) if fits(mid) else (good, mid)
     return good
 
 
-def max_micro_batch(scenario, workload, report=None) -> Dict[int, int]:
-    report = report or model_states(scenario)
-    cache: Dict[int, tuple] = {}
+def _linear_guess(peak1: int, peak2: int, capacity: int) -> Optional[int]:
+    """Where a peak growing linearly in the micro-batch (activations and logits are) meets the capacity."""
+    slope = peak2 - peak1
+    if slope <= 0:
+        return None
+    return max(1, 1 + (capacity - peak1) // slope)
 
-    def shaped(b: int):
+
+def max_micro_batch(scenario, workload) -> Dict[int, int]:
+    cache: Dict[int, object] = {}
+
+    def report(b: int):
         if b not in cache:
-            w = replace(workload, micro_batch=b)
-            cache[b] = (w, step_shape(scenario, w))
+            cache[b] = layout_report(scenario, replace(workload, micro_batch=b))
         return cache[b]
 
-    def fits(stage: int) -> Callable[[int], bool]:
-        return lambda b: stage_peak(scenario, shaped(b)[0], report.stage(stage), shaped(b)[1]).fits
-
-    return {s: _largest_true(fits(s), 1, WORKLOAD_LIMITS["micro_batch"][1]) for s in STAGES}
+    hi = WORKLOAD_LIMITS["micro_batch"][1]
+    out = {}
+    for s in STAGES:
+        fits = lambda b, s=s: report(b).peaks[s].fits     # noqa: E731
+        guess = _linear_guess(report(1).peaks[s].peak_bytes, report(2).peaks[s].peak_bytes,
+                              workload.capacity_bytes)
+        out[s] = _largest_true(fits, 1, hi, guess)
+    return out
 
 
 def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
-    """Fewest workers (shard group = all workers) for which each stage fits."""
-    shape = step_shape(scenario, workload)
+    """Fewest data-parallel workers (shard group = all of them) for which each stage fits, the layout kept."""
     cache: Dict[int, object] = {}
 
     def report(n: int):
         if n not in cache:
-            cache[n] = model_states(replace(scenario, workers=n, shard_group=None))
+            cache[n] = layout_report(replace(scenario, workers=n, shard_group=None), workload)
         return cache[n]
 
-    def fits(stage: int) -> Callable[[int], bool]:
-        return lambda n: stage_peak(scenario, workload, report(n).stage(stage), shape).fits
+    out = {}
+    for s in STAGES:
+        one, two = report(1).peaks[s].peak_bytes, report(2).peaks[s].peak_bytes
+        # The sharded part of the peak falls as 1 / n: peak(n) ~ fixed + sharded / n, fitted at n = 1 and 2.
+        sharded = 2 * (one - two)
+        fixed = one - sharded
+        room = workload.capacity_bytes - fixed
+        guess = -(-sharded // room) if sharded > 0 and room > 0 else None
+        out[s] = _smallest_true(lambda n, s=s: report(n).peaks[s].fits, 1, INT_LIMITS["workers"][1], guess)
+    return out
 
-    return {s: _smallest_true(fits(s), 1, INT_LIMITS["workers"][1]) for s in STAGES}
 
-
-def lowest_stage(scenario, workload, report=None) -> Optional[int]:
-    fitting = [p.stage for p in peaks(scenario, workload, report or model_states(scenario)) if p.fits]
+def lowest_stage(scenario, workload) -> Optional[int]:
+    fitting = [p.stage for p in layout_report(scenario, workload).peaks if p.fits]
     return min(fitting) if fitting else None
 
 
-def solve(scenario, workload, report=None) -> Solution:
-    report = report or model_states(scenario)
-    return Solution(max_micro_batch(scenario, workload, report), min_workers(scenario, workload),
-                    lowest_stage(scenario, workload, report))
+def solve(scenario, workload) -> Solution:
+    return Solution(max_micro_batch(scenario, workload), min_workers(scenario, workload),
+                    lowest_stage(scenario, workload), workload.layout.model_parallel)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from .architecture import largest_layer
+from .layout_search import search_layouts
 from .ledger import bytes_per_param
-from .peak import peaks, step_shape
-from .solve import solve
 from .model_states import workers_per_node
 from .report import ledger_rows
+from .solve import solve
 from .tables import CONVENTIONS
 from .units import format_bytes, in_unit, resolve_unit
 
@@ -25,8 +25,9 @@ def _bpp(value) -> str:
     return f"{float(value):g}"
 
 
-def render_text(report, deepspeed=None, units: str = "decimal", workload=None) -> str:
+def render_text(report, deepspeed=None, units: str = "decimal") -> str:
     s = report.scenario
+    workload = getattr(report, "workload", None)
     auto = units in ("decimal", "binary")
     # A fixed unit labels the header; an automatic one labels each cell, so 16 GB next to 16 PB never reads 0.00.
     unit = "auto" if auto else units
@@ -64,7 +65,7 @@ def render_text(report, deepspeed=None, units: str = "decimal", workload=None) -
         out += ["", "Not included: activations, gathered parameters, communication buffers, temporaries and "
                     "allocator overhead (the peak working set): give --model, --config or an architecture."]
     else:
-        out += ["", peak_text(report, workload, units)]
+        out += ["", peak_text(report, units)]
     return "\n".join(out)
 
 
@@ -83,34 +84,84 @@ def _deepspeed_text(view, units) -> str:
     ])
 
 
-def peak_text(report, workload, units) -> str:
-    s, a = report.scenario, workload.arch
-    shape = step_shape(s, workload)
-    stage_peaks = peaks(s, workload, report)
+def layout_line(report) -> str:
+    w, s = report.workload, report.scenario
+    L = w.layout
+    parts = [f"Layout: dp {s.workers:,} x tp {L.tp} x pp {L.pp} x cp {L.cp} = {L.world(s.workers):,} GPUs"]
+    if L.tp > 1:
+        parts.append(f"sequence parallel {'on' if L.sequence_parallel else 'off'}, "
+                     f"{'vocab-parallel' if L.loss_parallel else 'gathered'} logits")
+    if L.pp > 1:
+        parts.append(f"{L.schedule}" + (f" with {L.vpp} virtual stages" if L.vpp > 1 else ""))
+    parts.append(f"{L.micro_batches} micro-batch{'es' if L.micro_batches > 1 else ''} per step")
+    parts.append(f"ZeRO shards over dp x cp = {s.group * L.cp:,}")
+    if w.vocab_rows != w.arch.vocab:
+        parts.append(f"vocabulary padded {w.arch.vocab:,} -> {w.vocab_rows:,}")
+    return "; ".join(parts)
+
+
+def _rank_table(report, unit) -> str:
+    rows = []
+    for v in report.ranks:
+        rows.append([v.rank.name, f"{v.rank.count:,}", v.rank.layers, f"{v.shape.params:,}",
+                     format_bytes(v.shape.activation_bytes, unit),
+                     *(format_bytes(p.peak_bytes, unit) + ("" if p.fits else " NO") for p in v.peaks)])
+    return _table(["rank class", "ranks", "layers", "params", "activations", "peak 0", "peak 1", "peak 2",
+                   "peak 3"], rows)
+
+
+def _layouts_text(report, unit) -> list:
+    plans = search_layouts(report.scenario, report.workload)
+    gpus = report.workload.layout.world(report.scenario.workers)
+    if not plans:
+        return ["", f"No layout of {gpus:,} GPUs fits (every tp, pp, cp, ZeRO stage, recompute and offload tried)."]
+    rows = [[f"{p.dp}x{p.tp}x{p.pp}x{p.cp}", p.stage, p.recompute,
+             "none" if p.offload_level == 0 else ("optimizer" if p.offload_level == 1 else "optimizer+params"),
+             format_bytes(p.peak_bytes, unit), format_bytes(p.headroom_bytes, unit),
+             format_bytes(p.communication_bytes, unit), f"{100 * p.bubble:.0f}%", f"{100 * p.overhead:.0f}%",
+             p.worst_rank] for p in plans[:10]]
+    return ["", f"Layouts of {gpus:,} GPUs that fit ({len(plans):,}; cheapest 10, micro-batch and micro-batches "
+                f"held):", _table(["dp x tp x pp x cp", "stage", "recompute", "offload", "peak", "headroom",
+                                   "comm/step", "bubble", "time overhead", "worst rank"], rows),
+            "  time overhead: recomputed forward FLOPs (a step is about 3 forwards) + the pipeline bubble "
+            "(pp - 1) / (vpp x micro-batches)."]
+
+
+def peak_text(report, units) -> str:
+    s, workload = report.scenario, report.workload
+    a = workload.arch
+    heaviest = max(report.ranks, key=lambda v: v.shape.activation_bytes)
+    shape = heaviest.shape
     unit = resolve_unit(workload.capacity_bytes, units)
-    solution = solve(s, workload, report)
+    solution = solve(s, workload)
     lines = [
-        f"Peak working set per worker on {workload.gpu_label} ({format_bytes(workload.capacity_bytes, unit)}): "
+        layout_line(report),
+        f"Peak working set per GPU on {workload.gpu_label} ({format_bytes(workload.capacity_bytes, unit)}): "
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
         f"recompute {workload.recompute}, {shape.act_bits}-bit activations ({workload.implementation}).",
-        f"  activations: {format_bytes(shape.act.per_layer_total, units)} per layer x {a.layers} layers, "
-        f"{format_bytes(shape.act.total, units)} in all; largest layer {largest_layer(a)[0]} "
-        f"({largest_layer(a)[1]:,} params)",
-        _table(["stage", "peak", "phase", "capacity", "headroom", "used", "fits"],
+        f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
+        f"micro-batch x {heaviest.rank.layers} layers, {format_bytes(shape.activation_bytes, units)} in flight; "
+        f"largest layer {largest_layer(a)[0]} ({largest_layer(a)[1]:,} params)",
+        _table(["stage", "peak", "phase", "capacity", "headroom", "used", "fits", "worst rank"],
                [[p.stage, format_bytes(p.peak_bytes, unit), p.peak_phase, format_bytes(p.capacity_bytes, unit),
                  format_bytes(p.headroom_bytes, unit), f"{100 * p.peak_bytes / p.capacity_bytes:.1f}%",
-                 "yes" if p.fits else "NO"] for p in stage_peaks]),
-        "",
-        "What makes each stage's peak:",
+                 "yes" if p.fits else "NO", report.ranks[i].rank.name]
+                for p, i in zip(report.peaks, report.worst)]),
     ]
-    for p in stage_peaks:
+    if len(report.ranks) > 1:
+        lines += ["", "Per rank class (every rank of a class holds the same bytes):", _rank_table(report, unit)]
+    lines += ["", "What makes each stage's peak:"]
+    for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
         lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
-    lines += ["", "Answers:"]
+    mp = workload.layout.model_parallel
+    lines += ["", "Answers (the layout held):"]
     for stage in range(4):
         mb, mw = solution.max_micro_batch[stage], solution.min_workers[stage]
+        fewest = "none up to 10,000,000" if mw is None else (f"{mw:,}" + (f" ({mw * mp:,} GPUs)" if mp > 1 else ""))
         lines.append(f"  stage {stage}: largest micro-batch that fits: {mb if mb else 'none (not even 1)'}; "
-                     f"fewest workers that fit: {mw if mw is not None else 'none up to 10,000,000'}")
+                     f"fewest data-parallel workers that fit: {fewest}")
     lowest = solution.lowest_stage
     lines.append(f"  lowest stage that fits: {lowest if lowest is not None else 'none'}")
+    lines += _layouts_text(report, unit)
     return "\n".join(lines)

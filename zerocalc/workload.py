@@ -15,6 +15,7 @@ from typing import Optional
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .architecture import Architecture
 from .gpus import DEFAULT_GPU, GPU_CATALOG
+from .layout import Layout, check_against, padded_vocab
 from .scenario import FieldError, require_choice, require_int
 from .tables import DTYPE_BITS
 
@@ -55,6 +56,7 @@ class Workload:
     fragmentation_percent: int = 5
     gpu: str = DEFAULT_GPU
     gpu_memory: Optional[int] = None          # a custom capacity in bytes; overrides the catalog
+    layout: Layout = Layout()                 # tensor, pipeline and context parallelism; dp is Scenario.workers
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -69,6 +71,9 @@ class Workload:
             require_choice(field, getattr(self, field), options)
         if self.gpu_memory is None and self.gpu not in GPU_CATALOG:
             raise FieldError("gpu", self.gpu, "one of " + ", ".join(GPU_CATALOG) + ", or a custom gpu_memory")
+        if not isinstance(self.layout, Layout):
+            raise FieldError("layout", type(self.layout).__name__, "a Layout")
+        check_against(self.layout, self.arch, self.seq_len, self.attention)
 
     @property
     def capacity_bytes(self) -> int:
@@ -77,6 +82,18 @@ class Workload:
     @property
     def gpu_label(self) -> str:
         return f"custom {self.gpu_memory:,} bytes" if self.gpu_memory is not None else GPU_CATALOG[self.gpu][0]
+
+    @property
+    def vocab_rows(self) -> int:
+        """The vocabulary as the embedding and head store it (padded as the kernels pad it)."""
+        return padded_vocab(self.arch.vocab, self.layout.vocab_multiple(self.implementation))
+
+    @property
+    def vocab_columns(self) -> int:
+        """Vocabulary columns of the logits one rank computes: its vocab-parallel split, or all of them when the
+        logits are gathered (Hugging Face's own "colwise_rep" head plan)."""
+        rows = self.vocab_rows
+        return -(-rows // self.layout.tp) if self.layout.loss_parallel else rows
 
     def overlap(self, stage: int) -> bool:
         return stage == 3 if self.overlap_comm == "auto" else self.overlap_comm == "on"

@@ -1,0 +1,130 @@
+"""Who holds which part of each parameter tensor: the inventory (architecture.tensors) placed on a layout.
+
+A pipeline rank holds its chunks' layers, the embedding end on the first stage and the output end on the last; a
+tied output head is kept as a copy on the last stage when that stage does not also hold the embedding (Megatron-LM
+keeps the word embeddings on both and all-reduces their gradients over the embedding group). Within a stage every
+tensor-parallel rank holds its split of each tensor (architecture.ParamTensor.tp), rounded up to whole rows when a
+dimension does not divide (DTensor's torch.chunk order: the first ranks take the larger shards).
+
+Ranks that hold the same bytes form a **rank class** (DESIGN.md section 7): pipeline stages with the same chunks
+and ends. Every tensor- and context-parallel rank and every data-parallel replica of a stage is in its class.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple, Tuple
+
+from .architecture import Architecture, ParamTensor, tensors
+from .layout import Layout, chunk_layers, padded_vocab
+
+
+class Holding(NamedTuple):
+    tensor: ParamTensor
+    local_elements: int      # this rank's split of one instance
+    instances: int           # how many of it the rank holds (its layers, for block tensors)
+
+    @property
+    def elements(self) -> int:
+        return self.local_elements * self.instances
+
+
+class RankClass(NamedTuple):
+    name: str
+    pp_ranks: Tuple[int, ...]
+    chunks: Tuple[int, ...]          # layers of each model chunk this rank holds
+    first: bool                      # holds the embedding end
+    last: bool                       # holds the output end
+    count: int                       # ranks in the class: pipeline ranks x dp x tp x cp
+    holdings: Tuple[Holding, ...]
+
+    @property
+    def layers(self) -> int:
+        return sum(self.chunks)
+
+    @property
+    def params(self) -> int:
+        """Parameter elements one rank holds (its TP/PP shard, before ZeRO)."""
+        return sum(h.elements for h in self.holdings)
+
+    def largest_module(self) -> Tuple[str, int]:
+        """The largest single module's local parameters: what ZeRO-3 gathers at once on this rank."""
+        modules = {}
+        for h in self.holdings:
+            modules[h.tensor.module] = modules.get(h.tensor.module, 0) + h.local_elements
+        name = max(modules, key=modules.get)
+        return name, modules[name]
+
+    def persistent_params(self, threshold: int) -> int:
+        """Elements of tensors at most `threshold` elements large (per rank): kept whole by ZeRO-3."""
+        return sum(h.elements for h in self.holdings if h.local_elements <= threshold)
+
+
+def local_elements(t: ParamTensor, tp: int, vocab_rows: int) -> int:
+    shape = list(t.shape)
+    if t.tp == "vocab":
+        shape[0] = vocab_rows
+    if t.tp in ("column", "vocab"):
+        shape[0] = -(-shape[0] // tp)
+    elif t.tp == "row":
+        shape[-1] = -(-shape[-1] // tp)
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _stage_name(ranks: Tuple[int, ...], pp: int) -> str:
+    if pp == 1:
+        return "every rank"
+    span = f"stage {ranks[0]}" if len(ranks) == 1 else f"stages {ranks[0]}-{ranks[-1]}"
+    ends = [label for label, r in (("first", 0), ("last", pp - 1)) if r in ranks]
+    return f"pipeline {span}" + (f" ({', '.join(ends)})" if ends else "")
+
+
+@lru_cache(maxsize=1024)
+def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: str) -> Tuple[RankClass, ...]:
+    """The distinct ranks of a layout, in pipeline order."""
+    tp, pp = layout.tp, layout.pp
+    vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
+    table = tensors(arch)
+    split = {t: local_elements(t, tp, vocab_rows) for t in table}
+    per_stage = dp * tp * layout.cp
+    chunks = chunk_layers(arch.layers, pp, layout.vpp)
+
+    def signature(r):
+        return chunks[r], r == 0, r == pp - 1
+
+    groups = []
+    for r in range(pp):
+        if groups and signature(groups[-1][-1]) == signature(r):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    classes = []
+    for ranks in groups:
+        r = ranks[0]
+        first, last = r == 0, r == pp - 1
+        layers = sum(chunks[r])
+        held = []
+        for t in table:
+            if t.place == "layer":
+                instances = layers
+            elif t.place == "first":
+                instances = 1 if first else 0
+            elif t.tied:
+                instances = 1 if last and not first else 0
+            else:
+                instances = 1 if last else 0
+            if instances:
+                held.append(Holding(t, split[t], instances))
+        classes.append(RankClass(_stage_name(tuple(ranks), pp), tuple(ranks), chunks[r], first, last,
+                                 len(ranks) * per_stage, tuple(held)))
+    return tuple(classes)
+
+
+def stored_params(arch: Architecture, layout: Layout, implementation: str) -> int:
+    """One copy of every parameter as stored (vocabulary padded as the kernels pad it; tied weights once)."""
+    vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
+    return sum(local_elements(t, 1, vocab_rows) * (arch.layers if t.place == "layer" else 1)
+               for t in tensors(arch) if not t.tied)
