@@ -67,7 +67,8 @@ def test_prediction_within_10_percent_of_measurement(config, dtype, attention, c
                             recompute="full" if checkpointing else "none", implementation="huggingface")
     # The rotary cos/sin tables are first saved inside layer 0, so layers and the embedding end are compared
     # together; the output end (final norm, projection input, fp32 log-softmax) on its own.
-    body = (measured["embed"] + measured["layer"], sum(predicted.embed.values()) + L * predicted.per_layer_total)
+    body = (measured["embed"] + measured["layer"],
+            sum(predicted.embed.values()) + sum(predicted.stage.values()) + L * predicted.per_layer_total)
     head = (measured["head"], sum(predicted.head.values()))
     for what, (got, want) in (("layers + embedding", body), ("output end", head)):
         assert abs(want - got) <= TOLERANCE * got, f"{what}: predicted {want:,} vs measured {got:,}"

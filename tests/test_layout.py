@@ -189,8 +189,10 @@ def test_first_stage_holds_pp_micro_batches_and_only_the_last_stage_holds_the_lo
     first, middle, last = layout_report(s, w).ranks
     per_mb_layer = first.shape.act.per_layer_total
     embed = sum(first.shape.act.embed.values())
-    assert first.shape.activation_bytes == 4 * (8 * per_mb_layer + embed)
-    assert last.shape.activation_bytes == 8 * per_mb_layer + sum(last.shape.act.head.values())
+    rotary = sum(first.shape.act.stage.values())       # every stage builds its own rotary tables
+    assert rotary == 2 * 2 * 2048 * 128
+    assert first.shape.activation_bytes == 4 * (8 * per_mb_layer + embed + rotary)
+    assert last.shape.activation_bytes == 8 * per_mb_layer + rotary + sum(last.shape.act.head.values())
     assert first.shape.logits_elements == 0 and last.shape.logits_elements == 2048 * 128256
     assert "logits and loss" not in first.peaks[0].phases["forward"]
 

@@ -104,5 +104,7 @@ def activation_table(report: dict, unit: str) -> pd.DataFrame:
     terms = report["activation_terms"]
     rows = [{"where": "each layer", "term": k, unit: in_unit(v, unit)} for k, v in terms["per_layer"].items()]
     rows += [{"where": "embedding end", "term": k, unit: in_unit(v, unit)} for k, v in terms["embedding_end"].items()]
+    rows += [{"where": "each pipeline stage", "term": k, unit: in_unit(v, unit)}
+             for k, v in terms.get("every_stage", {}).items()]
     rows += [{"where": "output end", "term": k, unit: in_unit(v, unit)} for k, v in terms["output_end"].items()]
     return pd.DataFrame(rows)

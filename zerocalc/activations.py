@@ -41,6 +41,7 @@ class ActivationReport(NamedTuple):
     head: Dict[str, int]          # final norm, output projection, loss
     layers: int
     recompute_working: int        # one block's full activations, rebuilt during backward under full recompute
+    stage: Dict[str, int] = {}    # what every pipeline stage (model chunk) saves once: its rotary tables
 
     @property
     def per_layer_total(self) -> int:
@@ -48,7 +49,8 @@ class ActivationReport(NamedTuple):
 
     @property
     def total(self) -> int:
-        return self.layers * self.per_layer_total + sum(self.embed.values()) + sum(self.head.values())
+        return (self.layers * self.per_layer_total + sum(self.embed.values()) + sum(self.stage.values())
+                + sum(self.head.values()))
 
 
 def _norm(a: Architecture, T: int, w: int, impl: str) -> int:
@@ -175,10 +177,14 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         per_layer = full_layer
 
     embed = {"token ids": INDEX_BITS * t.inside}
+    stage = {}
     if a.positions == "learned":
         embed["position ids"] = INDEX_BITS * t.s
     elif hf:
-        embed["rotary cos/sin"] = 2 * w * t.s * a.d_head             # batch-1 tables shared by all layers
+        # Batch-1 tables shared by a module's layers; each pipeline stage runs the rotary embedding itself.
+        stage["rotary cos/sin"] = 2 * w * t.s * a.d_head
+        if recompute == "full":
+            stage["position ids (checkpoint input)"] = INDEX_BITS * t.s   # each checkpointed block's input
     if recompute == "full" and hf and attention == "eager":
         embed["causal mask (checkpoint input)"] = w * t.b * t.s * t.s  # HF's 4-D additive mask, kept for recompute
     if a.embd_dropout > 0:
@@ -190,4 +196,4 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         "labels": INDEX_BITS * t.inside,
     }
     return ActivationReport(_bytes(per_layer), _bytes(embed), _bytes(head), a.layers,
-                            sum(_bytes(full_layer).values()) if recompute == "full" else 0)
+                            sum(_bytes(full_layer).values()) if recompute == "full" else 0, _bytes(stage))

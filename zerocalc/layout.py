@@ -77,12 +77,12 @@ class Layout:
 
     def vocab_multiple(self, implementation: str) -> int:
         """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x tp
-        (megatron/training/tokenizer: _vocab_size_with_padding); Hugging Face checkpoints keep it as is and DTensor
-        shards an uneven dimension in torch.chunk order (the first ranks take ceil(V / tp))."""
-        divisor = self.vocab_divisor
-        if divisor is None:
-            divisor = MEGATRON_VOCAB_DIVISOR if implementation == "megatron" else 1
-        return divisor * self.tp
+        (megatron/training/vocab_utils.py); Hugging Face checkpoints keep it as is and DTensor shards an uneven
+        dimension in torch.chunk order (the first ranks take ceil(V / tp) rows). An explicit divisor pads as
+        Megatron does, whatever the kernels."""
+        if self.vocab_divisor is not None:
+            return self.vocab_divisor * self.tp
+        return MEGATRON_VOCAB_DIVISOR * self.tp if implementation == "megatron" else 1
 
 
 def padded_vocab(vocab: int, multiple: int) -> int:

@@ -61,6 +61,8 @@ class StepShape(NamedTuple):
     largest_layer_params: int    # the largest module's local parameters (what ZeRO-3 gathers at once)
     persistent_params: int       # local parameters under the persistence threshold (ZeRO-3 keeps them whole)
     params: int                  # parameter elements this rank holds before ZeRO (its TP/PP shard)
+    grad_params: int             # elements of the gradients it holds (more than params where DTensor keeps a
+                                 # vocab-parallel embedding's gradient whole)
     shard: int                   # the ZeRO shard divisor of those parameters
     activation_bytes: int        # saved activations at the rank's peak: every in-flight micro-batch
     in_flight: Tuple[int, int, int]   # chunk-micro-batches alive at that peak, of which first / last chunk
@@ -78,7 +80,7 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     act = act._replace(layers=rank.layers, embed=act.embed if rank.first else {},
                        head=act.head if rank.last else {})
     embed, head, block = sum(act.embed.values()), sum(act.head.values()), act.per_layer_total
-    chunk = max(rank.chunks) * block
+    chunk = max(rank.chunks) * block + sum(act.stage.values())
     pp_m = (layout.micro_batches if layout.pp > 1 else 1)
     if layout.pp == 1:
         alive = (1, 1, 1)
@@ -88,8 +90,18 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
                      rank.persistent_params(workload.param_persistence_threshold), rank.params,
-                     scenario.group * layout.cp, activation, alive,
-                     tokens * vocab_cols if rank.last else 0)
+                     rank.params + _replicated_embedding_grad(workload, rank), scenario.group * layout.cp,
+                     activation, alive, tokens * vocab_cols if rank.last else 0)
+
+
+def _replicated_embedding_grad(workload, rank) -> int:
+    """DTensor has no row-sharded strategy for embedding_dense_backward: under a RowwiseParallel (vocab-parallel)
+    embedding every tensor-parallel rank gets the whole V x h gradient (measured: tests/measure/tensor_parallel.py),
+    while Megatron's VocabParallelEmbedding keeps the gradient of its own rows."""
+    if workload.implementation != "huggingface" or workload.layout.tp == 1:
+        return 0
+    return sum(workload.vocab_rows * h.tensor.shape[1] - h.local_elements for h in rank.holdings
+               if h.tensor.role == "embedding")
 
 
 def _logits(workload, shape: StepShape) -> Dict[str, int]:

@@ -53,7 +53,8 @@ class LayoutReport(NamedTuple):
 
 def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -> RankView:
     shape = rank_shape(scenario, workload, rank)
-    rows = [StateRow(e, e.elements(shape.params), shape.shard) for e in ledger]
+    rows = [StateRow(e, e.elements(shape.grad_params if e.category == "gradients" else shape.params), shape.shard)
+            for e in ledger]
     mp = layout_communication(scenario, workload, rank, shape)
     comm = tuple({"data parallel": data_parallel_communication(scenario, workload, shape, stage), **mp}
                  for stage in STAGES)

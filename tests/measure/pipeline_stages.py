@@ -1,0 +1,253 @@
+"""Measure pipeline-parallel stages on CPU (test-only; needs torch and transformers).
+
+A Hugging Face Llama-style model (random weights, built identically on every rank) is split into 2 stages on 2 gloo
+processes: stage 0 holds embed_tokens and the first half of the decoder layers, stage 1 the other layers, the final
+norm and lm_head (each stage also keeps the rotary module, which has buffers only). Tied embeddings
+(tie_word_embeddings=True) are not kept tied across stages: stage 0 holds embed_tokens.weight and stage 1 the same
+tensor as lm_head.weight, so each stage holds a full vocab x hidden copy (nothing synchronises their gradients).
+
+Per stage it returns parameter bytes (and names, shapes), then runs torch.distributed.pipelining (PipelineStage with
+Schedule1F1B or ScheduleGPipe) for `steps` steps with the model's own causal-LM loss on the last stage and reports:
+- peak live saved-for-backward bytes per step (one count per storage while any autograd node still holds it;
+  parameters excluded). The pack hook returns a detached view and watches it with weakref.finalize, so it never
+  keeps a graph alive (a strong reference would create a cycle that keeps the first step's extra shape-inference
+  forward alive);
+- the saved bytes of one micro-batch through the stage alone (forward and loss, no schedule), so the peak can be
+  read as a number of micro-batches in flight;
+- gradient and AdamW state bytes after the steps.
+These counts use the CPU kernels as they are (no CUDA semantics): for bf16/fp32 SDPA without dropout the CPU flash
+kernel saves what the CUDA flash kernel saves (q, k, v, output, fp32 logsumexp), which the report checks against
+tests/measure/saved_tensors.measure. Eager attention and dropout would differ (see saved_tensors.py).
+
+Usage: measure_pp([config, ...]) -> [[stage0 result, stage1 result], ...]; a config: model (HF config dict), dtype,
+attn, batch (global), seq, microbatches, schedule ("1F1B" | "GPipe"), steps, name.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import tempfile
+import time
+import traceback
+import weakref
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+from tests.measure.saved_tensors import build_from_config  # noqa: E402
+from tests.measure.tensor_parallel import COLLECTIVE_TIMEOUT_S, DTYPES, free_port, llama  # noqa: E402
+
+
+class StageModule(nn.Module):
+    """One pipeline stage of a LlamaForCausalLM: optional embedding, some decoder layers, optional norm + head."""
+
+    def __init__(self, model, layer_ids, first: bool, last: bool):
+        super().__init__()
+        base = model.model
+        self.config = model.config
+        self.embed_tokens = base.embed_tokens if first else None
+        self.layers = nn.ModuleList([base.layers[i] for i in layer_ids])
+        self.rotary_emb = base.rotary_emb
+        self.norm = base.norm if last else None
+        self.lm_head = model.lm_head if last else None
+
+    def forward(self, x):
+        from transformers.masking_utils import create_causal_mask
+
+        h = self.embed_tokens(x) if self.embed_tokens is not None else x
+        pos = torch.arange(h.shape[1], device=h.device).unsqueeze(0)
+        mask = create_causal_mask(config=self.config, inputs_embeds=h, attention_mask=None, cache=None,
+                                  position_ids=pos)
+        pe = self.rotary_emb(h, position_ids=pos)
+        for layer in self.layers:
+            h = layer(h, attention_mask=mask, position_embeddings=pe, position_ids=pos)
+        if self.lm_head is not None:
+            h = self.lm_head(self.norm(h))
+        return h
+
+
+def split(model, stage: int, num_stages: int = 2) -> StageModule:
+    n = model.config.num_hidden_layers
+    bounds = [round(i * n / num_stages) for i in range(num_stages + 1)]
+    return StageModule(model, range(bounds[stage], bounds[stage + 1]), stage == 0, stage == num_stages - 1)
+
+
+class LiveSaved:
+    """Live bytes saved for backward, one count per storage, through weak references to detached views."""
+
+    def __init__(self, module):
+        self.params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+        self.count, self.live, self.peak, self.packed = {}, 0, 0, 0
+        self.paused = False
+
+    def pack(self, t):
+        storage = t.untyped_storage()
+        ptr, n = storage.data_ptr(), storage.nbytes()
+        if self.paused or ptr in self.params or not n:
+            return t
+        view = t.detach()                      # same storage, no autograd history, only autograd refers to it
+        c = self.count.get(ptr, 0)
+        if c == 0:
+            self.live += n
+            self.peak = max(self.peak, self.live)
+        self.count[ptr] = c + 1
+        self.packed += 1
+        weakref.finalize(view, self._release, ptr, n)
+        return view
+
+    def _release(self, ptr, n):
+        c = self.count[ptr] - 1
+        if c:
+            self.count[ptr] = c
+        else:
+            del self.count[ptr]
+            self.live -= n
+
+    def hooks(self):
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda v: v)
+
+
+def _param_info(module):
+    names = {n: {"shape": list(p.shape), "bytes": p.numel() * p.element_size()} for n, p in module.named_parameters()}
+    return sum(v["bytes"] for v in names.values()), names
+
+
+def _one_microbatch_saved(stage_mod, model, stage, cfg, dtype, ids, labels):
+    """Saved bytes of one micro-batch through this stage alone (forward + loss on the last stage)."""
+    rec = LiveSaved(stage_mod)
+    mb = ids.shape[0] // cfg["microbatches"]
+    if stage == 0:
+        x = ids[:mb].clone()   # its own storage: a view would count the whole batch's ids
+    else:
+        x = torch.randn(mb, cfg["seq"], model.config.hidden_size, dtype=dtype, requires_grad=True)
+    with rec.hooks():
+        out = stage_mod(x)
+        if stage_mod.lm_head is not None:
+            out = model.loss_function(logits=out, labels=labels[:mb], vocab_size=model.config.vocab_size)
+    total = rec.live
+    out.float().sum().backward() if out.dim() else out.backward()
+    stage_mod.zero_grad(set_to_none=True)
+    return total
+
+
+def measure_stage(cfg: dict, stage: int, num_stages: int, group=None) -> dict:
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+
+    dtype = DTYPES[cfg.get("dtype", "bf16")]
+    t0 = time.perf_counter()
+    model = build_from_config({**cfg["model"], "attn_implementation": cfg.get("attn", "sdpa")}, dtype)
+    tied = model.lm_head.weight is model.model.embed_tokens.weight
+    full_params = sum(p.numel() * p.element_size() for p in model.parameters())   # tied weights once
+    stage_mod = split(model, stage, num_stages)
+    del model.model.layers   # drop what this stage does not hold (the StageModule keeps its own references)
+    pbytes, pnames = _param_info(stage_mod)
+
+    gen = torch.Generator().manual_seed(1234)
+    ids = torch.randint(0, model.config.vocab_size, (cfg["batch"], cfg["seq"]), generator=gen)
+    one_mb = _one_microbatch_saved(stage_mod, model, stage, cfg, dtype, ids, ids)
+
+    def loss_fn(logits, labels):
+        return model.loss_function(logits=logits, labels=labels, vocab_size=model.config.vocab_size)
+
+    pstage = PipelineStage(stage_mod, stage, num_stages, torch.device("cpu"), group=group)
+    sched_cls = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}[cfg.get("schedule", "1F1B")]
+    schedule = sched_cls(pstage, n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
+    rec = LiveSaved(stage_mod)
+    opt = torch.optim.AdamW(stage_mod.parameters(), lr=1e-3)
+    peaks, leftover, losses_out, packed = [], [], [], []
+    for _ in range(cfg.get("steps", 2)):
+        rec.peak, rec.packed = rec.live, 0
+        losses = []
+        with rec.hooks():
+            if stage == 0:
+                schedule.step(ids)
+            elif stage == num_stages - 1:
+                schedule.step(target=ids, losses=losses)
+            else:
+                schedule.step()
+        peaks.append(rec.peak)
+        packed.append(rec.packed)
+        leftover.append(rec.live)
+        if losses:
+            losses_out.append([float(x.detach()) for x in losses])
+        grads = sum(p.grad.numel() * p.grad.element_size() for p in stage_mod.parameters() if p.grad is not None)
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+    state = sum(v.numel() * v.element_size() for s in opt.state.values() for k, v in s.items()
+                if k in ("exp_avg", "exp_avg_sq"))
+    return {
+        "name": cfg.get("name"), "stage": stage, "schedule": cfg.get("schedule", "1F1B"),
+        "microbatches": cfg["microbatches"], "batch": cfg["batch"], "seq": cfg["seq"],
+        "params_bytes": pbytes, "params": pnames, "tied_in_full_model": tied, "full_model_params_bytes": full_params,
+        "grads_bytes": grads, "adamw_bytes": state,
+        "saved_one_microbatch": one_mb, "peak_saved_per_step": peaks, "live_saved_after_step": leftover,
+        "tensors_packed_per_step": packed,
+        "microbatches_in_flight": [round(p / one_mb, 3) for p in peaks] if one_mb else None,
+        "losses": losses_out, "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def _worker(rank, world_size, port, configs, out_dir):
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    results = []
+    try:
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
+        for cfg in configs:
+            try:
+                r = measure_stage(cfg, rank, world_size)
+            except Exception as exc:  # noqa: BLE001 - report per configuration
+                r = {"name": cfg.get("name"), "error": f"{type(exc).__name__}: {exc}",
+                     "traceback": traceback.format_exc()[-3000:]}
+            results.append(r)
+            dist.barrier()
+    finally:
+        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(results, f)
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def measure_pp(configs: list[dict], world_size: int = 2) -> list[list[dict]]:
+    """Run each config as a `world_size`-stage pipeline (one stage per process); per config, per-stage results."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="zerocalc-pp-") as tmp:
+        mp.spawn(_worker, args=(world_size, free_port(), configs, tmp), nprocs=world_size, join=True)
+        per_rank = []
+        for rank in range(world_size):
+            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
+                per_rank.append(json.load(f))
+    return [[per_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
+
+
+def grid() -> list[dict]:
+    out = []
+    for tie in (False, True):
+        for schedule in ("1F1B", "GPipe"):
+            out.append(dict(name=f"llama4L-tie{int(tie)}/{schedule}/bf16/sdpa", model=llama(layers=4, tie=tie),
+                            dtype="bf16", attn="sdpa", batch=4, seq=128, microbatches=4, schedule=schedule, steps=2))
+    return out
+
+
+if __name__ == "__main__":
+    t0 = time.perf_counter()
+    res = measure_pp(grid())
+    print(f"# pipeline, 2 stages: {time.perf_counter() - t0:.1f} s")
+    for per_stage in res:
+        for r in per_stage:
+            if "error" in r:
+                print(r["name"], "ERROR", r["error"], r["traceback"][-2000:])
+                continue
+            print(f"{r['name']:<36} stage {r['stage']}: params {r['params_bytes']:>9,} grads {r['grads_bytes']:>9,} "
+                  f"adamw {r['adamw_bytes']:>10,} one-mb saved {r['saved_one_microbatch']:>9,} peak/step "
+                  f"{r['peak_saved_per_step']} in flight {r['microbatches_in_flight']} "
+                  f"left {r['live_saved_after_step']}"
+                  f" ({r['seconds']} s)")
