@@ -19,12 +19,15 @@ problems = share.params_from_text(state)
 resolved = resolve(state)
 panels.warnings(link_warnings + problems + resolved.warnings + [st.session_state.get("config_error")])
 
-report = full_report(resolved.scenario, resolved.workload, resolved.state["buffer_factor"])
+report = full_report(resolved.scenario, resolved.workload, resolved.state["buffer_factor"],
+                     layouts=st.session_state.get("show_layouts", False))
 unit = resolved.state["units"]
 
 panels.summary(report, unit)
 panels.model_states(report, unit)
 panels.peak(report, unit)
+panels.ranks(report, unit)
+panels.layouts(report, unit)
 panels.scaling(report, unit)
 panels.deepspeed(report, unit)
 panels.assumptions()

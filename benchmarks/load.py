@@ -42,7 +42,7 @@ def expected_chart(workers: int) -> list:
 async def change_workers(page, workers: int, timeout_ms: int = 300_000) -> float:
     """Set the worker count; seconds until the chart shows the core's numbers for it."""
     want = expected_chart(workers)
-    box = page.get_by_label("Workers (GPUs)")
+    box = page.get_by_label("Data-parallel workers (dp)", exact=True)
     start_time = time.perf_counter()
     await box.fill(str(workers), timeout=timeout_ms)
     await box.press("Enter", timeout=timeout_ms)
@@ -77,7 +77,7 @@ async def session(browser, base: str, index: int, changes: int, results: dict, a
             except Exception as exc:  # noqa: BLE001 - counted as an error, the session goes on
                 results["errors"].append(f"session {index} change {step}: {type(exc).__name__}")
                 shown = await page.evaluate(CHART_BYTES)
-                value = await page.get_by_label("Workers (GPUs)").input_value()
+                value = await page.get_by_label("Data-parallel workers (dp)", exact=True).input_value()
                 print(f"session {index} change {step}: {type(exc).__name__} {str(exc)[:80]!r}; url {page.url}; "
                       f"box {value}; chart {str(shown)[:80]}", file=sys.stderr)
     except Exception as exc:  # noqa: BLE001

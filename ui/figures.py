@@ -32,10 +32,12 @@ def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None) -> 
     return go.Figure(data=traces, layout=layout)
 
 
-def _bar(name, x, values, unit, color=None):
+def _bar(name, x, values, unit, color=None, outline=None):
+    marker = dict(color=color) if color else {}
+    if outline is not None:                     # per-bar outline widths: the highlighted bar gets a frame
+        marker["line"] = dict(width=list(outline), color="#222222")
     return dict(type="bar", name=name, x=list(x), y=_scaled(values, unit), customdata=list(values),
-                marker=dict(color=color) if color else {},
-                hovertemplate=f"{name}: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
+                marker=marker, hovertemplate=f"{name}: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
 
 
 def per_worker(report: dict, unit: str, breakdown: str = "category") -> go.Figure:
@@ -83,6 +85,19 @@ def timeline(report: dict, stage: int, unit: str) -> go.Figure:
                    capacity=(p["capacity_bytes"], report["gpu"]["name"]))
 
 
+def ranks(report: dict, stage: int, unit: str) -> go.Figure:
+    """Each rank class's peak at one ZeRO stage, stacked by component, against the GPU; the worst one framed."""
+    rows = report["ranks"]
+    worst = report["peak"][stage]["rank"]
+    tops = [r["peak"][stage]["phases"][r["peak"][stage]["peak_phase"]] for r in rows]
+    labels = [f"{r['name']}{' (worst)' if r['name'] == worst else ''}<br>{r['count']:,} ranks" for r in rows]
+    outline = [3 if r["name"] == worst else 0 for r in rows]
+    traces = [_bar(name, labels, [top.get(name, 0) for top in tops], unit, outline=outline)
+              for name in _names(tops)]
+    return _figure(traces, unit, f"Peak per rank class, {STAGE_LABELS[stage]}",
+                   capacity=(report["gpu"]["capacity_bytes"], report["gpu"]["name"]))
+
+
 def scaling(report: dict, unit: str) -> go.Figure:
     """Per-worker persistent state against the number of workers (log axis), one line per stage."""
     rows = report["scaling"]
@@ -94,4 +109,4 @@ def scaling(report: dict, unit: str) -> go.Figure:
                            hovertemplate=f"{STAGE_LABELS[stage]}: %{{y:,.2f}} {unit} "
                                          f"(%{{customdata:,}} bytes)<extra></extra>"))
     return _figure(traces, unit, "Model states per worker as the cluster grows", barmode="group",
-                   xaxis=dict(type="log", title=dict(text="workers")))
+                   xaxis=dict(type="log", title=dict(text="data-parallel workers")))

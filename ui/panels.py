@@ -45,8 +45,12 @@ def summary(report: dict, unit: str) -> None:
     for col, s in zip(cols, stages):
         col.metric(f"{STAGE_LABELS[s['stage']]} per worker", format_bytes(s["per_worker_total_bytes"], unit),
                    help="Persistent model state: parameters, gradients and optimizer state.")
+    layout = report.get("layout")
+    world = "" if layout is None or layout["world_size"] == layout["dp"] else \
+        (f" · world {layout['world_size']:,} GPUs = dp {layout['dp']:,} x tp {layout['tp']} x pp {layout['pp']} "
+         f"x cp {layout['cp']}; per-worker numbers are the worst rank's")
     st.caption(f"{report['params']:,} parameters · {report['workers']:,} workers · shard group "
-               f"{report['shard_group']:,} · convention {report['convention']}: {report['convention_summary']}")
+               f"{report['shard_group']:,}{world} · convention {report['convention']}: {report['convention_summary']}")
 
 
 def model_states(report: dict, unit: str) -> None:
@@ -70,9 +74,11 @@ def peak(report: dict, unit: str) -> None:
         return
     st.plotly_chart(figures.peak(report, unit), key="fig_peak")
     cols = st.columns(4)
+    several = len(report["ranks"]) > 1
     for col, p in zip(cols, report["peak"]):
         label = "fits" if p["fits"] else "does not fit"
         col.metric(f"{STAGE_LABELS[p['stage']]}: {label}", f"{100 * p['utilisation']:.0f}% used",
+                   help=f"Worst rank: {p['rank']}." if several else None,
                    delta=f"{format_bytes(p['headroom_bytes'], unit)} headroom",
                    delta_color="normal" if p["fits"] else "inverse")
     table_with_csv(tables.verdicts(report, unit), "peak", report)
@@ -86,6 +92,38 @@ def peak(report: dict, unit: str) -> None:
         table_with_csv(tables.activation_table(report, unit), "activations", report)
     st.markdown("**Fits on** (the same job on each catalogued GPU):")
     table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
+
+
+def ranks(report: dict, unit: str) -> None:
+    """The per-rank view: only under a layout with more than one kind of rank."""
+    if "ranks" not in report or len(report["ranks"]) < 2:
+        return
+    st.subheader("Per rank class (pipeline stages)")
+    stage = st.session_state["stage"]
+    st.caption(f"Ranks that hold the same bytes form a class; the verdict is the worst class's. Stage chosen above "
+               f"({STAGE_LABELS[stage]}).")
+    st.plotly_chart(figures.ranks(report, stage, unit), key="fig_ranks")
+    table_with_csv(tables.rank_table(report, unit, stage), "ranks", report)
+
+
+def layouts(report: dict, unit: str) -> None:
+    """Every layout of the same GPUs that fits: computed only when asked (it evaluates hundreds of plans)."""
+    if "peak" not in report:
+        return
+    gpus = report["layout"]["world_size"]
+    st.subheader(f"Layouts of {gpus:,} GPUs that fit")
+    st.toggle("Search every tp x pp x cp x dp layout, ZeRO stage, recompute and offload", key="show_layouts",
+              help="Tensor parallel within a node, dividing heads, KV heads and FFN; pp dividing the layers; the "
+                   "micro-batch and micro-batches per step held. Cheapest first: no offload, then the least time "
+                   "overhead (recompute and pipeline bubble), then the least communication.")
+    if "layouts" not in report["solve"]:
+        return
+    solve = report["solve"]
+    if not solve["layouts"]:
+        st.warning(f"No layout of {gpus:,} GPUs fits, even with full recompute and offload.")
+        return
+    st.caption(f"{solve['layouts_count']:,} fit; the cheapest {len(solve['layouts'])} are listed.")
+    table_with_csv(tables.layouts_table(report, unit), "layouts", report)
 
 
 def scaling(report: dict, unit: str) -> None:
@@ -117,7 +155,10 @@ copy at the optimizer step; one rebuilt block under full recompute; a CUDA conte
 **Assumed (editable).** CUDA context and framework overhead 1 GiB; allocator reserve 5%; DeepSpeed's defaults
 for bucket sizes, prefetch, live parameters and the persistence threshold; no KV cache during training.
 
-**Not modelled.** Tensor, sequence, pipeline and expert parallelism; mixture-of-experts; optimizer temporaries
+**Parallel layouts.** Tensor, sequence, context and pipeline parallelism per rank (docs/parallelism.md): each
+rank's split of every tensor, ZeRO over dp x cp, in-flight micro-batches per schedule, communication per kind.
+
+**Not modelled.** Expert parallelism; mixture-of-experts; zero-bubble pipeline schedules; optimizer temporaries
 other than the fp32 gradient copy; activation offload; allocator behaviour beyond a flat percentage. Capacities
 are what nvidia-smi / rocm-smi report, not the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
 Full list with formulas and sources: docs/peak-memory.md in the repository.

@@ -16,6 +16,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from zerocalc.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.architecture import ACTIVATIONS, NORMS, POSITIONS, Architecture
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
+from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from zerocalc.model_presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
 from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
@@ -75,8 +76,12 @@ FIELDS: Tuple[Field, ...] = (
     # parallelism and offload
     _i("workers", 1, 1_048_576, 8), _i("shard_group", 0, 1_048_576, 0), _i("gpus_per_node", 1, 1024, 8),
     _c("offload_optimizer", OFFLOAD_TARGETS, "none"), _c("offload_params", OFFLOAD_TARGETS, "none"),
+    # model parallelism (world = workers x tp x pp x cp)
+    _i("tp", *LAYOUT_LIMITS["tp"], 1), _i("pp", *LAYOUT_LIMITS["pp"], 1), _c("schedule", SCHEDULES, "1f1b"),
+    _i("vpp", *LAYOUT_LIMITS["vpp"], 1), _i("cp", *LAYOUT_LIMITS["cp"], 1), Field("sequence_parallel", "bool", False),
+    Field("loss_parallel", "bool", True), _i("vocab_divisor", 0, 1_000_000, 0),
     # the step
-    _i("micro_batch", 1, 256, 1), _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
+    _i("micro_batch", 1, 256, 1), _i("micro_batches", *LAYOUT_LIMITS["micro_batches"], 1), _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
     _c("recompute", RECOMPUTE, "none"), _c("activation_dtype", ("auto",) + DTYPES, "auto"),
     _c("implementation", IMPLEMENTATIONS, "huggingface"),
     # working-set assumptions (DeepSpeed defaults, elements)
@@ -173,10 +178,11 @@ def format_value(f: Field, value) -> str:
 
 
 def _significant(state: dict) -> List[str]:
-    """Fields that matter for this state (architecture fields only when a model with a shape is chosen)."""
+    """Fields that matter for this state (architecture and layout fields only when a model with a shape is
+    chosen: model parallelism splits tensors, so it needs them)."""
     names = [f.name for f in FIELDS]
     if state["model"] == PARAMS_ONLY:
-        return [n for n in names if n not in ARCH_FIELDS]
+        return [n for n in names if n not in ARCH_FIELDS and n not in LAYOUT_FIELDS[:-1]]
     return [n for n in names if n != "params"]
 
 
@@ -235,6 +241,17 @@ def scenario_fields(state: dict, params: int) -> dict:
                 **{n: _none(state[n]) for n in PRECISION_FIELDS})
 
 
+LAYOUT_FIELDS = ("tp", "pp", "schedule", "vpp", "cp", "sequence_parallel", "loss_parallel", "vocab_divisor",
+                 "micro_batches")
+
+
+def layout(state: dict) -> Layout:
+    return Layout(tp=state["tp"], pp=state["pp"], vpp=state["vpp"], cp=state["cp"],
+                  sequence_parallel=state["sequence_parallel"], micro_batches=state["micro_batches"],
+                  schedule=state["schedule"], loss_parallel=state["loss_parallel"],
+                  vocab_divisor=state["vocab_divisor"] or None)
+
+
 def workload(state: dict, arch: Architecture) -> Workload:
     return Workload(
         arch, micro_batch=state["micro_batch"], seq_len=state["seq_len"],
@@ -245,7 +262,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
         cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
-        gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None)
+        gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state))
 
 
 def canonical(state: dict) -> dict:
@@ -259,6 +276,9 @@ def canonical(state: dict) -> dict:
 
 
 _FROM_ARCH_ATTR = {v: k for k, v in _ARCH_ATTR.items()}
+# When the core refuses a field that is already at its default, the other field of the pair is the one to reset
+# (vpp 1 with the interleaved schedule: the schedule goes back to 1F1B).
+_PARTNER = {"vpp": "schedule", "schedule": "vpp"}
 
 
 class Resolved(NamedTuple):
@@ -286,6 +306,10 @@ def resolve(state: dict) -> Resolved:
             return Resolved(state, scenario, None if arch is None else workload(state, arch), warnings)
         except FieldError as exc:
             name = _FROM_ARCH_ATTR.get(exc.field, exc.field) if stage == "architecture" else exc.field
+            partner = _PARTNER.get(name)
+            if name in FIELD and state[name] == default_for(name, state) and partner and \
+                    state[partner] != default_for(partner, state):
+                name = partner
             if name not in FIELD or state[name] == default_for(name, state):
                 # the default itself is refused in this combination: fall back to every default
                 warnings.append(f"{exc}; using the default view.")

@@ -75,13 +75,17 @@ def fits_on_table(report: dict, unit: str) -> pd.DataFrame:
 
 def solver_sentences(report: dict) -> list:
     gpu, solve = report["gpu"]["name"], report["solve"]
+    parallel = report["layout"]["world_size"] != report["layout"]["dp"]
     out = []
     for stage in range(4):
         mb = solve["max_micro_batch"][str(stage)]
-        mw = solve["min_workers"][str(stage)]
+        mw, gpus = solve["min_workers"][str(stage)], solve["min_gpus"][str(stage)]
         batch = f"largest micro-batch that fits on {gpu} at stage {stage}: {mb}" if mb else \
             f"not even a micro-batch of 1 fits on {gpu} at stage {stage}"
-        workers = f"fewest workers: {mw:,}" if mw is not None else "no worker count up to 10,000,000 fits"
+        if mw is None:
+            workers = "no worker count up to 10,000,000 fits"
+        else:
+            workers = f"fewest workers: {mw:,}" + (f" ({gpus:,} GPUs with this tp x pp x cp)" if parallel else "")
         out.append(f"{batch}; {workers}.")
     lowest = solve["lowest_stage"]
     out.append(f"Lowest stage that fits: {lowest}." if lowest is not None else "No stage fits at these settings.")
@@ -107,4 +111,39 @@ def activation_table(report: dict, unit: str) -> pd.DataFrame:
     rows += [{"where": "each pipeline stage", "term": k, unit: in_unit(v, unit)}
              for k, v in terms.get("every_stage", {}).items()]
     rows += [{"where": "output end", "term": k, unit: in_unit(v, unit)} for k, v in terms["output_end"].items()]
+    return pd.DataFrame(rows)
+
+
+def rank_table(report: dict, unit: str, stage: int) -> pd.DataFrame:
+    """Every rank class: how many ranks, what they hold, and their peak at each ZeRO stage."""
+    rows = []
+    for r in report["ranks"]:
+        row = {"rank class": r["name"], "ranks": f"{r['count']:,}", "layers": r["layers"],
+               "parameters": f"{r['params']:,}",
+               f"model states, {STAGE_LABELS[stage]} ({unit})": in_unit(r["stages"][stage]["per_worker_total_bytes"],
+                                                                       unit),
+               f"activations in flight ({unit})": in_unit(r["activation_bytes"], unit),
+               "micro-batches in flight": r["in_flight_micro_batches"]["chunks"]}
+        for p in r["peak"]:
+            row[f"peak {STAGE_LABELS[p['stage']]} ({unit})"] = in_unit(p["peak_bytes"], unit) + \
+                ("" if p["fits"] else " ✗")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+OFFLOAD_LABELS = {("none", "none"): "none", ("cpu", "none"): "optimizer", ("cpu", "cpu"): "optimizer + params"}
+
+
+def layouts_table(report: dict, unit: str) -> pd.DataFrame:
+    """The layouts of the same GPUs that fit, cheapest first (zerocalc.layout_search)."""
+    rows = []
+    for p in report["solve"]["layouts"]:
+        rows.append({
+            "dp x tp x pp x cp": f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}", "stage": STAGE_LABELS[p["stage"]],
+            "recompute": p["recompute"], "offload": OFFLOAD_LABELS[(p["offload_optimizer"], p["offload_params"])],
+            "schedule": p["schedule"] + (f" (vpp {p['vpp']})" if p["vpp"] > 1 else ""),
+            f"peak ({unit})": in_unit(p["peak_bytes"], unit), f"headroom ({unit})": in_unit(p["headroom_bytes"], unit),
+            f"comm/step ({unit})": in_unit(p["communication_bytes"], unit), "bubble": f"{100 * p['bubble']:.0f}%",
+            "time overhead": f"{100 * p['overhead']:.0f}%", "worst rank": p["worst_rank"],
+        })
     return pd.DataFrame(rows)

@@ -21,7 +21,8 @@ LABELS = {
     "attn_dropout": "Attention dropout", "resid_dropout": "Residual dropout", "embd_dropout": "Embedding dropout",
     "convention": "Convention", "param_dtype": "Parameters dtype", "grad_dtype": "Gradients dtype",
     "master_dtype": "Master copy dtype", "grad_accum_dtype": "Extra gradient buffer", "optimizer": "Optimizer",
-    "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype", "workers": "Workers (GPUs)",
+    "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype",
+    "workers": "Data-parallel workers (dp)",
     "shard_group": "Shard group (0: all workers)", "gpus_per_node": "Workers per node",
     "offload_optimizer": "Offload optimizer", "offload_params": "Offload parameters (ZeRO-3)",
     "micro_batch": "Micro-batch", "seq_len": "Sequence length", "attention": "Attention",
@@ -32,6 +33,10 @@ LABELS = {
     "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
     "gpu": "GPU", "gpu_memory": "Custom capacity (bytes)", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "Stage",
+    "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
+    "vpp": "Virtual stages per rank (vpp)", "cp": "Context parallel (cp)", "sequence_parallel": "Sequence parallel",
+    "loss_parallel": "Vocab-parallel logits and loss", "vocab_divisor": "Pad vocabulary to a multiple of (x tp; 0: auto)",
+    "micro_batches": "Micro-batches per step (gradient accumulation)",
 }
 HELP = {
     "convention": "Which tensors a framework keeps per parameter; each dtype below can then be changed.",
@@ -39,6 +44,17 @@ HELP = {
     "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ): state split within groups of this size.",
     "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB.",
     "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors.",
+    "workers": "The ZeRO / FSDP group. World size = dp x tp x pp x cp.",
+    "tp": "Splits heads and the FFN across GPUs of a node (Megatron, torchtitan); must divide heads, KV heads, FFN.",
+    "pp": "Splits the layers into stages; the first stage also holds the embedding, the last the head.",
+    "schedule": "1F1B holds up to pp micro-batches on the first stage; interleaved adds virtual stages; "
+                "GPipe holds all micro-batches.",
+    "vpp": "Model chunks per pipeline rank (interleaved schedule); pp x vpp must divide the layers.",
+    "cp": "Splits the sequence across GPUs (ring attention, flash only); ZeRO then shards over dp x cp.",
+    "sequence_parallel": "Also splits norms, dropout and the residual stream over tp (Korthikanti et al. 2022).",
+    "loss_parallel": "Off: every tensor-parallel rank gathers the full logits (Hugging Face's colwise_rep head).",
+    "vocab_divisor": "Megatron's make_vocab_size_divisible_by (128 with megatron kernels; 0 picks it).",
+    "micro_batches": "Micro-batches per optimizer step; in flight on pipeline stages; ZeRO-2/3 reduce each one.",
 }
 SLIDERS = {"micro_batch", "fragmentation_percent", "attn_dropout", "resid_dropout", "embd_dropout"}
 RADIOS = {"units", "attention", "breakdown"}
@@ -58,6 +74,12 @@ def _on_model_change():
         current = {"model": model}
         for name in ARCH_FIELDS:
             st.session_state[name] = default_for(name, current)
+
+
+def _on_schedule_change():
+    # Virtual stages exist only in the interleaved schedule (Megatron needs at least 2 there).
+    interleaved = st.session_state["schedule"] == "interleaved"
+    st.session_state["vpp"] = max(2, st.session_state["vpp"]) if interleaved else 1
 
 
 def _on_convention_change():
@@ -126,8 +148,18 @@ def sidebar() -> None:
     sb.header("Cluster")
     for name in ("workers", "shard_group", "gpus_per_node", "offload_optimizer", "offload_params"):
         widget(name, sb)
+    if st.session_state["model"] != PARAMS_ONLY and sb.toggle("Model parallelism (tp, pp, cp)", key="edit_layout"):
+        widget("tp", sb)
+        widget("sequence_parallel", sb)
+        widget("pp", sb)
+        widget("schedule", sb, on_change=_on_schedule_change)
+        if st.session_state["schedule"] == "interleaved":
+            widget("vpp", sb)
+        for name in ("cp", "loss_parallel", "vocab_divisor"):
+            widget(name, sb)
     sb.header("Training step")
-    for name in ("micro_batch", "seq_len", "attention", "recompute", "activation_dtype", "implementation"):
+    for name in ("micro_batch", "micro_batches", "seq_len", "attention", "recompute", "activation_dtype",
+                 "implementation"):
         widget(name, sb)
     sb.header("GPU")
     widget("gpu", sb)

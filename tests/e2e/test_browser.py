@@ -40,7 +40,7 @@ def test_page_loads_without_console_errors_and_draws_every_chart(page, server):
 def test_changing_inputs_updates_numbers_charts_verdict_and_the_link(page, server):
     open_app(page, server)
     before = metrics(page)
-    workers = page.get_by_label("Workers (GPUs)")
+    workers = page.get_by_label("Data-parallel workers (dp)", exact=True)
     workers.fill("64")
     workers.press("Enter")
     expect(page).to_have_url(re.compile(r"workers=64"))
@@ -117,3 +117,21 @@ def test_a_narrow_screen_has_no_horizontal_overflow(page, server):
     open_app(page, server)
     assert page.evaluate("document.documentElement.scrollWidth") <= 400
     screenshot(page, "narrow", height=1400)
+
+
+def test_a_layout_link_draws_each_rank_class_against_the_gpu(page, server):
+    query = "?model=llama-3-70b&workers=4&tp=8&pp=2&sequence_parallel=true&micro_batches=8&seq_len=4096"
+    open_app(page, server, query)
+    expect(page.locator("[data-testid=stPlotlyChart]")).to_have_count(6, timeout=30_000)   # + the per-rank chart
+    expect(page.get_by_text("Per rank class (pipeline stages)")).to_be_visible()
+    report = core_report(dict(kv.split("=") for kv in query[1:].split("&")))
+    worst = report["peak"][3]["rank"]
+    expect(page.locator("[data-testid=stPlotlyChart] text", has_text="(worst)").first).to_be_attached()
+    expect(page.get_by_text(worst).first).to_be_attached()
+    expect(page.get_by_text("world 64 GPUs = dp 4 x tp 8 x pp 2 x cp 1", exact=False)).to_be_visible()
+    page.get_by_text("Search every tp x pp x cp x dp layout", exact=False).click()
+    wait_ready(page)
+    expect(page.get_by_role("button", name="CSV: layouts")).to_be_visible(timeout=30_000)
+    assert "tp=8" in page.url and "pp=2" in page.url
+    screenshot(page, "layout-view", height=2400)
+    assert page.console_errors == []

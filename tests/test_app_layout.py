@@ -1,0 +1,92 @@
+"""The app under a parallel layout (AppTest): controls, the per-rank chart and table against the core, the layouts
+that fit, the layout in the link, and refusals that reset only the field at fault."""
+
+import pytest
+
+from tests.test_app import core_report, figure, run_app, traces, warnings_shown
+
+
+def dataframe_with(at, column):
+    for df in at.dataframe:
+        if column in df.value.columns:
+            return df.value
+    raise AssertionError(f"no table with column {column!r}")
+
+
+LAYOUT_LINK = {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "sequence_parallel": "true",
+               "micro_batches": "8", "seq_len": "4096", "convention": "megatron"}
+
+
+def test_a_layout_link_restores_the_controls_and_the_per_rank_view():
+    at = run_app(LAYOUT_LINK)
+    assert not at.warning, warnings_shown(at)
+    at.toggle(key="edit_layout").set_value(True).run()
+    assert at.number_input(key="tp").value == 8 and at.number_input(key="pp").value == 2
+    assert at.checkbox(key="sequence_parallel").value is True
+    assert dict(at.query_params) == LAYOUT_LINK
+    report = core_report(LAYOUT_LINK)
+    stage = at.radio(key="stage").value
+    ranks = traces(figure(at, "fig_ranks"))
+    for i, r in enumerate(report["ranks"]):
+        p = r["peak"][stage]
+        assert sum(t["customdata"][i] for t in ranks.values()) == p["peak_bytes"]
+    names = figure(at, "fig_ranks")["data"][0]["x"]
+    assert any("(worst)" in n and report["peak"][stage]["rank"] in n for n in names)
+    table = dataframe_with(at, "rank class")
+    assert table["rank class"].tolist() == [r["name"] for r in report["ranks"]]
+    caption = " ".join(c.value for c in at.caption)
+    assert "world 64 GPUs = dp 4 x tp 8 x pp 2 x cp 1" in caption
+
+
+def test_the_layout_controls_change_the_link_and_the_numbers():
+    at = run_app({"model": "llama-3-8b"})
+    at.toggle(key="edit_layout").set_value(True).run()
+    at.number_input(key="tp").set_value(4).run()
+    at.checkbox(key="sequence_parallel").check().run()
+    at.number_input(key="pp").set_value(4).run()
+    at.selectbox(key="schedule").set_value("interleaved").run()
+    assert at.number_input(key="vpp").value == 2                      # the interleaved schedule needs vpp >= 2
+    at.number_input(key="micro_batches").set_value(8).run()
+    query = {"model": "llama-3-8b", "tp": "4", "pp": "4", "schedule": "interleaved", "vpp": "2",
+             "sequence_parallel": "true", "micro_batches": "8"}
+    assert dict(at.query_params) == query
+    assert not at.exception and not at.warning
+    report = core_report(query)
+    assert report["layout"]["world_size"] == 8 * 4 * 4
+    assert [r["name"] for r in report["ranks"]] == [r for r in dataframe_with(at, "rank class")["rank class"]]
+
+
+def test_layouts_that_fit_are_searched_on_request_and_download_as_csv():
+    query = {"model": "llama-3-70b", "workers": "64", "micro_batch": "2", "seq_len": "4096", "micro_batches": "8"}
+    at = run_app(query)
+    assert not any("dp x tp x pp x cp" in df.value.columns for df in at.dataframe)   # not computed until asked
+    at.toggle(key="show_layouts").set_value(True).run()
+    table = dataframe_with(at, "dp x tp x pp x cp")
+    report = core_report(query)
+    assert report["solve"]["max_micro_batch"] == {"0": 0, "1": 0, "2": 0, "3": 0}  # pure DP: nothing fits
+    assert len(table) > 0
+    assert "CSV: layouts" in [b.proto.label for b in at.get("download_button")]
+
+
+@pytest.mark.parametrize("field, value, allowed", [
+    ("tp", "3", "a divisor of heads, kv_heads and ffn"),
+    ("pp", "81", "at most the layers"),
+    ("cp", "3", "2 x cp dividing the sequence length"),
+    ("vpp", "2", "1 unless the schedule is interleaved"),
+])
+def test_a_layout_the_model_refuses_resets_only_that_field(field, value, allowed):
+    at = run_app({"model": "llama-3-70b", "workers": "16", field: value, "micro_batch": "2"})
+    text = warnings_shown(at)
+    assert field in text and allowed in text
+    assert dict(at.query_params) == {"model": "llama-3-70b", "workers": "16", "micro_batch": "2"}
+
+
+def test_the_interleaved_schedule_without_virtual_stages_falls_back_to_1f1b():
+    at = run_app({"model": "llama-3-8b", "pp": "4", "schedule": "interleaved"})
+    assert "schedule" in warnings_shown(at)
+    assert dict(at.query_params) == {"model": "llama-3-8b", "pp": "4"}
+
+
+def test_params_only_ignores_layout_fields_in_the_link():
+    at = run_app({"model": "params-only", "tp": "8"})
+    assert "tp" not in dict(at.query_params)
