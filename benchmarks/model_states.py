@@ -1,5 +1,6 @@
-"""Time one full model-state report (target: median under 50 microseconds) next to the seed's own loop, and the
-peak solvers (target: each under 5 ms).
+"""Time one full model-state report (target: median under 50 microseconds) next to the seed's own loop, the
+peak solvers (target: each under 5 ms), the full report under a 3D layout (target: 2 ms) and the search over every
+layout of 4,096 GPUs (target: 100 ms). Reports are cached per distinct input; every timed call starts uncached.
 
 Run: python benchmarks/model_states.py   (prints a table; no assertion: speed targets live here, not in tests)
 """
@@ -15,7 +16,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from zerocalc import Scenario, model_states  # noqa: E402
 from zerocalc.architecture import param_count  # noqa: E402
 from zerocalc.model_presets import MODEL_PRESETS  # noqa: E402
-from zerocalc.peak import peaks  # noqa: E402
+from zerocalc.layout import Layout  # noqa: E402
+from zerocalc.layout_search import search_layouts  # noqa: E402
+from zerocalc.ranks import layout_report, peaks  # noqa: E402
+from zerocalc.report import full_report  # noqa: E402
 from zerocalc.solve import lowest_stage, max_micro_batch, min_workers  # noqa: E402
 from zerocalc.workload import Workload  # noqa: E402
 
@@ -25,6 +29,28 @@ _WL = Workload(_ARCH, micro_batch=2, seq_len=4096)
 _SMALL = MODEL_PRESETS["gpt2"][0]
 _SC_SMALL = Scenario(params=param_count(_SMALL), workers=8)
 _WL_SMALL = Workload(_SMALL, seq_len=1024, gpu="B200-180GB")
+_SC_3D = Scenario.from_convention("megatron", params=param_count(_ARCH), workers=8)
+_WL_3D = Workload(_ARCH, micro_batch=2, seq_len=4096,
+                  layout=Layout(tp=8, pp=4, sequence_parallel=True, micro_batches=16))
+_SC_4096 = Scenario.from_convention("megatron", params=param_count(_ARCH), workers=4096)
+
+
+def uncached(fn):
+    """fn with the per-input report cache emptied first, so each call computes from scratch."""
+    def run():
+        layout_report.cache_clear()
+        return fn()
+    return run
+
+
+def layout_cases() -> dict:
+    """name -> (callable, target in ms): shared with benchmarks/run.py."""
+    return {
+        "full report, 3D layout (llama-3-70b, dp 8 x tp 8 x pp 4, SP, 16 micro-batches)":
+            (uncached(lambda: full_report(_SC_3D, _WL_3D)), 2.0),
+        "layout search, every layout of 4,096 GPUs (llama-3-70b)":
+            (uncached(lambda: search_layouts(_SC_4096, _WL)), 100.0),
+    }
 
 
 def seed_loop():
@@ -60,12 +86,13 @@ def main():
             Scenario(params=10**9, workers=4, factored_dim=1 + (id(object()) % 10**6), optimizer="adafactor")),
     }
     solver_cases = {
-        "peaks, 4 stages (llama-3-70b, 64 x H100)": lambda: peaks(_SC, _WL, model_states(_SC)),
-        "solver: max micro-batch, 4 stages": lambda: max_micro_batch(_SC, _WL),
-        "solver: min workers, 4 stages": lambda: min_workers(_SC, _WL),
-        "solver: lowest stage": lambda: lowest_stage(_SC, _WL),
-        "solver: max micro-batch (gpt2 on B200: large answers)": lambda: max_micro_batch(_SC_SMALL, _WL_SMALL),
-        "solver: min workers (gpt2 on B200)": lambda: min_workers(_SC_SMALL, _WL_SMALL),
+        "peaks, 4 stages (llama-3-70b, 64 x H100)": uncached(lambda: peaks(_SC, _WL)),
+        "solver: max micro-batch, 4 stages": uncached(lambda: max_micro_batch(_SC, _WL)),
+        "solver: min workers, 4 stages": uncached(lambda: min_workers(_SC, _WL)),
+        "solver: lowest stage": uncached(lambda: lowest_stage(_SC, _WL)),
+        "solver: max micro-batch (gpt2 on B200: large answers)": uncached(lambda: max_micro_batch(_SC_SMALL,
+                                                                                                  _WL_SMALL)),
+        "solver: min workers (gpt2 on B200)": uncached(lambda: min_workers(_SC_SMALL, _WL_SMALL)),
     }
     print(f"machine: {platform.machine()}, {platform.processor() or 'unknown cpu'}, "
           f"Python {platform.python_version()}")
@@ -80,6 +107,10 @@ def main():
         med, lo, hi = measure(fn, repeat=7, number=20)
         print(f"{name:55} {med / 1000:10.3f} {lo / 1000:8.3f} {hi / 1000:8.3f}")
     print("target: each solver median < 5 ms")
+    print()
+    for name, (fn, target) in layout_cases().items():
+        med, lo, hi = measure(fn, repeat=7, number=5)
+        print(f"{name:55.55} {med / 1000:10.3f} {lo / 1000:8.3f} {hi / 1000:8.3f}  target < {target:g} ms")
 
 
 if __name__ == "__main__":

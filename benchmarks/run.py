@@ -20,6 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.app_rerun import BARE  # noqa: E402
+from benchmarks.model_states import layout_cases, uncached  # noqa: E402
 from benchmarks.load import change_workers, open_page  # noqa: E402
 from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, rss_bytes, start, stop  # noqa: E402
 from ui.state import defaults, resolve  # noqa: E402
@@ -60,12 +61,15 @@ def core():
     resolved = resolve(defaults())
     s, w = resolved.scenario, resolved.workload
     row("core: model-state report (model_states)", [t * 1e6 for t in micro(lambda: model_states(s))], "us")
-    row("core: full report for the UI (full_report)", [t * 1e3 for t in micro(lambda: full_report(s, w), number=20)],
+    row("core: full report for the UI (full_report)",
+        [t * 1e3 for t in micro(uncached(lambda: full_report(s, w)), number=20)],
         "ms", "model states, peak, solvers, fits-on, scaling")
     for name, fn in (("max micro-batch", max_micro_batch), ("min workers", min_workers),
                      ("lowest stage", lowest_stage)):
-        row(f"core: solver, {name} (4 stages)", [t * 1e3 for t in micro(lambda fn=fn: fn(s, w), number=20)], "ms",
-            "target < 5 ms")
+        row(f"core: solver, {name} (4 stages)", [t * 1e3 for t in micro(uncached(lambda fn=fn: fn(s, w)), number=20)],
+            "ms", "target < 5 ms")
+    for name, (fn, target) in layout_cases().items():
+        row(f"core: {name}", [t * 1e3 for t in micro(fn, repeat=7, number=5)], "ms", f"target < {target:g} ms")
 
 
 def app_rerun(rounds: int):

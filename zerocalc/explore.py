@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Dict, List
 
 from .gpus import GPU_CATALOG
-from .model_states import StateRow, stage_results
+from .model_states import StateRow, row_bytes
 from .tables import PARTITIONED
 
 SCALING_WORKERS = tuple(2**k for k in range(13))   # 1 .. 4096, the UI's log axis
@@ -33,10 +33,11 @@ def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
     rows = {"workers": list(workers)}
     for stage in range(4):
         rows[f"stage_{stage}"] = []
+    elements = [e.elements(params) for e in report.ledger]
     for n in workers:
-        state_rows = [StateRow(e, e.elements(params), n * cp) for e in report.ledger]
-        for r in stage_results(s, state_rows, n, 0):
-            rows[f"stage_{r.stage}"].append(r.per_worker_total)
+        state_rows = [StateRow(e, k, n * cp) for e, k in zip(report.ledger, elements)]
+        for stage in range(4):
+            rows[f"stage_{stage}"].append(sum(row_bytes(r, stage) for r in state_rows))
     return rows
 
 

@@ -88,20 +88,25 @@ class StateRow(NamedTuple):
     divisor: int        # the group's shard group at stages that partition this entry's category
 
 
+def row_bytes(row: StateRow, stage: int) -> int:
+    """One rank's bytes of a ledger row at a stage: split over its divisor when the stage partitions it."""
+    entry, elements, divisor = row
+    if entry.category in PARTITIONED[stage]:
+        elements = -(-elements // divisor)
+    return entry.nbytes(elements)
+
+
 def stage_results(scenario, rows, copies: int, unique_total: int, comm=lambda stage: 0) -> Tuple[StageResult, ...]:
     """The seed's loop over (entry, elements, divisor) rows: per stage, bytes per rank by category and entry,
     where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything)."""
     stages = []
     for stage in STAGES:
-        partitioned = PARTITIONED[stage]
         where = _placement(scenario, stage)
         by_category = dict.fromkeys(CATEGORIES, 0)
         by_location = {"gpu": 0, "cpu": 0, "nvme": 0}
         by_entry, locations = [], []
-        for entry, elements, divisor in rows:
-            if entry.category in partitioned:
-                elements = -(-elements // divisor)
-            nbytes = entry.nbytes(elements)
+        for row in rows:
+            entry, nbytes = row.entry, row_bytes(row, stage)
             by_entry.append(nbytes)
             locations.append(where[entry.category])
             by_category[entry.category] += nbytes

@@ -7,6 +7,7 @@ result, byte for byte: the same ledger rows over the same parameter count and sh
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Dict, NamedTuple, Tuple
 
@@ -51,10 +52,15 @@ class LayoutReport(NamedTuple):
         return stored_params(self.workload.arch, self.workload.layout, self.workload.implementation)
 
 
+def state_rows(ledger, shape: StepShape):
+    """The ledger applied to one rank's parameters (its gradients where DTensor keeps more of them)."""
+    return [StateRow(e, e.elements(shape.grad_params if e.category == "gradients" else shape.params), shape.shard)
+            for e in ledger]
+
+
 def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -> RankView:
     shape = rank_shape(scenario, workload, rank)
-    rows = [StateRow(e, e.elements(shape.grad_params if e.category == "gradients" else shape.params), shape.shard)
-            for e in ledger]
+    rows = state_rows(ledger, shape)
     mp = layout_communication(scenario, workload, rank, shape)
     comm = tuple({"data parallel": data_parallel_communication(scenario, workload, shape, stage), **mp}
                  for stage in STAGES)
@@ -86,3 +92,31 @@ def layout_report(scenario, workload) -> LayoutReport:
 def peaks(scenario, workload) -> Tuple[StagePeak, ...]:
     """The worst rank's peak at each ZeRO stage."""
     return layout_report(scenario, workload).peaks
+
+
+def _worst(candidates) -> Tuple[StagePeak, ...]:
+    """Per stage, the largest of each rank's peaks (candidates: one tuple of four peaks per rank)."""
+    return tuple(max((c[s] for c in candidates), key=lambda p: p.peak_bytes) for s in STAGES)
+
+
+def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StagePeak, ...]:
+    """The worst rank's peaks with another micro-batch: model states do not depend on it, so only each rank's
+    step is recomputed (the same numbers layout_report gives for that micro-batch)."""
+    s, w = report.scenario, replace(report.workload, micro_batch=micro_batch)
+    candidates = []
+    for v in report.ranks:
+        shape = rank_shape(s, w, v.rank)
+        candidates.append(tuple(stage_peak(s, w, r, shape) for r in v.stages))
+    return _worst(candidates)
+
+
+def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...]:
+    """The worst rank's peaks with another data-parallel degree (shard group = all of it): activations do not
+    depend on it, so only the model states and what follows the shard divisor are recomputed."""
+    s, w = replace(report.scenario, workers=workers, shard_group=None), report.workload
+    candidates = []
+    for v in report.ranks:
+        shape = v.shape._replace(shard=s.group * w.layout.cp)
+        stages = stage_results(s, state_rows(report.ledger, shape), 1, 0)
+        candidates.append(tuple(stage_peak(s, w, r, shape) for r in stages))
+    return _worst(candidates)

@@ -7,10 +7,9 @@ count for part of the working set, and could name a count that did not fit).
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Callable, Dict, NamedTuple, Optional
 
-from .ranks import layout_report
+from .ranks import layout_report, peaks_at_micro_batch, peaks_at_workers
 from .scenario import INT_LIMITS
 from .tables import STAGES
 from .workload import WORKLOAD_LIMITS
@@ -84,41 +83,42 @@ def _linear_guess(peak1: int, peak2: int, capacity: int) -> Optional[int]:
 
 
 def max_micro_batch(scenario, workload) -> Dict[int, int]:
-    cache: Dict[int, object] = {}
+    base = layout_report(scenario, workload)
+    cache: Dict[int, tuple] = {}
 
-    def report(b: int):
+    def peaks(b: int):
         if b not in cache:
-            cache[b] = layout_report(scenario, replace(workload, micro_batch=b))
+            cache[b] = peaks_at_micro_batch(base, b)
         return cache[b]
 
     hi = WORKLOAD_LIMITS["micro_batch"][1]
     out = {}
     for s in STAGES:
-        fits = lambda b, s=s: report(b).peaks[s].fits     # noqa: E731
-        guess = _linear_guess(report(1).peaks[s].peak_bytes, report(2).peaks[s].peak_bytes,
-                              workload.capacity_bytes)
+        fits = lambda b, s=s: peaks(b)[s].fits     # noqa: E731
+        guess = _linear_guess(peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes, workload.capacity_bytes)
         out[s] = _largest_true(fits, 1, hi, guess)
     return out
 
 
 def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
     """Fewest data-parallel workers (shard group = all of them) for which each stage fits, the layout kept."""
-    cache: Dict[int, object] = {}
+    base = layout_report(scenario, workload)
+    cache: Dict[int, tuple] = {}
 
-    def report(n: int):
+    def peaks(n: int):
         if n not in cache:
-            cache[n] = layout_report(replace(scenario, workers=n, shard_group=None), workload)
+            cache[n] = peaks_at_workers(base, n)
         return cache[n]
 
     out = {}
     for s in STAGES:
-        one, two = report(1).peaks[s].peak_bytes, report(2).peaks[s].peak_bytes
+        one, two = peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes
         # The sharded part of the peak falls as 1 / n: peak(n) ~ fixed + sharded / n, fitted at n = 1 and 2.
         sharded = 2 * (one - two)
         fixed = one - sharded
         room = workload.capacity_bytes - fixed
         guess = -(-sharded // room) if sharded > 0 and room > 0 else None
-        out[s] = _smallest_true(lambda n, s=s: report(n).peaks[s].fits, 1, INT_LIMITS["workers"][1], guess)
+        out[s] = _smallest_true(lambda n, s=s: peaks(n)[s].fits, 1, INT_LIMITS["workers"][1], guess)
     return out
 
 
