@@ -33,6 +33,9 @@ _SC_3D = Scenario.from_convention("megatron", params=param_count(_ARCH), workers
 _WL_3D = Workload(_ARCH, micro_batch=2, seq_len=4096,
                   layout=Layout(tp=8, pp=4, sequence_parallel=True, micro_batches=16))
 _SC_4096 = Scenario.from_convention("megatron", params=param_count(_ARCH), workers=4096)
+_V3 = MODEL_PRESETS["deepseek-v3"][0]
+_SC_V3 = Scenario.from_convention("megatron", params=param_count(_V3), workers=64)
+_WL_V3 = Workload(_V3, seq_len=4096, layout=Layout(ep=64))
 
 
 def uncached(fn):
@@ -50,6 +53,8 @@ def layout_cases() -> dict:
             (uncached(lambda: full_report(_SC_3D, _WL_3D)), 2.0),
         "layout search, every layout of 4,096 GPUs (llama-3-70b)":
             (uncached(lambda: search_layouts(_SC_4096, _WL)), 100.0),
+        "full report, DeepSeek-V3, ep 64 (64 GPUs)":
+            (uncached(lambda: full_report(_SC_V3, _WL_V3)), 2.0),
     }
 
 

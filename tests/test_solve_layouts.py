@@ -78,7 +78,7 @@ def plan_view(scenario, work, plan):
     s = replace(scenario, workers=plan.dp, shard_group=None, offload_optimizer=plan.offload_optimizer,
                 offload_params=plan.offload_params)
     layout = Layout(tp=plan.tp, pp=plan.pp, vpp=plan.vpp, cp=plan.cp, sequence_parallel=plan.sequence_parallel,
-                    micro_batches=work.layout.micro_batches, schedule=plan.schedule)
+                    micro_batches=plan.micro_batches, schedule=plan.schedule, ep=plan.ep)
     return s, replace(work, layout=layout, recompute=plan.recompute)
 
 
@@ -88,6 +88,7 @@ def test_llama3_70b_on_64_h100s_gets_layouts_that_fit():
     assert solve(scenario, work).lowest_stage is None
     plans = search_layouts(scenario, work)
     assert plans and all(p.gpus == 64 and p.dp * p.tp * p.pp * p.cp == 64 for p in plans)
+    assert all(p.dp * 2 * p.micro_batches == 64 * 2 * 8 for p in plans)    # the global batch is held
     assert all(p.tp in (1, 2, 4, 8) for p in plans)                 # within a node of 8, dividing 8 KV heads
     keys = [p.cost_key() for p in plans]
     assert keys == sorted(keys)                                      # cheapest first

@@ -139,8 +139,10 @@ def layouts_table(report: dict, unit: str) -> pd.DataFrame:
     rows = []
     for p in report["solve"]["layouts"]:
         rows.append({
-            "dp x tp x pp x cp": f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}", "stage": STAGE_LABELS[p["stage"]],
-            "recompute": p["recompute"], "offload": OFFLOAD_LABELS[(p["offload_optimizer"], p["offload_params"])],
+            "dp x tp x pp x cp": f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}"
+                                 + (f" (ep {p['ep']})" if p["ep"] > 1 else ""), "stage": STAGE_LABELS[p["stage"]],
+            "micro-batches": p["micro_batches"], "recompute": p["recompute"],
+            "offload": OFFLOAD_LABELS[(p["offload_optimizer"], p["offload_params"])],
             "schedule": p["schedule"] + (f" (vpp {p['vpp']})" if p["vpp"] > 1 else ""),
             f"peak ({unit})": in_unit(p["peak_bytes"], unit), f"headroom ({unit})": in_unit(p["headroom_bytes"], unit),
             f"comm/step ({unit})": in_unit(p["communication_bytes"], unit), "bubble": f"{100 * p['bubble']:.0f}%",

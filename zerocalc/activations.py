@@ -16,6 +16,11 @@ transformers models in tests/test_activation_validation.py):
 Flash / memory-efficient attention (CUDA) saves q, k, v as passed, the output and an fp32 logsumexp (b x a x s)
 (PyTorch derivatives.yaml, _scaled_dot_product_flash_attention): no s^2 term.
 Dropout masks are 1 byte per element, as CUDA's fused dropout saves them.
+Later families (measured the same way, tests/measure/moe_activations.py): q/k norms are RMSNorms over each head
+(Qwen3, Gemma 3) or all heads (OLMo 2); Gemma's RMSNorm computes in fp32 and saves its fp32 output and (1 + w);
+sandwich norms (Gemma 2/3) add two per block; soft-capping saves its tanh output (Gemma 2); latent attention
+(DeepSeek-V2/V3) saves its down-projected KV (and Q) through their norms, and SDPA's value is a view of the
+up-projection's output, which stays alive whole. Mixture-of-experts blocks: zerocalc/moe_activations.py.
 
 All sizes are in bits until the end, so fp8 or 4-bit widths stay exact.
 """
@@ -26,7 +31,8 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import Dict, NamedTuple
 
-from .architecture import ACTIVATION_SAVES, Architecture
+from .architecture import ACTIVATION_SAVES, Architecture, layer_counts
+from .moe_activations import moe_terms
 
 ATTENTION = ("eager", "flash")
 RECOMPUTE = ("none", "selective", "full")
@@ -35,30 +41,50 @@ MASK_BITS = 8          # CUDA dropout masks are bool
 STAT_BITS = 32         # norm statistics, logsumexp and the loss's log-softmax are fp32
 INDEX_BITS = 64        # token ids and labels are int64
 
+
 class ActivationReport(NamedTuple):
-    per_layer: Dict[str, int]     # term -> bytes for one transformer block
+    per_layer: Dict[str, int]     # term -> bytes for one dense (or every) transformer block
     embed: Dict[str, int]         # before the first block
     head: Dict[str, int]          # final norm, output projection, loss
-    layers: int
+    layers: int                   # blocks of per_layer's kind
     recompute_working: int        # one block's full activations, rebuilt during backward under full recompute
     stage: Dict[str, int] = {}    # what every pipeline stage (model chunk) saves once: its rotary tables
+    per_moe_layer: Dict[str, int] = {}   # term -> bytes for one mixture-of-experts block
+    moe_layers: int = 0
+    per_sliding_layer: Dict[str, int] = {}   # term -> bytes a local-attention block saves beyond the others
+    sliding_layers: int = 0
 
     @property
     def per_layer_total(self) -> int:
         return sum(self.per_layer.values())
 
     @property
+    def per_moe_layer_total(self) -> int:
+        return sum(self.per_moe_layer.values())
+
+    def blocks(self, dense: int, moe: int, sliding: int = 0) -> int:
+        """Bytes of `dense` dense blocks and `moe` MoE blocks, `sliding` of them with local attention."""
+        return dense * self.per_layer_total + moe * self.per_moe_layer_total + \
+            sliding * sum(self.per_sliding_layer.values())
+
+    @property
     def total(self) -> int:
-        return (self.layers * self.per_layer_total + sum(self.embed.values()) + sum(self.stage.values())
-                + sum(self.head.values()))
+        return (self.blocks(self.layers, self.moe_layers, self.sliding_layers) + sum(self.embed.values())
+                + sum(self.stage.values()) + sum(self.head.values()))
 
 
-def _norm(a: Architecture, T: int, w: int, impl: str) -> int:
+def norm_bits(a: Architecture, T: int, w: int, impl: str, width: int = None, rows: int = None) -> int:
+    """Bits one norm over `width` features of `rows` rows (default: the hidden size per token) saves."""
+    width = a.hidden if width is None else width
+    rows = T if rows is None else rows
     if a.norm == "layernorm":
-        return w * T * a.hidden + 2 * STAT_BITS * T                   # input + mean and rstd
-    if impl == "huggingface":
-        return (STAT_BITS + w) * T * a.hidden + STAT_BITS * T         # fp32 input copy + normalised copy + rsqrt
-    return w * T * a.hidden + STAT_BITS * T                           # fused RMSNorm: input + rstd
+        return w * T * width + 2 * STAT_BITS * rows                   # input + mean and rstd
+    if impl == "megatron":
+        return w * T * width + STAT_BITS * rows                       # fused RMSNorm: input + rstd
+    if a.norm == "rmsnorm-gemma":
+        # Gemma RMSNorm: fp32 input, rsqrt, its fp32 output times (1 + w), that fp32 (1 + w) vector
+        return 2 * STAT_BITS * T * width + STAT_BITS * rows + STAT_BITS * width
+    return (STAT_BITS + w) * T * width + STAT_BITS * rows             # fp32 input copy + normalised copy + rsqrt
 
 
 class Tokens(NamedTuple):
@@ -85,16 +111,18 @@ def tokens(micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1, sequence_pa
     return Tokens(micro_batch, s, inside, outside, linear_in)
 
 
-def _mlp(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]:
-    f, T = a.ffn, t.inside
-    terms = {"mlp input": w * t.linear_in * a.hidden}
+def mlp_terms(a: Architecture, t: Tokens, w: int, impl: str, f: int = None, prefix: str = "mlp",
+              with_input: bool = True) -> Dict[str, int]:
+    """A (gated) MLP of FFN width f (default the block's): its input, activation, gate product and fc2 input."""
+    f, T = a.ffn if f is None else f, t.inside
+    terms = {f"{prefix} input": w * t.linear_in * a.hidden} if with_input else {}
     if impl == "megatron":
-        terms["mlp fc1 output"] = w * T * f * (2 if a.gated_mlp else 1)   # GeLU / SwiGLU input (Korthikanti: 8sbh)
+        terms[f"{prefix} fc1 output"] = w * T * f * (2 if a.gated_mlp else 1)   # GeLU / SwiGLU input (Korthikanti)
     else:
-        terms["mlp activation"] = ACTIVATION_SAVES[a.activation] * w * T * f
+        terms[f"{prefix} activation"] = ACTIVATION_SAVES[a.activation] * w * T * f
         if a.gated_mlp:
-            terms["mlp gate product"] = 2 * w * T * f                       # act(gate) and up, saved by the product
-    terms["mlp fc2 input"] = w * T * f                                      # Korthikanti: 8sbh
+            terms[f"{prefix} gate product"] = 2 * w * T * f                 # act(gate) and up, saved by the product
+    terms[f"{prefix} fc2 input"] = w * T * f                                # Korthikanti: 8sbh
     return terms
 
 
@@ -113,34 +141,76 @@ def _qkv(a: Architecture, T: int, w: int, attention: str, hf: bool) -> int:
     return w * T * (q + (2 * q if repeated else 2 * kv))
 
 
+def _scores(a: Architecture, t: Tokens, w: int, hf: bool) -> Dict[str, int]:
+    """Eager attention's s x s terms: softmax (fp32 and its copy in Hugging Face's Llama family), dropout,
+    soft-capping's tanh output (Gemma 2)."""
+    scores = a.heads * t.s * t.s * t.b
+    dropout = a.attn_dropout > 0
+    terms = {}
+    if hf and a.softmax_fp32:
+        # fp32 output saved by softmax; its copy cast back to w is saved by attn @ V only without dropout
+        # (with dropout, attn @ V saves the dropped probabilities instead).
+        terms["attention softmax"] = STAT_BITS * scores + (w * scores if w != STAT_BITS and not dropout else 0)
+    else:
+        terms["attention softmax"] = w * scores
+    if dropout:
+        terms["attention dropout"] = (MASK_BITS + w) * scores      # mask + dropped probabilities
+    if a.attn_softcap:
+        terms["attention soft-cap tanh"] = w * scores
+    return terms
+
+
+def _latent_qkv(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]:
+    """Multi-head latent attention (HF DeepseekV2Attention): the down-projected Q (with q_lora_rank) and KV
+    through their norms, the up-projections' inputs, Q and K with their rotary part, and the KV up-projection's
+    whole output (SDPA's value is a view of it)."""
+    T, heads = t.inside, a.heads
+    terms = {}
+    if a.q_lora_rank:
+        terms["q down-projection norm"] = norm_bits(a, t.outside, w, impl, a.q_lora_rank)
+        terms["q up-projection input"] = w * t.linear_in * a.q_lora_rank
+    terms["kv down-projection norm"] = norm_bits(a, t.outside, w, impl, a.kv_lora_rank)
+    terms["kv up-projection input"] = w * t.linear_in * a.kv_lora_rank
+    terms["q, k (with rotary part)"] = 2 * w * T * heads * a.qk_head_dim
+    terms["kv up-projection output (v)"] = w * T * heads * (a.qk_nope_dim + a.v_head_dim)
+    return terms
+
+
+def _qk_norms(a: Architecture, T: int, w: int, impl: str) -> int:
+    if a.qk_norm == "head":                    # over each head's d features
+        return norm_bits(a, T, w, impl, a.q_size, T * a.heads) + norm_bits(a, T, w, impl, a.kv_size,
+                                                                             T * a.n_kv_heads)
+    return norm_bits(a, T, w, impl, a.q_size) + norm_bits(a, T, w, impl, a.kv_size)
+
+
 def _attention(a: Architecture, t: Tokens, w: int, attention: str, impl: str, recompute: str) -> Dict[str, int]:
     hf = impl == "huggingface"
-    b, s = t.b, t.s
-    terms = {"attention input": w * t.linear_in * a.hidden, "q, k, v": _qkv(a, t.inside, w, attention, hf)}
+    terms = {"attention input": w * t.linear_in * a.hidden}
+    if a.mla:
+        terms.update(_latent_qkv(a, t, w, impl))
+    else:
+        if a.qk_norm != "none":
+            terms["q, k norms"] = _qk_norms(a, t.inside, w, impl)
+        terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf)
     if attention == "flash":
-        terms["attention logsumexp"] = STAT_BITS * b * a.heads * s
+        terms["attention logsumexp"] = STAT_BITS * t.b * a.heads * t.s
     elif recompute != "selective":                                 # selective recompute drops the s^2 terms
-        scores = a.heads * s * s * b
-        dropout = a.attn_dropout > 0
-        if hf and a.softmax_fp32:
-            # fp32 output saved by softmax; its copy cast back to w is saved by attn @ V only without dropout
-            # (with dropout, attn @ V saves the dropped probabilities instead).
-            terms["attention softmax"] = STAT_BITS * scores + (w * scores if w != STAT_BITS and not dropout else 0)
-        else:
-            terms["attention softmax"] = w * scores
-        if dropout:
-            terms["attention dropout"] = (MASK_BITS + w) * scores  # mask + dropped probabilities
-    terms["attention output"] = w * t.inside * a.q_size            # out-projection input (= flash output)
+        terms.update(_scores(a, t, w, hf))
+    v_width = a.heads * a.v_head_dim if a.mla else a.q_size
+    terms["attention output"] = w * t.inside * v_width             # out-projection input (= flash output)
     if a.resid_dropout > 0:
         terms["attention output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
 
 
-def _layer(a, t: Tokens, w, attention, impl, recompute) -> Dict[str, int]:
-    terms = {"input norm": _norm(a, t.outside, w, impl)}
+def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:
+    terms = {"input norm": norm_bits(a, t.outside, w, impl)}
     terms.update(_attention(a, t, w, attention, impl, recompute))
-    terms["post-attention norm"] = _norm(a, t.outside, w, impl)
-    terms.update(_mlp(a, t, w, impl))
+    terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
+    if a.sandwich_norm:
+        terms["pre-MLP norm"] = norm_bits(a, t.outside, w, impl)
+        terms["post-MLP norm"] = norm_bits(a, t.outside, w, impl)
+    terms.update(mlp_terms(a, t, w, impl) if kind == "dense" else moe_terms(a, t, w, impl, moe, mlp_terms))
     if a.resid_dropout > 0:
         terms["mlp output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
@@ -155,26 +225,30 @@ def tp_local(a: Architecture, tp: int) -> Architecture:
     """The block one tensor-parallel rank runs: heads, KV heads and the FFN split over tp, hidden size whole."""
     if tp == 1:
         return a
-    return replace(a, heads=a.heads // tp, kv_heads=a.n_kv_heads // tp, head_dim=a.d_head, ffn=a.ffn // tp)
+    return replace(a, heads=a.heads // tp, kv_heads=None if a.mla else a.n_kv_heads // tp, head_dim=a.d_head,
+                   ffn=a.ffn // tp, shared_expert_ffn=a.shared_expert_ffn // tp)
 
 
 def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, attention: str = "flash",
                 recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
-                sequence_parallel: bool = False, loss_vocab: int = None) -> ActivationReport:
+                sequence_parallel: bool = False, loss_vocab: int = None, moe=None) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
-    them; vocab-parallel cross entropy keeps the padded vocabulary / tp)."""
+    them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
+    (moe_activations.Routing), for mixture-of-experts blocks."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
     hf = implementation == "huggingface"
-    full_layer = _layer(local, t, w, attention, implementation, "none")
+    kinds = ("dense", "moe") if a.experts else ("dense",)
+    full = {k: _layer(local, t, w, attention, implementation, "none", k, moe) for k in kinds}
     if recompute == "full":
-        per_layer = {"block input (checkpoint)": w * t.outside * a.hidden}
+        checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden}
+        blocks = {k: checkpoint for k in kinds}
     elif recompute == "selective":
-        per_layer = _layer(local, t, w, attention, implementation, "selective")
+        blocks = {k: _layer(local, t, w, attention, implementation, "selective", k, moe) for k in kinds}
     else:
-        per_layer = full_layer
+        blocks = full
 
     embed = {"token ids": INDEX_BITS * t.inside}
     stage = {}
@@ -182,18 +256,36 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         embed["position ids"] = INDEX_BITS * t.s
     elif hf:
         # Batch-1 tables shared by a module's layers; each pipeline stage runs the rotary embedding itself.
-        stage["rotary cos/sin"] = 2 * w * t.s * a.d_head
+        tables = 2 if a.local_rope and a.sliding_window and a.sliding_pattern > 1 else 1   # local + global
+        stage["rotary cos/sin"] = tables * 2 * w * t.s * (a.qk_rope_dim if a.mla else a.d_head)
         if recompute == "full":
             stage["position ids (checkpoint input)"] = INDEX_BITS * t.s   # each checkpointed block's input
     if recompute == "full" and hf and attention == "eager":
         embed["causal mask (checkpoint input)"] = w * t.b * t.s * t.s  # HF's 4-D additive mask, kept for recompute
     if a.embd_dropout > 0:
         embed["embedding dropout mask"] = MASK_BITS * t.outside * a.hidden
+    vocab = a.vocab if loss_vocab is None else loss_vocab
     head = {
-        "final norm": _norm(a, t.outside, w, implementation),
+        "final norm": norm_bits(a, t.outside, w, implementation),
         "output projection input": w * t.linear_in * a.hidden,
-        "loss log-softmax (fp32)": STAT_BITS * t.inside * (a.vocab if loss_vocab is None else loss_vocab),
+        "loss log-softmax (fp32)": STAT_BITS * t.inside * vocab,
         "labels": INDEX_BITS * t.inside,
     }
-    return ActivationReport(_bytes(per_layer), _bytes(embed), _bytes(head), a.layers,
-                            sum(_bytes(full_layer).values()) if recompute == "full" else 0, _bytes(stage))
+    if a.final_softcap:
+        head["logit soft-cap tanh"] = w * t.inside * vocab
+    moe_layers = a.moe_layers
+    working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
+    sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute != "full" else {}
+    return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), a.layers - moe_layers, working,
+                            _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, moe_layers,
+                            _bytes(sliding), layer_counts(a)["sliding"])
+
+
+def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:
+    """A local-attention layer needs an explicit mask once the sequence outgrows its window; Hugging Face's SDPA
+    path then cannot use grouped-query SDPA and passes K and V repeated to every query head (repeat_kv), which
+    the kernel saves (measured on Gemma 3, tests/test_moe_validation.py). Eager attention repeats them anyway."""
+    if not (hf and attention == "flash" and a.sliding_window and seq_len > a.sliding_window
+            and not a.mla and a.n_kv_heads < a.heads):
+        return {}
+    return {"repeated k, v (local attention mask)": 2 * w * t.inside * (a.q_size - a.kv_size)}

@@ -25,8 +25,15 @@ ARCH_LIMITS = {
     "vocab": (1, 10**7),
     "seq_len": (1, 10**8),
 }
-NORMS = ("layernorm", "rmsnorm")
+NORMS = ("layernorm", "rmsnorm", "rmsnorm-gemma")   # Gemma's RMSNorm scales by (1 + w), computed in fp32
 POSITIONS = ("learned", "rotary")
+QK_NORMS = ("none", "head", "full")
+ROUTERS = ("softmax", "sigmoid", "topk-softmax")
+MOE_LIMITS = {"q_lora_rank": (0, 10**6), "kv_lora_rank": (0, 10**6), "qk_nope_dim": (0, 10**5),
+              "qk_rope_dim": (0, 10**5), "v_head_dim": (0, 10**5), "experts": (0, 100_000),
+              "experts_per_token": (0, 100_000), "expert_ffn": (0, 10**7), "shared_expert_ffn": (0, 10**8),
+              "first_dense_layers": (0, 10_000), "moe_step": (1, 10_000),
+              "sliding_window": (0, 10**8), "sliding_pattern": (1, 10_000)}
 # Activation functions as Hugging Face names them (config "activation_function" / "hidden_act") -> tensors of the FFN width its autograd formula saves (its output, when that is what it saves,
 # is the fc2 input or the gate product's operand anyway and counted there).
 # gelu_new (HF NewGELUActivation, 0.5x(1 + tanh(...))) saves x, tanh(.), 0.5x and 1 + tanh(.); gelu,
@@ -60,6 +67,38 @@ class Architecture:
     attn_dropout: float = 0.0         # attention-probability dropout
     resid_dropout: float = 0.0        # dropout after the attention output and MLP output projections
     embd_dropout: float = 0.0         # dropout after the embeddings
+    # attention variants
+    attn_bias: bool = False           # biases on q, k, v and o (Llama attention_bias, gpt-oss)
+    mlp_bias: bool = False            # biases on the MLP projections (Llama mlp_bias)
+    qk_norm: str = "none"             # none | head (per head: Qwen3, Gemma 3) | full (over all heads: OLMo 2, OLMoE)
+    sandwich_norm: bool = False       # norms before and after the attention and the MLP (Gemma 2 / 3)
+    attention_sinks: bool = False     # one learned sink logit per head (gpt-oss)
+    attn_softcap: float = 0.0         # tanh soft-capping of attention logits (Gemma 2); 0: none
+    final_softcap: float = 0.0        # tanh soft-capping of the output logits (Gemma 2 / 3); 0: none
+    sliding_window: int = 0           # local attention window (0: every layer attends to the whole sequence)
+    sliding_pattern: int = 1          # 1: every layer local; p >= 2: every p-th layer global (Gemma 3: 6, Gemma 2: 2)
+    local_rope: bool = False          # local layers have rotary tables of their own (Gemma 3's rope_local_base_freq)
+    # multi-head latent attention (DeepSeek-V2 / V3); kv_lora_rank 0: not MLA
+    q_lora_rank: int = 0              # 0: one q_proj from the hidden size
+    kv_lora_rank: int = 0
+    qk_nope_dim: int = 0
+    qk_rope_dim: int = 0
+    v_head_dim: int = 0
+    # mixture of experts; experts 0: dense
+    experts: int = 0                  # routed experts per MoE layer (E)
+    experts_per_token: int = 0        # top-k
+    expert_ffn: int = 0               # each routed expert's FFN width (0: ffn)
+    shared_expert_ffn: int = 0        # total FFN width of the shared expert(s) (0: none)
+    shared_expert_gate: bool = False  # a sigmoid gate on the shared expert (Qwen2-MoE)
+    router: str = "softmax"           # softmax (then top-k) | sigmoid (DeepSeek-V3) | topk-softmax (gpt-oss)
+    norm_topk: bool = True            # renormalise the top-k weights (Mixtral, Qwen3, DeepSeek-V3)
+    router_bias: bool = False         # gpt-oss
+    router_fp32: bool = False         # router weight kept and run in fp32 (DeepSeek _keep_in_fp32_modules)
+    route_weights_fp32: bool = True   # the combine uses fp32 routing weights (Mixtral, DeepSeek; Qwen casts)
+    expert_bias: bool = False         # biases inside the experts (gpt-oss)
+    first_dense_layers: int = 0       # DeepSeek first_k_dense_replace
+    moe_step: int = 1                 # Qwen decoder_sparse_step: layer i is MoE when (i + 1) % step == 0
+    dense_layer_ids: Tuple[int, ...] = ()   # Qwen mlp_only_layers
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -73,6 +112,25 @@ class Architecture:
             require_choice(f, getattr(self, f), options)
         for f in ("attn_dropout", "resid_dropout", "embd_dropout"):
             require_probability(f, getattr(self, f))
+        require_choice("qk_norm", self.qk_norm, QK_NORMS)
+        require_choice("router", self.router, ROUTERS)
+        for f in ("attn_softcap", "final_softcap"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6:
+                raise FieldError(f, v, "a number from 0 (off) to 1,000,000")
+        for f, (lo, hi) in MOE_LIMITS.items():
+            require_int(f, getattr(self, f), lo, hi)
+        if self.kv_lora_rank and not (self.qk_nope_dim + self.qk_rope_dim and self.v_head_dim):
+            raise FieldError("v_head_dim", self.v_head_dim, "set with qk_nope_dim / qk_rope_dim for latent attention")
+        if self.experts:
+            if not 1 <= self.experts_per_token <= self.experts:
+                raise FieldError("experts_per_token", self.experts_per_token,
+                                 f"an integer from 1 to the experts ({self.experts:,})")
+            if not isinstance(self.dense_layer_ids, tuple) or any(
+                    isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < self.layers
+                    for i in self.dense_layer_ids):
+                raise FieldError("dense_layer_ids", self.dense_layer_ids,
+                                 f"layer indices from 0 to {self.layers - 1:,}")
 
     @property
     def n_kv_heads(self) -> int:
@@ -90,16 +148,44 @@ class Architecture:
     def kv_size(self) -> int:
         return self.n_kv_heads * self.d_head
 
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Query/key width per head (MLA: the no-position part plus the rotary part)."""
+        return self.qk_nope_dim + self.qk_rope_dim if self.mla else self.d_head
+
+    @property
+    def moe_ffn(self) -> int:
+        return self.expert_ffn or self.ffn
+
+    def is_moe_layer(self, i: int) -> bool:
+        return bool(self.experts) and i >= self.first_dense_layers and (i + 1) % self.moe_step == 0 \
+            and i not in self.dense_layer_ids
+
+    @property
+    def moe_layers(self) -> int:
+        return layer_counts(self)["moe"]
+
+    def is_sliding_layer(self, i: int) -> bool:
+        return bool(self.sliding_window) and (self.sliding_pattern == 1 or (i + 1) % self.sliding_pattern != 0)
+
 
 class ParamTensor(NamedTuple):
     """One row of the parameter inventory (DESIGN.md section 7)."""
     name: str            # as in the module tree, one layer standing for all: "q_proj.weight"
     module: str          # the nn.Module owning it: ZeRO-3 gathers module by module
     shape: Tuple[int, ...]
-    role: str            # embedding | position | attention | mlp | norm | head
-    tp: str              # column (dim 0 split) | row (last dim split) | vocab (vocabulary rows) | replicated
+    role: str            # embedding | position | attention | mlp | norm | router | expert | shared expert | head
+    tp: str              # column (dim 0 split) | row (last dim split) | vocab (vocabulary rows) | replicated |
+                         # expert-column / expert-row / expert (experts over ep, then column / row over etp)
     place: str           # layer (every block) | first (first pipeline stage) | last (last pipeline stage)
     tied: bool = False   # the output head of tied embeddings: stored once, a copy on the last stage under PP
+    kind: str = "all"    # which blocks hold it: all | dense (dense-MLP blocks) | moe (mixture-of-experts blocks)
+    storage: str = ""    # a fixed storage dtype ("fp32" for a router kept in fp32); "": the ledger's
+    trainable: bool = True
 
     @property
     def elements(self) -> int:
@@ -108,64 +194,146 @@ class ParamTensor(NamedTuple):
             n *= d
         return n
 
+    @property
+    def expert(self) -> bool:
+        return self.tp.startswith("expert")
 
-def _linear(module, out, inp, role, tp, biased, place="layer") -> list:
+
+def _linear(module, out, inp, role, tp, biased, place="layer", kind="all", storage="") -> list:
     """A Linear's weight [out, in] and its bias. A column-parallel bias is split with the output; a row-parallel
     one is added after the reduction, so every rank keeps it whole (Megatron RowParallelLinear, DTensor
     RowwiseParallel)."""
-    rows = [ParamTensor(f"{module}.weight", module, (out, inp), role, tp, place)]
+    rows = [ParamTensor(f"{module}.weight", module, (out, inp), role, tp, place, kind=kind, storage=storage)]
     if biased:
         rows.append(ParamTensor(f"{module}.bias", module, (out,), role, "column" if tp == "column" else "replicated",
-                                place))
+                                place, kind=kind, storage=storage))
     return rows
 
 
-def _norm(module, a: "Architecture", place="layer") -> list:
+def _norm(module, width: int, a: "Architecture", place="layer") -> list:
     names = ("weight", "bias") if a.norm == "layernorm" else ("weight",)   # LayerNorm has a bias, RMSNorm not
-    return [ParamTensor(f"{module}.{n}", module, (a.hidden,), "norm", "replicated", place) for n in names]
+    return [ParamTensor(f"{module}.{n}", module, (width,), "norm", "replicated", place) for n in names]
+
+
+def _attention(a: "Architecture") -> list:
+    h, q, kv = a.hidden, a.q_size, a.kv_size
+    qkv_b = a.bias or a.qkv_bias or a.attn_bias
+    if a.mla:
+        # DeepSeek-V2/V3 (HF DeepseekV2Attention): down-projections and their norms replicated under TP, as
+        # Megatron's MLA duplicates linear_q_down_proj / linear_kv_down_proj; up-projections column, o row.
+        qk, heads = a.qk_head_dim, a.heads
+        if a.q_lora_rank:
+            rows = _linear("q_a_proj", a.q_lora_rank, h, "attention", "replicated", a.attn_bias)
+            rows += _norm("q_a_layernorm", a.q_lora_rank, a)
+            rows += _linear("q_b_proj", heads * qk, a.q_lora_rank, "attention", "column", False)
+        else:
+            rows = _linear("q_proj", heads * qk, h, "attention", "column", False)
+        rows += _linear("kv_a_proj_with_mqa", a.kv_lora_rank + a.qk_rope_dim, h, "attention", "replicated",
+                        a.attn_bias)
+        rows += _norm("kv_a_layernorm", a.kv_lora_rank, a)
+        rows += _linear("kv_b_proj", heads * (a.qk_nope_dim + a.v_head_dim), a.kv_lora_rank, "attention", "column",
+                        False)
+        return rows + _linear("o_proj", h, heads * a.v_head_dim, "attention", "row", a.bias or a.attn_bias)
+    if a.fused_qkv:
+        rows = _linear("qkv_proj", q + 2 * kv, h, "attention", "column", qkv_b)
+    else:
+        rows = []
+        for name, out in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
+            rows += _linear(name, out, h, "attention", "column", qkv_b)
+    if a.qk_norm == "head":
+        rows += _norm("q_norm", a.d_head, a) + _norm("k_norm", a.d_head, a)
+    elif a.qk_norm == "full":
+        rows += _norm("q_norm", q, a) + _norm("k_norm", kv, a)
+    if a.attention_sinks:
+        rows.append(ParamTensor("sinks", "self_attn", (a.heads,), "attention", "column", "layer"))
+    return rows + _linear("o_proj", h, q, "attention", "row", a.bias or a.attn_bias)
+
+
+def _mlp(prefix: str, f: int, a: "Architecture", role: str, kind: str) -> list:
+    h, b = a.hidden, a.bias or a.mlp_bias
+    if a.gated_mlp and a.fused_gate_up:
+        rows = _linear(f"{prefix}gate_up_proj", 2 * f, h, role, "column", b, kind=kind)
+    elif a.gated_mlp:
+        rows = _linear(f"{prefix}gate_proj", f, h, role, "column", b, kind=kind) + \
+            _linear(f"{prefix}up_proj", f, h, role, "column", b, kind=kind)
+    else:
+        rows = _linear(f"{prefix}up_proj", f, h, role, "column", b, kind=kind)
+    return rows + _linear(f"{prefix}down_proj", h, f, role, "row", b, kind=kind)
+
+
+def _experts(a: "Architecture") -> list:
+    """Routed experts as Hugging Face 5.x fuses them: one "experts" module per MoE block holding every expert's
+    gate/up [E, 2f, h] and down [E, h, f] (what ZeRO-3 gathers at once), plus the router [E, h]."""
+    E, f, h = a.experts, a.moe_ffn, a.hidden
+    up = 2 * f if a.gated_mlp else f
+    rows = [ParamTensor("router.weight", "router", (E, h), "router", "replicated", "layer", kind="moe",
+                        storage="fp32" if a.router_fp32 else "")]
+    if a.router_bias:
+        rows.append(ParamTensor("router.bias", "router", (E,), "router", "replicated", "layer", kind="moe",
+                                storage="fp32" if a.router_fp32 else ""))
+    rows.append(ParamTensor("experts.gate_up_proj", "experts", (E, up, h), "expert", "expert-column", "layer",
+                            kind="moe"))
+    rows.append(ParamTensor("experts.down_proj", "experts", (E, h, f), "expert", "expert-row", "layer", kind="moe"))
+    if a.expert_bias:
+        rows.append(ParamTensor("experts.gate_up_proj_bias", "experts", (E, up), "expert", "expert-column", "layer",
+                                kind="moe"))
+        rows.append(ParamTensor("experts.down_proj_bias", "experts", (E, h), "expert", "expert", "layer",
+                                kind="moe"))
+    if a.shared_expert_ffn:
+        rows += [r._replace(role="shared expert") for r in _mlp("shared_experts.", a.shared_expert_ffn, a, "mlp",
+                                                               "moe")]
+        if a.shared_expert_gate:
+            rows += _linear("shared_expert_gate", 1, h, "shared expert", "replicated", False, kind="moe")
+    return rows
 
 
 @lru_cache(maxsize=512)
 def tensors(a: "Architecture") -> Tuple[ParamTensor, ...]:
-    """Every parameter tensor: one block's (place "layer", repeated a.layers times) and the model's ends.
-    Split styles follow Megatron-LM's and torchtitan's tensor-parallel plans: q/k/v and gate/up column-parallel,
-    o and down row-parallel, embedding and head vocabulary-parallel, norms replicated."""
-    h, q, kv, f = a.hidden, a.q_size, a.kv_size, a.ffn
-    qkv_b, b = a.bias or a.qkv_bias, a.bias
-    rows = _norm("input_norm", a) + _norm("post_attention_norm", a)
-    if a.fused_qkv:
-        rows += _linear("qkv_proj", q + 2 * kv, h, "attention", "column", qkv_b)
-    else:
-        for name, out in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
-            rows += _linear(name, out, h, "attention", "column", qkv_b)
-    rows += _linear("o_proj", h, q, "attention", "row", b)
-    if a.gated_mlp and a.fused_gate_up:
-        rows += _linear("gate_up_proj", 2 * f, h, "mlp", "column", b)
-    elif a.gated_mlp:
-        rows += _linear("gate_proj", f, h, "mlp", "column", b) + _linear("up_proj", f, h, "mlp", "column", b)
-    else:
-        rows += _linear("up_proj", f, h, "mlp", "column", b)
-    rows += _linear("down_proj", h, f, "mlp", "row", b)
+    """Every parameter tensor: one block's (place "layer"; kind says which blocks: all, dense or MoE) and the
+    model's ends. Split styles follow Megatron-LM's and torchtitan's tensor-parallel plans: q/k/v and gate/up
+    column-parallel, o and down row-parallel, embedding and head vocabulary-parallel, norms and routers
+    replicated, experts split over expert parallelism."""
+    h = a.hidden
+    rows = _norm("input_norm", h, a) + _norm("post_attention_norm", h, a)
+    if a.sandwich_norm:
+        rows += _norm("pre_mlp_norm", h, a) + _norm("post_mlp_norm", h, a)
+    rows += _attention(a)
+    dense_kind = "dense" if a.experts else "all"
+    rows += _mlp("", a.ffn, a, "mlp", dense_kind)
+    if a.experts:
+        rows += _experts(a)
     rows.append(ParamTensor("embed_tokens.weight", "embed_tokens", (a.vocab, h), "embedding", "vocab", "first"))
     if a.positions == "learned":
         rows.append(ParamTensor("embed_positions.weight", "embed_positions", (a.seq_len, h), "position",
                                 "replicated", "first"))
-    rows += _norm("final_norm", a, "last")
+    rows += _norm("final_norm", h, a, "last")
     rows.append(ParamTensor("lm_head.weight", "lm_head", (a.vocab, h), "head", "vocab", "last", a.tied_embeddings))
     return tuple(rows)
 
 
-def _modules(a: "Architecture", place) -> Dict[str, int]:
+@lru_cache(maxsize=4096)
+def layer_counts(a: "Architecture", first: int = 0, stop: int = None) -> Dict[str, int]:
+    """Blocks of each kind among layers [first, stop): all of them, the dense-MLP ones, the MoE ones, and the
+    local-attention (sliding-window) ones."""
+    stop = a.layers if stop is None else stop
+    moe = sum(1 for i in range(first, stop) if a.is_moe_layer(i))
+    sliding = sum(1 for i in range(first, stop) if a.is_sliding_layer(i))
+    return {"all": stop - first, "dense": stop - first - moe, "moe": moe, "sliding": sliding}
+
+
+def _modules(a: "Architecture", place, kind=None) -> Dict[str, int]:
     mods: Dict[str, int] = {}
     for t in tensors(a):
-        if t.place in place and not t.tied:
+        if t.place in place and not t.tied and (kind is None or t.kind in ("all", kind)):
             mods[t.module] = mods.get(t.module, 0) + t.elements
     return mods
 
 
-def layer_modules(a: "Architecture") -> Dict[str, int]:
-    """Parameters of each module inside one transformer block."""
-    return _modules(a, ("layer",))
+def layer_modules(a: "Architecture", kind: str = None) -> Dict[str, int]:
+    """Parameters of each module inside one transformer block (of a kind: dense or moe; default the first)."""
+    if kind is None:
+        kind = "moe" if a.moe_layers == a.layers else "dense"
+    return _modules(a, ("layer",), kind)
 
 
 def model_modules(a: "Architecture") -> Dict[str, int]:
@@ -173,25 +341,44 @@ def model_modules(a: "Architecture") -> Dict[str, int]:
     return _modules(a, ("first", "last"))
 
 
-def layer_params(a: "Architecture") -> int:
-    return sum(layer_modules(a).values())
+def _instances(a: "Architecture", t: ParamTensor) -> int:
+    return layer_counts(a)[t.kind] if t.place == "layer" else 1
 
 
 def param_count(a: "Architecture") -> int:
     """Exact parameter count, shared (tied) weights counted once."""
-    return a.layers * layer_params(a) + sum(model_modules(a).values())
+    return sum(t.elements * _instances(a, t) for t in tensors(a) if not t.tied)
+
+
+def layer_params(a: "Architecture") -> int:
+    return sum(layer_modules(a).values())
+
+
+def counts(a: "Architecture") -> Dict[str, int]:
+    """Total, expert (routed), dense (the rest) and active parameters per token: dense + top-k / E of each MoE
+    block's routed experts (shared experts and routers always run). Embedding and head included, as
+    transformers counts a model's parameters."""
+    total = param_count(a)
+    expert = sum(t.elements * _instances(a, t) for t in tensors(a) if t.expert)
+    active = total - expert
+    if a.experts:
+        active += expert * a.experts_per_token // a.experts
+    return {"params": total, "expert_params": expert, "dense_params": total - expert, "active_params": active}
 
 
 def small_params(a: "Architecture", threshold: int) -> int:
     """Elements of parameter tensors with at most `threshold` elements: what ZeRO-3 keeps whole on every worker
     (DeepSpeed stage3_param_persistence_threshold compares each parameter's ds_numel with it)."""
-    return sum(t.elements * (a.layers if t.place == "layer" else 1)
-               for t in tensors(a) if not t.tied and t.elements <= threshold)
+    return sum(t.elements * _instances(a, t) for t in tensors(a) if not t.tied and t.elements <= threshold)
 
 
 def largest_layer(a: "Architecture") -> tuple:
-    """(module name, parameters) of the largest single module: DeepSpeed's largest_layer_params."""
-    candidates = {**model_modules(a), **layer_modules(a)}
+    """(module name, parameters) of the largest single module: DeepSpeed's largest_layer_params. For fused
+    experts that is every expert of a block."""
+    candidates = dict(model_modules(a))
+    for kind in ("dense", "moe"):
+        if layer_counts(a)[kind]:
+            candidates.update({k: v for k, v in layer_modules(a, kind).items() if v > candidates.get(k, -1)})
     name = max(candidates, key=lambda k: candidates[k])
     return name, candidates[name]
 

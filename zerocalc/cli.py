@@ -145,6 +145,13 @@ def _model_flags(p):
                      help="vocab-parallel logits and loss under tp (default yes; no: gathered logits)")
     par.add_argument("--vocab-divisor", type=_count, help="pad the vocabulary to a multiple of this x tp "
                                                          "(default: 128 for megatron kernels, 1 otherwise)")
+    par.add_argument("--ep", type=_count, help="expert parallel: routed experts split over ep ranks (default 1)")
+    par.add_argument("--etp", type=_count, help="expert tensor parallel: each expert's FFN over etp ranks "
+                                                "(default 1; Megatron's default is tp)")
+    par.add_argument("--moe-imbalance-percent", type=_count, help="pairs the busiest expert-parallel rank "
+                                                                  "receives, %% of a balanced share (100)")
+    par.add_argument("--moe-capacity-percent", type=_count, help="capacity factor x 100: drops pairs beyond it "
+                                                                 "(0: dropless)")
     m.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     m.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 

@@ -16,9 +16,9 @@ ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "implementation",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
-                  "gpu", "gpu_memory")
+                  "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")
 LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
-                "vocab_divisor")
+                "vocab_divisor", "ep", "etp")
 
 
 class ModelFlagError(ValueError):

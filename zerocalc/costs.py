@@ -15,7 +15,10 @@ Per micro-batch and layer, with T the rank's tokens (b x s / cp), h the hidden s
   (Megatron finalize_model_grads._allreduce_word_embedding_grads);
 - context parallel (Transformer Engine AttnFuncWithCPAndKVP2P): cp - 1 exchanges of the local K and V in forward,
   cp - 1 of K, V and cp - 1 of dK, dV in backward (and the forward's again under full recompute);
-- data parallel: model_states.communication_bytes over the rank's own parameters among dp x cp ranks.
+- expert parallel: per MoE block per micro-batch, the all-to-all dispatch and combine of the routed pairs
+  [S, h] forward and again backward (4 S h w; + 2 S h w under full recompute);
+- data parallel: model_states.communication_bytes over the rank's own parameters among dp x cp ranks (experts
+  among the expert-data-parallel group).
 """
 
 from __future__ import annotations
@@ -23,9 +26,10 @@ from __future__ import annotations
 from typing import Dict
 
 from .model_states import communication_bytes
+from .moe_activations import routed_pairs
 from .tables import DTYPE_BITS
 
-KINDS = ("data parallel", "tensor parallel", "pipeline", "context parallel")
+KINDS = ("data parallel", "tensor parallel", "pipeline", "context parallel", "expert parallel")
 
 
 def _bytes(elements: int, bits: int) -> int:
@@ -38,7 +42,7 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
     m, w, h = layout.micro_batches, shape.act_bits, a.hidden
     T = workload.micro_batch * (workload.seq_len // layout.cp)
     full = workload.recompute == "full"
-    out = {"tensor parallel": 0, "pipeline": 0, "context parallel": 0}
+    out = {"tensor parallel": 0, "pipeline": 0, "context parallel": 0, "expert parallel": 0}
     if layout.tp > 1:
         per_micro = rank.layers * (8 + (4 if full else 0)) * T * h
         per_micro += (2 * T * h if rank.first else 0) + (2 * T * h if rank.last else 0)
@@ -54,6 +58,10 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
         if a.tied_embeddings and (rank.first or rank.last):
             tied = 2 * _bytes(-(-workload.vocab_rows // layout.tp) * h, DTYPE_BITS[scenario.grad_dtype])
         out["pipeline"] = m * sends * _bytes(boundary * h, w) + tied
+    if layout.ep > 1 and rank.moe_layers:
+        routed = routed_pairs(T // layout.tp if layout.sequence_parallel else T, a.experts_per_token,
+                              workload.routing)
+        out["expert parallel"] = m * rank.moe_layers * (4 + (2 if full else 0)) * _bytes(routed * h, w)
     if layout.cp > 1:
         kv_local = a.kv_size // layout.tp
         exchanges = (layout.cp - 1) * (3 + (1 if full else 0))
@@ -62,8 +70,13 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
 
 
 def data_parallel_communication(scenario, workload, shape, stage: int) -> int:
-    ranks = scenario.workers * workload.layout.cp
-    return communication_bytes(scenario, stage, shape.params, ranks, workload.layout.micro_batches)
+    """ZeRO's traffic for each parameter group among the ranks that hold it (dp x cp for dense tensors, the
+    expert-data-parallel group for experts)."""
+    layout = workload.layout
+    edp = layout.expert_data_parallel(scenario.workers)
+    return sum(communication_bytes(scenario, stage, g.params,
+                                   edp if g.name.startswith("experts") else scenario.workers * layout.cp,
+                                   layout.micro_batches) for g in shape.groups)
 
 
 def _attention_flops(workload) -> int:

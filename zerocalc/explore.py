@@ -4,23 +4,26 @@ the worked formula behind each ledger cell. Plain data, for the CLI's JSON and t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, List
 
 from .gpus import GPU_CATALOG
 from .model_states import StateRow, row_bytes
+from .peak import param_groups
+from .ranks import state_rows as group_rows
 from .tables import PARTITIONED
 
 SCALING_WORKERS = tuple(2**k for k in range(13))   # 1 .. 4096, the UI's log axis
 
 
-def stage_operands(report, stage: int):
-    """(parameters one rank holds, ZeRO divisor) behind a stage's per-worker cells: the scenario's own for pure
-    data parallelism, the worst rank's under a layout."""
+def stage_rows(report, stage: int):
+    """The ledger rows behind a stage's per-worker cells: the scenario's own for pure data parallelism, the
+    worst rank's (one row per entry and parameter group) under a layout."""
     ranks = getattr(report, "ranks", None)
     if ranks is None:
-        return report.scenario.params, report.scenario.group
-    shape = ranks[report.worst[stage]].shape
-    return shape.params, shape.shard
+        s = report.scenario
+        return tuple(StateRow(e, e.elements(s.params), s.group) for e in report.ledger)
+    return ranks[report.worst[stage]].rows
 
 
 def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
@@ -28,14 +31,17 @@ def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
     the rank holding the most parameters."""
     ranks = getattr(report, "ranks", None)
     s = report.scenario
-    params, cp = (s.params, 1) if ranks is None else (max(v.shape.params for v in ranks),
-                                                      report.workload.layout.cp)
     rows = {"workers": list(workers)}
     for stage in range(4):
         rows[f"stage_{stage}"] = []
-    elements = [e.elements(params) for e in report.ledger]
+    view = None if ranks is None else max(ranks, key=lambda v: v.shape.params)
     for n in workers:
-        state_rows = [StateRow(e, k, n * cp) for e, k in zip(report.ledger, elements)]
+        if view is None:
+            state_rows = [StateRow(e, e.elements(s.params), n) for e in report.ledger]
+        else:
+            scaled = replace(s, workers=n, shard_group=None)
+            shape = view.shape._replace(groups=param_groups(scaled, report.workload, view.rank))
+            state_rows = group_rows(scaled, report.ledger, shape)
         for stage in range(4):
             rows[f"stage_{stage}"].append(sum(row_bytes(r, stage) for r in state_rows))
     return rows
@@ -53,13 +59,17 @@ def fits_on(report) -> List[dict]:
 
 
 def ledger_cells(report) -> List[dict]:
-    """Every (entry, stage) cell with the numbers of its formula: elements x bits / 8 / divisor = bytes."""
-    cells = []
-    for i, entry in enumerate(report.ledger):
-        for r in report.stages:
-            params, group = stage_operands(report, r.stage)
-            divisor = group if entry.category in PARTITIONED[r.stage] else 1
+    """Every (entry, stage) cell with the numbers of its formula: elements x bits / 8 / divisor = bytes. Entry by
+    entry, each entry's four stages together."""
+    per_stage = []
+    for r in report.stages:
+        cells = []
+        for i, row in enumerate(stage_rows(report, r.stage)):
+            entry = row.entry
+            divisor = row.divisor if entry.category in PARTITIONED[r.stage] else 1
             cells.append({"entry": entry.name, "category": entry.category, "stage": r.stage, "dtype": entry.dtype,
-                          "params": params, "elements": entry.elements(params), "bits": entry.bits,
-                          "divisor": divisor, "bytes": r.per_worker_by_entry[i], "location": r.entry_location[i]})
-    return cells
+                          "params": row.elements * entry.den // entry.num, "elements": row.elements,
+                          "bits": entry.bits, "divisor": divisor, "bytes": r.per_worker_by_entry[i],
+                          "location": r.entry_location[i]})
+        per_stage.append(cells)
+    return [cells[i] for i in range(max(map(len, per_stage))) for cells in per_stage if i < len(cells)]

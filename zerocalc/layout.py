@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from math import gcd
 from typing import Optional, Tuple
 
 from .scenario import FieldError, require_choice, require_int
@@ -29,6 +30,8 @@ LAYOUT_LIMITS = {
     "pp": (1, 4096),
     "vpp": (1, 256),
     "cp": (1, 4096),
+    "ep": (1, 65_536),
+    "etp": (1, 4096),
     "micro_batches": (1, 100_000),
 }
 VOCAB_DIVISOR_LIMITS = (1, 1_000_000)
@@ -46,6 +49,8 @@ class Layout:
     schedule: str = "1f1b"
     loss_parallel: bool = True        # vocab-parallel logits and loss under TP (Megatron; torchtitan's default)
     vocab_divisor: Optional[int] = None   # pad the vocabulary to a multiple of this x tp; None: by the kernels
+    ep: int = 1                       # expert parallel: routed experts split over ep ranks
+    etp: int = 1                      # expert tensor parallel: each expert's FFN split over etp ranks
 
     def __post_init__(self):
         for field, (lo, hi) in LAYOUT_LIMITS.items():
@@ -72,6 +77,11 @@ class Layout:
     def is_trivial(self) -> bool:
         return self.model_parallel == 1
 
+    def expert_data_parallel(self, dp: int) -> int:
+        """Megatron-Core's parallel folding: the expert layers re-partition the ranks of a pipeline stage
+        (dp x tp x cp) as etp x ep x edp, so experts' ZeRO / FSDP group is edp = dp x tp x cp / (ep x etp)."""
+        return dp * self.tp * self.cp // (self.ep * self.etp)
+
     def world(self, dp: int) -> int:
         return dp * self.model_parallel
 
@@ -93,17 +103,42 @@ def _divisors(n: int) -> list:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def check_experts(layout: Layout, arch, dp: int) -> None:
+    """Expert parallelism needs experts to split and a stage's ranks to fold into etp x ep x edp."""
+    if layout.ep == 1 and layout.etp == 1:
+        return
+    if not arch.experts:
+        raise FieldError("ep" if layout.ep > 1 else "etp", layout.ep if layout.ep > 1 else layout.etp,
+                         "1 for a model without experts")
+    if arch.experts % layout.ep:
+        raise FieldError("ep", layout.ep, f"a divisor of the experts ({arch.experts:,}): one of "
+                         + ", ".join(str(d) for d in _divisors(arch.experts)[:24]))
+    if arch.moe_ffn % layout.etp:
+        raise FieldError("etp", layout.etp, f"a divisor of the expert FFN width ({arch.moe_ffn:,})")
+    stage_ranks = dp * layout.tp * layout.cp
+    if stage_ranks % (layout.ep * layout.etp):
+        raise FieldError("ep", layout.ep, f"ep x etp dividing dp x tp x cp ({stage_ranks:,}): Megatron's parallel "
+                                          "folding re-partitions a pipeline stage's ranks for the experts")
+
+
 def check_against(layout: Layout, arch, seq_len: int, attention: str) -> None:
     """Raise FieldError naming the layout field a model cannot be split by, with the values allowed."""
     tp = layout.tp
     if tp > 1:
-        dims = {"heads": arch.heads, "kv_heads": arch.n_kv_heads, "ffn": arch.ffn}
+        dims = {"heads": arch.heads}
+        if not arch.mla:                     # latent attention has no KV heads to split
+            dims["kv_heads"] = arch.n_kv_heads
+        dims["ffn"] = arch.ffn
+        if arch.shared_expert_ffn:
+            dims["shared_expert_ffn"] = arch.shared_expert_ffn
         bad = [f"{k} ({v:,})" for k, v in dims.items() if v % tp]
         if bad:
-            from math import gcd
-            g = gcd(gcd(arch.heads, arch.n_kv_heads), arch.ffn)
-            raise FieldError("tp", tp, f"a divisor of heads, kv_heads and ffn (not of {', '.join(bad)}): one of "
-                                       + ", ".join(str(d) for d in _divisors(g)[:24]))
+            g = 0
+            for v in dims.values():
+                g = gcd(g, v)
+            names = list(dims)
+            raise FieldError("tp", tp, f"a divisor of {', '.join(names[:-1])} and {names[-1]} (not of "
+                                       f"{', '.join(bad)}): one of " + ", ".join(str(d) for d in _divisors(g)[:24]))
     chunks = layout.pp * layout.vpp
     if chunks > arch.layers:
         raise FieldError("pp", layout.pp, f"at most the layers ({arch.layers:,})"

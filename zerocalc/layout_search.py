@@ -2,8 +2,10 @@
 node, every tp dividing the heads, KV heads, FFN width and the GPUs of a node (tensor parallelism stays inside a
 node), every pp dividing the layers, every cp the sequence allows (2 x cp dividing it; flash attention), dp the
 rest; for each ZeRO stage, the cheapest recompute and offload setting that fits. Sequence parallelism is on
-whenever tp > 1 (same traffic, less memory); micro-batch, micro-batches per step, the schedule and every other
-input are held as given.
+whenever tp > 1 (same traffic, less memory). The global batch (dp x micro-batch x micro-batches: the sequences of
+one optimizer step) is held, so every plan does the same work per step: a plan's micro-batches are the global
+batch / (its dp x the micro-batch), and a dp that does not divide it is skipped. The micro-batch, the schedule and
+every other input are held as given.
 
 Ranking (cheapest first): no offload before optimizer offload before optimizer + parameter offload (every step
 moves state over PCIe), then the least time overhead (recomputed forward FLOPs and the pipeline bubble, as a share
@@ -18,7 +20,7 @@ from dataclasses import replace
 from typing import List, NamedTuple
 
 from .costs import bubble_fraction, time_overhead
-from .layout import Layout
+from .layout import LAYOUT_LIMITS, Layout
 from .ranks import layout_report
 
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
@@ -31,9 +33,11 @@ class Plan(NamedTuple):
     tp: int
     pp: int
     cp: int
+    ep: int
     vpp: int
     schedule: str
     sequence_parallel: bool
+    micro_batches: int
     stage: int
     recompute: str
     offload_optimizer: str
@@ -65,10 +69,12 @@ def _divisors(n: int) -> List[int]:
 
 
 def candidate_layouts(workload, gpus: int, gpus_per_node: int):
-    """(tp, pp, cp, sequence_parallel) the model and the GPU count allow."""
+    """(tp, pp, cp, ep, sequence_parallel) the model and the GPU count allow (ep: for MoE models, every divisor
+    of the experts that a pipeline stage's ranks can fold into; expert tensor parallel stays 1)."""
     a, seq = workload.arch, workload.seq_len
     for tp in _divisors(gpus):
-        if a.heads % tp or a.n_kv_heads % tp or a.ffn % tp or gpus_per_node % tp:
+        if a.heads % tp or (not a.mla and a.n_kv_heads % tp) or a.ffn % tp or gpus_per_node % tp or \
+                (a.shared_expert_ffn and a.shared_expert_ffn % tp):
             continue
         for pp in _divisors(gpus // tp):
             if a.layers % pp:
@@ -76,16 +82,19 @@ def candidate_layouts(workload, gpus: int, gpus_per_node: int):
             for cp in _divisors(gpus // (tp * pp)):
                 if cp > 1 and (workload.attention != "flash" or seq % (2 * cp)):
                     continue
-                yield tp, pp, cp, tp > 1 and (seq // cp) % tp == 0
+                stage_ranks = gpus // pp
+                for ep in (_divisors(a.experts) if a.experts else [1]):
+                    if stage_ranks % ep == 0:
+                        yield tp, pp, cp, ep, tp > 1 and (seq // cp) % tp == 0
 
 
-def _layout_for(workload, tp, pp, cp, sp) -> Layout:
+def _layout_for(workload, tp, pp, cp, ep, sp, micro_batches) -> Layout:
     given = workload.layout
     schedule, vpp = given.schedule, given.vpp
     if schedule == "interleaved" and (pp < 2 or workload.arch.layers % (pp * vpp)):
         schedule, vpp = "1f1b", 1
-    return Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, sequence_parallel=sp, micro_batches=given.micro_batches,
-                  schedule=schedule, loss_parallel=given.loss_parallel, vocab_divisor=given.vocab_divisor)
+    return Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, sequence_parallel=sp, micro_batches=micro_batches,
+                  schedule=schedule, loss_parallel=given.loss_parallel, vocab_divisor=given.vocab_divisor, ep=ep)
 
 
 def _recomputes(workload):
@@ -96,11 +105,17 @@ def _recomputes(workload):
 def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
     """Every fitting (layout, stage) with its cheapest recompute / offload setting, cheapest first."""
     gpus = gpus or workload.layout.world(scenario.workers)
+    global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
     plans = []
     options = [(r, off) for off in OFFLOADS for r in _recomputes(workload)]
-    for tp, pp, cp, sp in candidate_layouts(workload, gpus, scenario.gpus_per_node):
+    for tp, pp, cp, ep, sp in candidate_layouts(workload, gpus, scenario.gpus_per_node):
         dp = gpus // (tp * pp * cp)
-        layout = _layout_for(workload, tp, pp, cp, sp)
+        if global_batch % (dp * workload.micro_batch):
+            continue
+        micro_batches = global_batch // (dp * workload.micro_batch)
+        if micro_batches > LAYOUT_LIMITS["micro_batches"][1]:
+            continue
+        layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
         base_s = replace(scenario, workers=dp, shard_group=None)
         base_w = replace(workload, layout=layout)
 
@@ -125,7 +140,8 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
                     continue
                 view = report.ranks[report.worst[stage]]
                 slowest = max(report.ranks, key=lambda v: time_overhead(report.workload, v.rank, v.recompute_flops))
-                plans.append(Plan(gpus, dp, tp, pp, cp, layout.vpp, layout.schedule, sp, stage, recompute,
+                plans.append(Plan(gpus, dp, tp, pp, cp, ep, layout.vpp, layout.schedule, sp, micro_batches, stage,
+                                  recompute,
                                   offload[0], offload[1], p.peak_bytes, p.capacity_bytes, view.rank.name,
                                   max(sum(v.communication[stage].values()) for v in report.ranks),
                                   max(v.recompute_flops for v in report.ranks), bubble_fraction(layout),
@@ -141,4 +157,5 @@ def plan_dict(plan: Plan) -> dict:
 def search_dict(scenario, workload) -> dict:
     plans = search_layouts(scenario, workload)
     return {"layouts": [plan_dict(p) for p in plans[:SHOWN]], "layouts_count": len(plans),
-            "layouts_gpus": workload.layout.world(scenario.workers)}
+            "layouts_gpus": workload.layout.world(scenario.workers),
+            "layouts_global_batch": scenario.workers * workload.micro_batch * workload.layout.micro_batches}

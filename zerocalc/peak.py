@@ -53,6 +53,14 @@ def _b(elements: int, bits: int) -> int:
     return -(-elements * bits // 8)
 
 
+class ParamGroup(NamedTuple):
+    """Parameters one rank holds that ZeRO shards over the same group, in the same dtype, trained alike."""
+    name: str            # "" (dense, trainable), "experts", "fp32" (a router kept in fp32), ...
+    params: int          # elements before ZeRO
+    grad_params: int     # elements of their gradients (more than params where DTensor keeps a gradient whole)
+    shard: int           # the ZeRO / FSDP divisor: dp x cp for dense tensors, the expert-data-parallel size for experts
+
+
 class StepShape(NamedTuple):
     """One rank's step, independent of the ZeRO stage: computed once per rank class, scenario and workload."""
     act: ActivationReport        # saved for backward by one micro-batch on this rank (its layers, its ends)
@@ -60,10 +68,8 @@ class StepShape(NamedTuple):
     compute_bits: int
     largest_layer_params: int    # the largest module's local parameters (what ZeRO-3 gathers at once)
     persistent_params: int       # local parameters under the persistence threshold (ZeRO-3 keeps them whole)
-    params: int                  # parameter elements this rank holds before ZeRO (its TP/PP shard)
-    grad_params: int             # elements of the gradients it holds (more than params where DTensor keeps a
-                                 # vocab-parallel embedding's gradient whole)
-    shard: int                   # the ZeRO shard divisor of those parameters
+    params: int                  # parameter elements this rank holds before ZeRO (its TP/PP/EP shard)
+    groups: Tuple[ParamGroup, ...]   # those parameters by ZeRO group
     activation_bytes: int        # saved activations at the rank's peak: every in-flight micro-batch
     in_flight: Tuple[int, int, int]   # chunk-micro-batches alive at that peak, of which first / last chunk
     logits_elements: int         # tokens x vocabulary columns of the logits (0 off the last pipeline stage)
@@ -76,22 +82,38 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     bits = DTYPE_BITS[workload.activation_dtype or compute]
     vocab_cols = workload.vocab_columns
     act = activations(a, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
-                      workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, vocab_cols)
-    act = act._replace(layers=rank.layers, embed=act.embed if rank.first else {},
+                      workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, vocab_cols,
+                      workload.routing)
+    act = act._replace(layers=rank.layers - rank.moe_layers, moe_layers=rank.moe_layers,
+                       sliding_layers=rank.sliding_layers, embed=act.embed if rank.first else {},
                        head=act.head if rank.last else {})
-    embed, head, block = sum(act.embed.values()), sum(act.head.values()), act.per_layer_total
-    chunk = max(rank.chunks) * block + sum(act.stage.values())
+    embed, head = sum(act.embed.values()), sum(act.head.values())
+    chunk = max(act.blocks(*c) for c in rank.chunks) + sum(act.stage.values())
     pp_m = (layout.micro_batches if layout.pp > 1 else 1)
     if layout.pp == 1:
         alive = (1, 1, 1)
     else:
         alive = in_flight(layout.schedule, layout.pp, layout.vpp, pp_m, rank.pp_ranks[0], embed, head, chunk)
-    activation = alive[0] * chunk + alive[1] * embed + alive[2] * head   # interleaved chunks are equal
+    # Interleaved chunks hold equal layer counts; with dense and MoE blocks mixed, the largest chunk stands for all.
+    activation = alive[0] * chunk + alive[1] * embed + alive[2] * head
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
                      rank.persistent_params(workload.param_persistence_threshold), rank.params,
-                     rank.params + _replicated_embedding_grad(workload, rank), scenario.group * layout.cp,
-                     activation, alive, tokens * vocab_cols if rank.last else 0)
+                     param_groups(scenario, workload, rank), activation, alive,
+                     tokens * vocab_cols if rank.last else 0)
+
+
+def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
+    """The rank's parameters by ZeRO group. Dense tensors shard over dp x cp (the shard group x cp with hybrid
+    sharding); experts over the expert-data-parallel group (Megatron-Core parallel folding: dp x tp x cp /
+    (ep x etp)), cut in the same proportion under hybrid sharding."""
+    layout = workload.layout
+    dense = scenario.group * layout.cp
+    expert = max(1, layout.expert_data_parallel(scenario.workers) * scenario.group // scenario.workers)
+    extra = _replicated_embedding_grad(workload, rank)
+    return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
+                            expert if name.startswith("experts") else dense)
+                 for name, n in rank.group_params().items())
 
 
 def _replicated_embedding_grad(workload, rank) -> int:
@@ -121,7 +143,7 @@ def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
     widest = max(DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.grad_accum_dtype or scenario.grad_dtype])
     if widest >= master_bits:
         return 0
-    elements = shape.params if stage == 0 else -(-shape.params // shape.shard)
+    elements = sum(g.params if stage == 0 else -(-g.params // g.shard) for g in shape.groups)
     return _b(elements, master_bits)
 
 

@@ -13,16 +13,32 @@ and ends. Every tensor- and context-parallel rank and every data-parallel replic
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple, Tuple
+from typing import Dict, NamedTuple, Tuple
 
-from .architecture import Architecture, ParamTensor, tensors
-from .layout import Layout, chunk_layers, padded_vocab
+from .architecture import Architecture, ParamTensor, layer_counts, tensors
+from .layout import Layout, padded_vocab
+
+
+class Blocks(NamedTuple):
+    """The blocks of one model chunk: dense-MLP ones, mixture-of-experts ones, and how many use local attention."""
+    dense: int
+    moe: int
+    sliding: int = 0
+
+
+def group_of(t: ParamTensor) -> str:
+    """The parameter group: tensors sharded over the same data-parallel group, kept in the same dtype and trained
+    alike ("" for the dense trainable parameters)."""
+    parts = (["experts"] if t.expert else []) + ([t.storage] if t.storage else []) + \
+        ([] if t.trainable else ["frozen"])
+    return ", ".join(parts)
 
 
 class Holding(NamedTuple):
     tensor: ParamTensor
     local_elements: int      # this rank's split of one instance
-    instances: int           # how many of it the rank holds (its layers, for block tensors)
+    instances: int           # how many of it the rank holds (its blocks of the tensor's kind, for block tensors)
+    group: str = ""          # group_of(tensor)
 
     @property
     def elements(self) -> int:
@@ -32,7 +48,7 @@ class Holding(NamedTuple):
 class RankClass(NamedTuple):
     name: str
     pp_ranks: Tuple[int, ...]
-    chunks: Tuple[int, ...]          # layers of each model chunk this rank holds
+    chunks: Tuple[Blocks, ...]       # the blocks of each model chunk this rank holds
     first: bool                      # holds the embedding end
     last: bool                       # holds the output end
     count: int                       # ranks in the class: pipeline ranks x dp x tp x cp
@@ -40,12 +56,23 @@ class RankClass(NamedTuple):
 
     @property
     def layers(self) -> int:
-        return sum(self.chunks)
+        return sum(c.dense + c.moe for c in self.chunks)
+
+    @property
+    def moe_layers(self) -> int:
+        return sum(c.moe for c in self.chunks)
+
+    @property
+    def sliding_layers(self) -> int:
+        return sum(c.sliding for c in self.chunks)
 
     @property
     def params(self) -> int:
-        """Parameter elements one rank holds (its TP/PP shard, before ZeRO)."""
+        """Parameter elements one rank holds (its TP/PP/EP shard, before ZeRO)."""
         return sum(h.elements for h in self.holdings)
+
+    def group_params(self) -> Dict[str, int]:
+        return _group_params(self.holdings)
 
     def largest_module(self) -> Tuple[str, int]:
         """The largest single module's local parameters: what ZeRO-3 gathers at once on this rank."""
@@ -60,7 +87,15 @@ class RankClass(NamedTuple):
         return sum(h.elements for h in self.holdings if h.local_elements <= threshold)
 
 
-def local_elements(t: ParamTensor, tp: int, vocab_rows: int) -> int:
+@lru_cache(maxsize=4096)
+def _group_params(holdings: Tuple[Holding, ...]) -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    for h in holdings:
+        out[h.group] = out.get(h.group, 0) + h.elements
+    return out
+
+
+def local_elements(t: ParamTensor, tp: int, vocab_rows: int, ep: int = 1, etp: int = 1) -> int:
     shape = list(t.shape)
     if t.tp == "vocab":
         shape[0] = vocab_rows
@@ -68,6 +103,12 @@ def local_elements(t: ParamTensor, tp: int, vocab_rows: int) -> int:
         shape[0] = -(-shape[0] // tp)
     elif t.tp == "row":
         shape[-1] = -(-shape[-1] // tp)
+    elif t.expert:
+        shape[0] = -(-shape[0] // ep)                 # whole experts over ep
+        if t.tp == "expert-column":
+            shape[1] = -(-shape[1] // etp)
+        elif t.tp == "expert-row" and len(shape) > 2:
+            shape[2] = -(-shape[2] // etp)
     n = 1
     for d in shape:
         n *= d
@@ -82,15 +123,31 @@ def _stage_name(ranks: Tuple[int, ...], pp: int) -> str:
     return f"pipeline {span}" + (f" ({', '.join(ends)})" if ends else "")
 
 
+def chunk_blocks(arch: Architecture, pp: int, vpp: int) -> Tuple[Tuple[Blocks, ...], ...]:
+    """The blocks of each model chunk on each pipeline rank: result[r][v] for chunk v of rank r. Layers
+    are cut into pp x vpp chunks in order, the first ones a layer longer when they do not divide (array_split);
+    chunk v x pp + r lives on rank r (Megatron's virtual pipeline layout)."""
+    n = pp * vpp
+    base, extra = divmod(arch.layers, n)
+    starts, start = [], 0
+    for c in range(n):
+        size = base + (1 if c < extra else 0)
+        starts.append((start, start + size))
+        start += size
+    kinds = [layer_counts(arch, a, b) for a, b in starts]
+    return tuple(tuple(Blocks(kinds[v * pp + r]["dense"], kinds[v * pp + r]["moe"], kinds[v * pp + r]["sliding"])
+                       for v in range(vpp)) for r in range(pp))
+
+
 @lru_cache(maxsize=1024)
 def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: str) -> Tuple[RankClass, ...]:
     """The distinct ranks of a layout, in pipeline order."""
     tp, pp = layout.tp, layout.pp
     vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
     table = tensors(arch)
-    split = {t: local_elements(t, tp, vocab_rows) for t in table}
+    split = {t: local_elements(t, tp, vocab_rows, layout.ep, layout.etp) for t in table}
     per_stage = dp * tp * layout.cp
-    chunks = chunk_layers(arch.layers, pp, layout.vpp)
+    chunks = chunk_blocks(arch, pp, layout.vpp)
 
     def signature(r):
         return chunks[r], r == 0, r == pp - 1
@@ -105,11 +162,12 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
     for ranks in groups:
         r = ranks[0]
         first, last = r == 0, r == pp - 1
-        layers = sum(chunks[r])
+        blocks = {"dense": sum(c.dense for c in chunks[r]), "moe": sum(c.moe for c in chunks[r])}
+        blocks["all"] = blocks["dense"] + blocks["moe"]
         held = []
         for t in table:
             if t.place == "layer":
-                instances = layers
+                instances = blocks[t.kind]
             elif t.place == "first":
                 instances = 1 if first else 0
             elif t.tied:
@@ -117,14 +175,25 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
             else:
                 instances = 1 if last else 0
             if instances:
-                held.append(Holding(t, split[t], instances))
+                held.append(Holding(t, split[t], instances, group_of(t)))
         classes.append(RankClass(_stage_name(tuple(ranks), pp), tuple(ranks), chunks[r], first, last,
                                  len(ranks) * per_stage, tuple(held)))
     return tuple(classes)
 
 
-def stored_params(arch: Architecture, layout: Layout, implementation: str) -> int:
-    """One copy of every parameter as stored (vocabulary padded as the kernels pad it; tied weights once)."""
+@lru_cache(maxsize=1024)
+def stored_groups(arch: Architecture, layout: Layout, implementation: str) -> Dict[str, int]:
+    """One copy of every parameter as stored, by parameter group (vocabulary padded as the kernels pad it; tied
+    weights once)."""
     vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
-    return sum(local_elements(t, 1, vocab_rows) * (arch.layers if t.place == "layer" else 1)
-               for t in tensors(arch) if not t.tied)
+    kinds = layer_counts(arch)
+    out: Dict[str, int] = {}
+    for t in tensors(arch):
+        if not t.tied:
+            h = Holding(t, local_elements(t, 1, vocab_rows), kinds[t.kind] if t.place == "layer" else 1, group_of(t))
+            out[h.group] = out.get(h.group, 0) + h.elements
+    return out
+
+
+def stored_params(arch: Architecture, layout: Layout, implementation: str) -> int:
+    return sum(stored_groups(arch, layout, implementation).values())

@@ -10,8 +10,9 @@ from fractions import Fraction
 
 from . import __version__
 from .deepspeed_estimator import DeepSpeedView, deepspeed_view
-from .architecture import largest_layer, param_count
+from .architecture import counts, largest_layer
 from .explore import fits_on, ledger_cells, scaling
+from .explore import stage_rows as ledger_rows_of
 from .ledger import bytes_per_param
 from .model_states import ModelStatesReport, model_states, workers_per_node
 from .ranks import LayoutReport, layout_report
@@ -61,8 +62,8 @@ def _stage_row(r, per_node: int, names) -> dict:
 def stage_rows(report) -> list:
     """Per ZeRO stage: the worst rank's bytes (every worker's, without a layout) and the cluster's."""
     per_node = workers_per_node(report.scenario)
-    names = [e.name for e in report.ledger]
-    rows = [_stage_row(r, per_node, names) for r in report.stages]
+    rows = [_stage_row(r, per_node, [row.entry.name for row in ledger_rows_of(report, r.stage)])
+            for r in report.stages]
     if isinstance(report, LayoutReport):
         for row, i, s in zip(rows, report.worst, range(4)):
             row["worst_rank"] = report.ranks[i].rank.name
@@ -107,7 +108,7 @@ def rank_rows(report: LayoutReport) -> list:
         largest_name, largest = c.largest_module()
         rows.append({
             "name": c.name, "pp_stage": c.pp_ranks[0], "pp_stages": list(c.pp_ranks), "count": c.count,
-            "layers": c.layers, "chunks": list(c.chunks), "embedding": c.first, "output": c.last,
+            "layers": c.layers, "chunks": [c._asdict() for c in c.chunks], "embedding": c.first, "output": c.last,
             "params": shape.params, "largest_module": largest_name, "largest_module_params": largest,
             "persistent_params": shape.persistent_params,
             "in_flight_micro_batches": {"chunks": shape.in_flight[0], "first_chunk": shape.in_flight[1],
@@ -140,8 +141,9 @@ def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
     largest_name, largest = largest_layer(a)
     solution = solve(s, workload)
     out = {
-        "architecture": {"params": param_count(a), "largest_layer_params": largest, "largest_layer": largest_name,
-                         "stored_params": report.stored_params, **{k: v for k, v in asdict(a).items()}},
+        "architecture": {**counts(a), "largest_layer_params": largest, "largest_layer": largest_name,
+                         "stored_params": report.stored_params, "moe_layers": a.moe_layers,
+                         **{k: v for k, v in asdict(a).items()}},
         "workload": {k: v for k, v in asdict(workload).items() if k not in ("arch", "layout")},
         "layout": layout_dict(report),
         "activation_rank": heaviest.rank.name,

@@ -95,6 +95,9 @@ def layout_line(report) -> str:
         parts.append(f"{L.schedule}" + (f" with {L.vpp} virtual stages" if L.vpp > 1 else ""))
     parts.append(f"{L.micro_batches} micro-batch{'es' if L.micro_batches > 1 else ''} per step")
     parts.append(f"ZeRO shards over dp x cp = {s.group * L.cp:,}")
+    if L.ep > 1 or L.etp > 1:
+        parts.append(f"experts over ep {L.ep} x etp {L.etp}, ZeRO over the expert-data-parallel group "
+                     f"{L.expert_data_parallel(s.workers):,}")
     if w.vocab_rows != w.arch.vocab:
         parts.append(f"vocabulary padded {w.arch.vocab:,} -> {w.vocab_rows:,}")
     return "; ".join(parts)
@@ -115,14 +118,17 @@ def _layouts_text(report, unit) -> list:
     gpus = report.workload.layout.world(report.scenario.workers)
     if not plans:
         return ["", f"No layout of {gpus:,} GPUs fits (every tp, pp, cp, ZeRO stage, recompute and offload tried)."]
-    rows = [[f"{p.dp}x{p.tp}x{p.pp}x{p.cp}", p.stage, p.recompute,
+    rows = [[f"{p.dp}x{p.tp}x{p.pp}x{p.cp}" + (f" ep {p.ep}" if p.ep > 1 else ""), p.micro_batches, p.stage,
+             p.recompute,
              "none" if p.offload_level == 0 else ("optimizer" if p.offload_level == 1 else "optimizer+params"),
              format_bytes(p.peak_bytes, unit), format_bytes(p.headroom_bytes, unit),
              format_bytes(p.communication_bytes, unit), f"{100 * p.bubble:.0f}%", f"{100 * p.overhead:.0f}%",
              p.worst_rank] for p in plans[:10]]
-    return ["", f"Layouts of {gpus:,} GPUs that fit ({len(plans):,}; cheapest 10, micro-batch and micro-batches "
-                f"held):", _table(["dp x tp x pp x cp", "stage", "recompute", "offload", "peak", "headroom",
-                                   "comm/step", "bubble", "time overhead", "worst rank"], rows),
+    batch = report.scenario.workers * report.workload.micro_batch * report.workload.layout.micro_batches
+    return ["", f"Layouts of {gpus:,} GPUs that fit ({len(plans):,}; cheapest 10; the micro-batch and the global "
+                f"batch of {batch:,} sequences per step held):",
+            _table(["dp x tp x pp x cp", "micro-batches", "stage", "recompute", "offload", "peak", "headroom",
+                    "comm/step", "bubble", "time overhead", "worst rank"], rows),
             "  time overhead: recomputed forward FLOPs (a step is about 3 forwards) + the pipeline bubble "
             "(pp - 1) / (vpp x micro-batches)."]
 

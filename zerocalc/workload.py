@@ -16,6 +16,7 @@ from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .architecture import Architecture
 from .gpus import DEFAULT_GPU, GPU_CATALOG
 from .layout import Layout, check_against, padded_vocab
+from .moe_activations import Routing
 from .scenario import FieldError, require_choice, require_int
 from .tables import DTYPE_BITS
 
@@ -30,6 +31,8 @@ WORKLOAD_LIMITS = {
     "cuda_context_bytes": (0, 2**40),
     "gpu_memory": (1, 2**50),
     "fragmentation_percent": (0, 100),
+    "moe_imbalance_percent": (100, 10_000),
+    "moe_capacity_percent": (0, 10_000),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
 
@@ -57,6 +60,10 @@ class Workload:
     gpu: str = DEFAULT_GPU
     gpu_memory: Optional[int] = None          # a custom capacity in bytes; overrides the catalog
     layout: Layout = Layout()                 # tensor, pipeline and context parallelism; dp is Scenario.workers
+    # Expert parallelism: the pairs the busiest rank's experts receive, % of a balanced share (100: balanced
+    # routing), capped by a capacity factor when one drops tokens (0: dropless, as Megatron's default).
+    moe_imbalance_percent: int = 100
+    moe_capacity_percent: int = 0
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -74,6 +81,15 @@ class Workload:
         if not isinstance(self.layout, Layout):
             raise FieldError("layout", type(self.layout).__name__, "a Layout")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
+
+    @property
+    def routing(self) -> Routing:
+        """Routed pairs per rank: balanced within a rank's own tokens; under expert parallelism the busiest
+        rank receives moe_imbalance_percent of a balanced share, at most moe_capacity_percent."""
+        load = 100 if self.layout.ep == 1 else self.moe_imbalance_percent
+        if self.moe_capacity_percent:
+            load = min(load, self.moe_capacity_percent)
+        return Routing(self.layout.ep, self.layout.etp, load)
 
     @property
     def capacity_bytes(self) -> int:
