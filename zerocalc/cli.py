@@ -9,15 +9,20 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import fields as dataclass_fields
 
 from . import __version__
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .architecture import largest_layer, param_count
+from .cli_frameworks import (add_framework_flags, export_from_args, export_notes, framework_error_message,
+                             import_view, imported_flag)
+from .cli_sources import sources_dict, sources_text
 from .cli_workload import (ModelFlagError, architecture_from_args, list_gpus, list_models, workload_flags_given,
                            workload_from_args)
 from .deepspeed_estimator import deepspeed_view
 from .gpus import GPU_CATALOG
 from .hf_config import ConfigError
+from .hub import HubError
 from .layout import SCHEDULES
 from .model_presets import MODEL_PRESETS
 from .report import report_dict, report_for
@@ -79,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                  "(or give a model below)")
     p.add_argument("--workers", type=_count, help="data-parallel workers: the ZeRO / FSDP group, dp (default 1)")
     p.add_argument("--shard-group", type=_count, help="workers one sharded copy is split across (default: all)")
-    p.add_argument("--convention", choices=list(CONVENTIONS), default=DEFAULT_CONVENTION,
+    p.add_argument("--convention", choices=list(CONVENTIONS),
                    help=f"preset ledger (default {DEFAULT_CONVENTION}); the dtype flags below override it")
     dtypes = list(DTYPE_BITS)
     p.add_argument("--param-dtype", choices=dtypes)
@@ -92,9 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--comm-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}",
                    help="dtype tensors are communicated in (none: their own)")
     p.add_argument("--factored-dim", type=_count, help="Adafactor: side of the assumed square matrices (4096)")
-    p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, default="none")
-    p.add_argument("--offload-params", choices=OFFLOAD_TARGETS, default="none")
-    p.add_argument("--gpus-per-node", type=_count, default=8)
+    p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, help="default none")
+    p.add_argument("--offload-params", choices=OFFLOAD_TARGETS, help="default none")
+    p.add_argument("--gpus-per-node", type=_count, help="default 8")
     p.add_argument("--units", choices=UNIT_CHOICES, default="decimal",
                    help="GB, GiB, TB, ... or decimal / binary: an automatic unit of that system (default decimal)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (integers are bytes)")
@@ -104,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=_count, help="for the DeepSpeed view (default: workers / gpus-per-node)")
     p.add_argument("--buffer-factor", type=_factor, default=1.5, help="DeepSpeed additional_buffer_factor (1.5)")
     _model_flags(p)
+    add_framework_flags(p)
     return p
 
 
@@ -111,6 +117,9 @@ def _model_flags(p):
     m = p.add_argument_group("model and peak memory (any of these adds the peak working set and the solvers)")
     m.add_argument("--model", choices=list(MODEL_PRESETS), help="a preset (see --list-models)")
     m.add_argument("--config", metavar="PATH", help="a Hugging Face config.json (read locally, never executed)")
+    m.add_argument("--hub", metavar="ORG/NAME", help="fetch a model's config.json from the Hugging Face Hub (no "
+                                                     "weights; HF_TOKEN from the environment; HF_HUB_OFFLINE honoured)")
+    m.add_argument("--revision", help="with --hub: a branch, tag or commit (default main)")
     for flag in ("--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab"):
         m.add_argument(flag, type=_count, help="architecture field (overrides the preset's)")
     m.add_argument("--tied-embeddings", nargs="?", const="yes", choices=("yes", "no"))
@@ -169,8 +178,9 @@ def scenario_from_args(args, params: int) -> Scenario:
         if value is not None:
             given[field] = None if value == "none" else value
     return Scenario.from_convention(
-        args.convention, params=params, workers=1 if args.workers is None else args.workers, offload_optimizer=args.offload_optimizer,
-        offload_params=args.offload_params, gpus_per_node=args.gpus_per_node, **given)
+        args.convention or DEFAULT_CONVENTION, params=params, workers=1 if args.workers is None else args.workers,
+        offload_optimizer=args.offload_optimizer or "none", offload_params=args.offload_params or "none",
+        gpus_per_node=args.gpus_per_node or 8, **given)
 
 
 def _deepspeed(args, params: int, arch, report, model_parallel: int = 1):
@@ -182,7 +192,7 @@ def _deepspeed(args, params: int, arch, report, model_parallel: int = 1):
     if not 1 <= largest <= params:
         raise UsageError(f"--largest-layer-params: got {largest}; allowed: an integer from 1 to the parameter "
                          f"count ({params:,})")
-    gpus_per_node = args.gpus_per_node
+    gpus_per_node = report.scenario.gpus_per_node
     workers = report.scenario.workers
     nodes = args.nodes if args.nodes is not None else max(1, -(-workers // gpus_per_node))
     if not 1 <= nodes <= 10**6:
@@ -194,8 +204,12 @@ def _inputs(args):
     """(scenario, architecture or None, workload or None) from the flags, or a UsageError naming the flag."""
     try:
         arch = architecture_from_args(args)
+    except HubError as exc:
+        raise UsageError(f"--{exc.field}: {exc.allowed}" if exc.field != "hub" else f"--hub: got {exc.value!r}; "
+                         f"allowed: {exc.allowed}") from None
     except ConfigError as exc:
-        raise UsageError(f"--config: {exc.field}: got {exc.value!r}; allowed: {exc.allowed}") from None
+        source = "--hub" if args.hub else "--config"
+        raise UsageError(f"{source}: {exc.field}: got {exc.value!r}; allowed: {exc.allowed}") from None
     except ModelFlagError as exc:
         raise UsageError(str(exc)) from None
     except FieldError as exc:
@@ -219,7 +233,11 @@ def _inputs(args):
         scenario = scenario_from_args(args, params)
     except FieldError as exc:
         raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
-    return scenario, arch, workload
+    try:
+        scenario, workload, imported = import_view(args, scenario, workload, arch)
+    except FieldError as exc:
+        raise UsageError(framework_error_message(imported_flag(args), exc)) from None
+    return scenario, arch, workload, imported
 
 
 def _workers_from_gpus(args, model_parallel: int) -> None:
@@ -238,13 +256,28 @@ def run(argv) -> str:
     if args.list_models or args.list_gpus:
         listing = list_models(args.json) if args.list_models else list_gpus(args.json)
         return json.dumps(listing, indent=2) if args.json else listing
-    scenario, arch, workload = _inputs(args)
+    scenario, arch, workload, imported = _inputs(args)
+    if args.export:
+        for note in export_notes(args, scenario, workload, _layout_dict(workload), _stage(imported)):
+            print(f"zerocalc: note: {note}", file=sys.stderr)
+        return export_from_args(args, scenario, workload, _layout_dict(workload), _stage(imported))
     report = report_for(scenario, workload)
     mp = 1 if workload is None else workload.layout.model_parallel
     view = _deepspeed(args, scenario.params, arch, report, mp) if args.deepspeed_estimate else None
+    sources = sources_dict(args, imported)
     if args.json:
-        return json.dumps(report_dict(report, view, layouts=workload is not None), indent=2)
-    return render_text(report, view, args.units)
+        return json.dumps({**report_dict(report, view, layouts=workload is not None), **sources}, indent=2)
+    return render_text(report, view, args.units) + sources_text(sources, args.units)
+
+
+def _stage(imported):
+    return None if imported is None else imported.stage
+
+
+def _layout_dict(workload) -> dict:
+    if workload is None:
+        return {}
+    return {f.name: getattr(workload.layout, f.name) for f in dataclass_fields(workload.layout)}
 
 
 def main(argv=None) -> int:

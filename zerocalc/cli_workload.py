@@ -28,12 +28,20 @@ class ModelFlagError(ValueError):
 def architecture_from_args(args):
     """The architecture the flags describe, or None when none is described."""
     shape = {f: getattr(args, f) for f in ARCH_FLAGS if getattr(args, f) is not None}
-    if args.model and args.config:
-        raise ModelFlagError("--model and --config both name a model: give one")
+    named = [flag for flag, value in (("--model", args.model), ("--config", args.config),
+                                      ("--hub", getattr(args, "hub", None))) if value]
+    if len(named) > 1:
+        raise ModelFlagError(f"{' and '.join(named)} each name a model: give one")
+    if getattr(args, "revision", None) and not getattr(args, "hub", None):
+        raise ModelFlagError("--revision needs --hub")
     if args.model:
         arch = MODEL_PRESETS[args.model][0]
     elif args.config:
         arch = architecture_from_config(args.config)
+    elif getattr(args, "hub", None):
+        from .hub import fetch_config
+        args._hub = fetch_config(args.hub, args.revision)
+        arch = architecture_from_config(args._hub.config)
     elif shape:
         missing = [f"--{f}" for f in ("layers", "hidden", "heads", "ffn", "vocab") if f not in shape]
         if missing:

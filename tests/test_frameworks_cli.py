@@ -1,0 +1,162 @@
+"""cli_frameworks: the flags, reading a file, applying an import to a Scenario / Workload (explicit flags win), the
+export text, and an imported view running through the core's report."""
+
+import argparse
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.test_frameworks_fuzz import ACCELERATE_KEYS, ACCELERATE_VALUES, DEEPSPEED_KEYS, NASTY, configs
+from zerocalc.cli_frameworks import (add_framework_flags, apply_import, context_for, export_from_args, export_notes,
+                                     framework_error_message, import_from_args, read_config_file)
+from zerocalc.frameworks import FrameworkConfigError, import_accelerate, import_deepspeed
+from zerocalc.frameworks.emitters import dump_yaml
+from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.model_states import model_states
+from zerocalc.scenario import FieldError, Scenario
+from zerocalc.workload import Workload
+
+ARCH = MODEL_PRESETS["llama-2-7b"][0]
+
+
+def parser():
+    p = argparse.ArgumentParser()
+    add_framework_flags(p)
+    return p
+
+
+def test_flags_are_registered_and_exclusive(capsys):
+    args = parser().parse_args(["--ds-config", "a.json", "--export", "torchtitan", "--export-stage", "2"])
+    assert args.ds_config == "a.json" and args.export == "torchtitan" and args.export_stage == 2
+    with pytest.raises(SystemExit):
+        parser().parse_args(["--ds-config", "a.json", "--accelerate-config", "b.yaml"])
+    assert import_from_args(parser().parse_args([])) is None
+
+
+def test_import_from_a_file_with_context(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 3, "reduce_bucket_size": "auto"},
+                                "fp16": {"enabled": "auto"}, "bf16": {"enabled": "auto"}}))
+    scenario, workload = Scenario(params=10**9, workers=8), Workload(ARCH, micro_batch=2)
+    found = import_from_args(parser().parse_args(["--ds-config", str(path)]), context_for(scenario, workload, ARCH))
+    assert found.flag == "--ds-config" and found.imported.workload["reduce_bucket_size"] == 4096 * 4096
+    assert found.imported.scenario["param_dtype"] == "fp16"            # the view computes in fp16
+
+
+def test_files_are_size_capped_and_must_exist(tmp_path):
+    with pytest.raises(FrameworkConfigError) as err:
+        read_config_file(str(tmp_path / "missing.json"), "--ds-config")
+    assert err.value.field == "--ds-config"
+    big = tmp_path / "big.json"
+    big.write_bytes(b" " * 1_000_001)
+    with pytest.raises(FrameworkConfigError):
+        read_config_file(str(big), "--ds-config")
+
+
+def test_apply_keeps_explicit_fields_and_reports_core_refusals_by_file_key():
+    imported = import_deepspeed(json.dumps({"zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}},
+                                            "train_batch_size": 64, "train_micro_batch_size_per_gpu": 2,
+                                            "gradient_accumulation_steps": 4}))
+    scenario, workload = Scenario(params=10**9, workers=4), Workload(ARCH)
+    applied = apply_import(imported, scenario, workload, keep={"offload_optimizer"})
+    assert applied.scenario.workers == 8 and applied.scenario.offload_optimizer == "none"
+    assert applied.workload.micro_batch == 2 and applied.stage == 2 and applied.layout["micro_batches"] == 4
+    assert applied.scenario.convention == "deepspeed" and applied.scenario.grad_accum_dtype == "fp32"
+    model_states(applied.scenario)                                      # the core accepts it
+    hsdp = import_accelerate("distributed_type: FSDP\nnum_processes: 16\nnum_machines: 2\nfsdp_config:\n"
+                             "  fsdp_sharding_strategy: HYBRID_SHARD\n")
+    with pytest.raises(FrameworkConfigError) as err:
+        apply_import(hsdp, Scenario(params=10**9, workers=6), keep={"workers"})   # 8 does not divide 6
+    assert err.value.field.startswith("fsdp_config.fsdp_sharding_strategy")
+
+
+def test_export_from_args_and_notes():
+    args = parser().parse_args(["--export", "deepspeed"])
+    scenario, workload = Scenario(params=10**9, workers=8, shard_group=4), Workload(ARCH, micro_batch=2)
+    data = json.loads(export_from_args(args, scenario, workload, {"micro_batches": 2}, stage=2))
+    assert data["zero_optimization"]["stage"] == 2 and data["train_batch_size"] == 32
+    assert any("hybrid" in n for n in export_notes(args, scenario, workload, {}, 2))
+    assert export_from_args(parser().parse_args([]), scenario) is None
+    args = parser().parse_args(["--export", "accelerate", "--export-stage", "3"])
+    assert "fsdp_reshard_after_forward: true" in export_from_args(args, scenario, workload)
+
+
+def test_error_message_is_one_line():
+    try:
+        import_deepspeed('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}')
+    except FieldError as exc:
+        line = framework_error_message("--ds-config", exc)
+    assert line.startswith("--ds-config: bf16.enabled: got True; allowed: ") and "\n" not in line
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(configs(DEEPSPEED_KEYS, NASTY), configs(ACCELERATE_KEYS, ACCELERATE_VALUES))
+def test_any_accepted_import_applies_or_is_refused_by_key(ds_data, acc_data):
+    scenario, workload = Scenario(params=10**9, workers=8), Workload(ARCH)
+    for importer, text in ((import_deepspeed, json.dumps(ds_data)), (import_accelerate, _yaml(acc_data))):
+        if text is None:
+            continue
+        try:
+            applied = apply_import(importer(text), scenario, workload)
+        except FrameworkConfigError as exc:
+            assert exc.field
+            continue
+        model_states(applied.scenario)
+
+
+def _yaml(data):
+    try:
+        return dump_yaml(data)
+    except TypeError:
+        return None
+
+
+# --- python -m zerocalc with a framework config, as a user runs it ------------------------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "frameworks"
+
+
+def zerocalc(*args):
+    return subprocess.run([sys.executable, "-m", "zerocalc", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_imports_a_deepspeed_config_and_says_what_it_did(tmp_path):
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps({"zero_optimization": {"stage": 2, "reduce_bucket_size": "auto"},
+                                "bf16": {"enabled": True}, "train_micro_batch_size_per_gpu": 2,
+                                "gradient_accumulation_steps": 4, "train_batch_size": 64, "flops_profiler": {}}))
+    done = zerocalc("--model", "llama-3-8b", "--ds-config", str(path), "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["selected_stage"] == 2 and out["workers"] == 8 and out["workload"]["micro_batch"] == 2
+    assert out["layout"]["micro_batches"] == 4 and out["scenario"]["param_dtype"] == "bf16"
+    assert out["workload"]["reduce_bucket_size"] == 4096 * 4096
+    assert out["imported"]["format"] == "deepspeed"
+    assert any(a["key"] == "zero_optimization.reduce_bucket_size" for a in out["imported"]["auto_keys"])
+    assert any(i["key"] == "flops_profiler" for i in out["imported"]["ignored_keys"])
+    # an explicit flag wins over the file
+    out = json.loads(zerocalc("--model", "llama-3-8b", "--ds-config", str(path), "--micro-batch", "1",
+                              "--json").stdout)
+    assert out["workload"]["micro_batch"] == 1
+
+
+def test_cli_exports_the_view_and_refuses_a_broken_file_by_key(tmp_path):
+    done = zerocalc("--model", "llama-3-8b", "--workers", "8", "--micro-batch", "2", "--export", "deepspeed",
+                    "--export-stage", "3")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["zero_optimization"]["stage"] == 3
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}')
+    done = zerocalc("--model", "llama-3-8b", "--ds-config", str(bad))
+    assert done.returncode == 2 and "--ds-config" in done.stderr and "Traceback" not in done.stderr
+    torchtitan = next(FIXTURES.glob("*.toml"))
+    done = zerocalc("--model", "llama-3-8b", "--gpus", "64", "--torchtitan-config", str(torchtitan), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["imported"]["format"] == "torchtitan"

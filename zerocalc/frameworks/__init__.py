@@ -1,0 +1,38 @@
+"""Speak the frameworks' language: import DeepSpeed, accelerate and torchtitan configs as plain zerocalc fields, and
+export a view back to them. Standard library only; importers read text or bytes they are given, never a path.
+
+    imported = import_config("deepspeed", text, {"hidden_size": 4096, "workers": 8})
+    imported.scenario, imported.workload, imported.layout, imported.selected_stage, imported.notes
+    export_config("torchtitan", scenario_fields, workload_fields, layout_fields, stage)
+"""
+
+from .accelerate import import_accelerate
+from .common import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig
+from .deepspeed import import_deepspeed
+from .export import (ExportError, export_accelerate, export_caveats, export_config, export_deepspeed,
+                     export_torchtitan)
+from .torchtitan import import_torchtitan
+from .yaml_subset import parse_yaml
+
+IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan}
+
+
+SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
+
+
+def guess_format(filename: str):
+    """The format a file name suggests (for uploads), or None."""
+    name = str(filename).lower()
+    return next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
+
+
+def import_config(fmt: str, source, context=None) -> ImportedConfig:
+    """Import `source` (text or bytes) in format `fmt` (one of FORMATS)."""
+    if fmt not in IMPORTERS:
+        raise FrameworkConfigError("format", fmt, "one of " + ", ".join(FORMATS))
+    return IMPORTERS[fmt](source, context)
+
+
+__all__ = ["FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError", "ImportContext", "ImportedConfig",
+           "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan", "export_config",
+           "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats", "parse_yaml"]

@@ -1,0 +1,355 @@
+"""Import an accelerate config (the YAML `accelerate config` writes): process counts, mixed precision, and the FSDP
+or DeepSpeed section. Read as accelerate 1.15.0 reads it:
+
+- commands/config/config_args.py (ClusterConfig / SageMakerConfig, process_config): unknown top-level keys are
+  refused, distributed_type is required, num_processes defaults to -1 (given at launch; 1 for NO);
+- commands/launch.py: fsdp_config keys without the "fsdp_" prefix get it; --fsdp_version defaults to "1" and
+  --fsdp_sharding_strategy to "FULL_SHARD"; parallelism_config needs FSDP version 2; with deepspeed_config_file
+  the plugin fields below are refused (utils/dataclasses.py DeepSpeedPlugin._deepspeed_config_checks);
+- utils/dataclasses.py FullyShardedDataParallelPlugin: a sharding strategy by name (any case) or number 1-5
+  (FSDP_SHARDING_STRATEGY order), preferred over reshard_after_forward under FSDP1 (accelerator.py:
+  "sharding_strategy or reshard_after_forward"); FSDP2 reads only reshard_after_forward (a bool, default true);
+- DeepSpeedPlugin.__post_init__: zero_stage 2, offload devices "none" and gradient accumulation 1 by default,
+  written into a DeepSpeed config that deepspeed.py then reads.
+
+FSDP with mixed precision keeps fp32 sharded parameters and computes in the mixed dtype (MixedPrecision /
+MixedPrecisionPolicy param_dtype = reduce_dtype = that dtype: set_mixed_precision), zerocalc's fsdp2 convention.
+DDP (MULTI_GPU) with mixed precision is torch.autocast over fp32 parameters and gradients.
+"""
+
+from __future__ import annotations
+
+from ..scenario import INT_LIMITS
+from . import deepspeed
+from .common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, accelerate_bool, choice,
+                     decode_text, parse_json, require_mapping_keys, strict_int)
+from .yaml_subset import parse_yaml
+
+CLUSTER_KEYS = ("compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
+                "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
+                "same_network", "main_training_function", "enable_cpu_affinity", "fp8_config", "deepspeed_config",
+                "fsdp_config", "parallelism_config", "megatron_lm_config", "mpirun_config", "downcast_bf16",
+                "tpu_name", "tpu_zone", "tpu_use_cluster", "tpu_use_sudo", "command_file", "commands", "tpu_vm",
+                "tpu_env", "dynamo_config")
+SAGEMAKER_KEYS = ("compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug",
+                  "ec2_instance_type", "iam_role_name", "image_uri", "profile", "region", "num_machines", "gpu_ids",
+                  "base_job_name", "pytorch_version", "transformers_version", "py_version", "sagemaker_inputs_file",
+                  "sagemaker_metrics_file", "additional_args", "dynamo_config", "enable_cpu_affinity")
+LEGACY_KEYS = ("fp16", "dynamo_backend")          # converted by BaseConfig.process_config
+DDP_TYPES = ("MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_XPU", "MULTI_HPU",
+             "MULTI_NEURON")
+DISTRIBUTED_TYPES = ("NO", "MULTI_CPU") + DDP_TYPES + ("DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM")
+SAGEMAKER_TYPES = ("NO", "DATA_PARALLEL", "MODEL_PARALLEL")
+PRECISIONS = ("no", "fp16", "bf16", "fp8")
+# utils/constants.py FSDP_SHARDING_STRATEGY; ShardingStrategy(n) is index + 1. -> (ZeRO stage, hybrid?)
+STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+STRATEGY_STAGE = {"FULL_SHARD": (3, False), "SHARD_GRAD_OP": (2, False), "NO_SHARD": (0, False),
+                  "HYBRID_SHARD": (3, True), "HYBRID_SHARD_ZERO2": (2, True)}
+PLUGIN_FIELDS = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
+                 "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
+                 "zero3_save_16bit_model")
+PARALLELISM_PREFIX = "parallelism_config_"
+FSDP_SRC = "accelerate FullyShardedDataParallelPlugin"
+
+
+def import_accelerate(source, context=None) -> ImportedConfig:
+    """An accelerate config (YAML text or bytes; JSON text also works) -> ImportedConfig."""
+    text = decode_text(source, "YAML")
+    data = parse_json(text) if text.lstrip().startswith("{") else parse_yaml(text)
+    if not isinstance(data, dict):
+        raise FrameworkConfigError("config", type(data).__name__, "a YAML mapping of accelerate settings")
+    require_mapping_keys(data, "")
+    return _Reader(Doc(data), ImportContext.of(context)).run()
+
+
+class _Reader:
+    def __init__(self, doc: Doc, ctx: ImportContext):
+        self.doc, self.ctx, self.b = doc, ctx, Builder("accelerate")
+
+    def run(self) -> ImportedConfig:
+        env = self.doc.get("compute_environment", default="LOCAL_MACHINE")
+        env = choice("compute_environment", env, ("LOCAL_MACHINE", "AMAZON_SAGEMAKER"))
+        allowed = CLUSTER_KEYS if env == "LOCAL_MACHINE" else SAGEMAKER_KEYS
+        for key in self.doc.data:
+            if key not in allowed and key not in LEGACY_KEYS:
+                raise FrameworkConfigError(key, self.doc.data[key], "a key of accelerate 1.15's "
+                                           f"{'ClusterConfig' if env == 'LOCAL_MACHINE' else 'SageMakerConfig'} "
+                                           "(accelerate refuses unknown keys)")
+        if not self.doc.has("distributed_type"):
+            raise FrameworkConfigError("distributed_type", None, "one of " + ", ".join(DISTRIBUTED_TYPES) +
+                                       " (accelerate: 'A `distributed_type` must be specified')")
+        if env == "AMAZON_SAGEMAKER":       # SageMakerDistributedType: NO, DATA_PARALLEL, MODEL_PARALLEL
+            kind = choice("distributed_type", self.doc.get("distributed_type"), SAGEMAKER_TYPES)
+            self.b.note(f"SageMaker ({kind}) runs are not modelled: zerocalc reads local-machine configs.")
+            for key in self.doc.leftovers():
+                self.b.ignore(key, "a SageMaker setting")
+            return self.b.build()
+        kind = choice("distributed_type", self.doc.get("distributed_type"), DISTRIBUTED_TYPES)
+        precision = self.precision()
+        world = self.processes(kind)
+        if kind == "FSDP":
+            self.fsdp(world, precision)
+        elif kind == "DEEPSPEED":
+            self.deepspeed(world, precision)
+        elif kind == "NO" or kind in DDP_TYPES:
+            self.ddp(world if kind != "NO" else 1, precision, kind)
+        else:
+            self.b.note(f"distributed_type {kind} is not modelled (zerocalc counts GPU data parallelism, FSDP "
+                        "and DeepSpeed); only the process counts were read.")
+        if self.doc.has("parallelism_config") and self.doc.get("parallelism_config") and not self.fsdp2:
+            raise FrameworkConfigError("parallelism_config", self.doc.data["parallelism_config"],
+                                       "absent or empty unless distributed_type is FSDP with fsdp_version 2 "
+                                       "(accelerate launch refuses it otherwise)")
+        for key in self.doc.leftovers():
+            self.b.ignore(key, "no effect on the bytes zerocalc counts")
+        return self.b.build()
+
+    fsdp2 = False
+
+    # --- common ----------------------------------------------------------------------------------------------
+    def precision(self) -> str:
+        value = self.doc.get("mixed_precision", default=None)
+        if value is None and self.doc.has("fp16"):        # process_config: the legacy fp16 flag
+            value = "fp16" if self.doc.get("fp16") else None
+        if value is None or value is False:               # YAML reads an unquoted no as false
+            if value is False:
+                self.b.note("mixed_precision: no (unquoted YAML reads it as false) means no mixed precision.")
+            return "no"
+        return choice("mixed_precision", value, PRECISIONS)
+
+    def processes(self, kind: str):
+        default = 1 if kind == "NO" else -1               # ClusterConfig.num_processes = -1; process_config: 1 for NO
+        n = self.doc.get("num_processes", default=default)
+        n = strict_int("num_processes", n, -1, INT_LIMITS["workers"][1]) if n != -1 else -1
+        if n == 0:
+            raise FrameworkConfigError("num_processes", 0, "a positive process count, or -1 (given at launch)")
+        machines = strict_int("num_machines", self.doc.get("num_machines", default=1), 1, 10**6)
+        self.machines = machines
+        if n == -1:
+            if self.ctx.gpus is None:
+                self.b.auto_key("num_processes", None, "-1: given at launch (accelerate launch --num_processes); "
+                                                       "the view's workers are kept")
+                return None
+            n = self.ctx.gpus
+            self.b.auto_key("num_processes", n, "-1: given at launch; the view's GPU count is used")
+        if n % machines == 0 and n // machines <= INT_LIMITS["gpus_per_node"][1]:
+            self.b.set("scenario", "gpus_per_node", n // machines, "num_processes / num_machines")
+        else:
+            self.b.note(f"num_processes {n} does not split evenly over num_machines {machines}.")
+        self.b.set("layout", "gpus", n, "num_processes")
+        return n
+
+    def fp32_ledger(self, source: str, comm):
+        """fp32 parameters, gradients and Adam states, no master copy (FSDP mixed precision, DDP + autocast)."""
+        for field, value in (("convention", "fsdp2"), ("param_dtype", "fp32"), ("grad_dtype", "fp32"),
+                             ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", "fp32"),
+                             ("comm_dtype", comm)):
+            self.b.set("scenario", field, value, source)
+
+    # --- DDP -------------------------------------------------------------------------------------------------
+    def ddp(self, world, precision, kind):
+        self.b.stage = 0
+        if world is not None:
+            self.b.set("scenario", "workers", world, "num_processes" if kind != "NO" else "distributed_type NO")
+        self.fp32_ledger(f"distributed_type {kind}: fp32 weights under torch.autocast", None)
+        for field in ("offload_params", "offload_optimizer"):
+            self.b.set("scenario", field, "none", f"distributed_type {kind}: DDP keeps everything on the GPU")
+        if precision != "no":
+            act = "bf16" if precision == "fp8" else precision
+            self.b.set("workload", "activation_dtype", act, "mixed_precision (torch.autocast compute dtype)")
+            self.b.note(f"mixed_precision {precision} with DDP is autocast: fp32 parameters, gradients and "
+                        f"optimizer state (the fsdp2 ledger, 16 bytes), {act} activations.")
+
+    # --- FSDP ------------------------------------------------------------------------------------------------
+    def fsdp(self, world, precision):
+        cfg = self.doc.section("fsdp_config")
+        keys = {}
+        for key in cfg:                                   # launch.py: x -> fsdp_x
+            keys[key if key.startswith("fsdp") else "fsdp_" + key] = key
+        get = lambda name, default=None: self._fsdp_get(keys, name, default)  # noqa: E731
+        version = get("fsdp_version", 1)
+        version = choice(self._k(keys, "fsdp_version"), str(version) if isinstance(version, int) and
+                         not isinstance(version, bool) else version, ("1", "2"))
+        version = int(version)
+        self.fsdp2 = version == 2
+        if version == 1:
+            stage, hybrid = self._fsdp1_strategy(keys, get)
+        else:
+            stage, hybrid = self._fsdp2_reshard(keys, get), False
+        self.b.stage = stage
+        comm = {"no": None, "fp8": "bf16"}.get(precision, precision)
+        self.fp32_ledger(f"FSDP{version} mixed precision ({FSDP_SRC}.set_mixed_precision): fp32 shards, "
+                         f"{comm or 'fp32'} gathers and compute", comm)
+        if precision == "fp8":
+            self.b.note("mixed_precision fp8 under FSDP uses bf16 for parameters and reductions "
+                        "(set_mixed_precision maps fp8 to bfloat16); fp8 matmuls are not modelled.")
+        self.b.note("FSDP keeps the parameters in the dtype the model was loaded in; zerocalc assumes fp32 (the "
+                    "usual choice with mixed precision). A model loaded in bf16 trains in pure bf16.")
+        offload = get("fsdp_offload_params", False)
+        offload = "cpu" if accelerate_bool(self._k(keys, "fsdp_offload_params"), offload) else "none"
+        for field in ("offload_params", "offload_optimizer"):
+            self.b.set("scenario", field, offload, self._k(keys, "fsdp_offload_params", "default false"))
+        if offload == "cpu":
+            self.b.note("fsdp_offload_params moves parameters and gradients to the CPU, and with them the "
+                        "optimizer step and its state (FSDP CPUOffload / CPUOffloadPolicy).")
+        ac = get("fsdp_activation_checkpointing")
+        if ac is not None:
+            full = accelerate_bool(self._k(keys, "fsdp_activation_checkpointing"), ac)
+            self.b.set("workload", "recompute", "full" if full else "none",
+                       self._k(keys, "fsdp_activation_checkpointing"))
+            if full:
+                self.b.note("fsdp_activation_checkpointing wraps each transformer layer in checkpoint_wrapper: "
+                            "zerocalc's full recompute.")
+        self._fsdp_topology(world, hybrid, keys)
+
+    def _k(self, keys, name, default=None):
+        """The key as written in the file (maybe without its fsdp_ prefix), dotted; or default."""
+        return f"fsdp_config.{keys[name]}" if name in keys else default
+
+    def _fsdp_get(self, keys, name, default=None):
+        if name not in keys:
+            return default
+        return self.doc.get("fsdp_config", keys[name])
+
+    def _strategy(self, key, value) -> str:
+        if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, str) and value.isdigit():
+            number = int(value)
+            if 1 <= number <= len(STRATEGIES):
+                return STRATEGIES[number - 1]
+        elif isinstance(value, str) and value.upper() in STRATEGIES:
+            return value.upper()
+        raise FrameworkConfigError(key, value, "one of " + ", ".join(STRATEGIES) + " (any case) or 1-5")
+
+    def _fsdp1_strategy(self, keys, get):
+        key = self._k(keys, "fsdp_sharding_strategy")
+        strategy = self._strategy(key, get("fsdp_sharding_strategy")) if key else "FULL_SHARD"
+        if "fsdp_reshard_after_forward" in keys:
+            rkey = self._k(keys, "fsdp_reshard_after_forward")
+            reshard = get("fsdp_reshard_after_forward")
+            if isinstance(reshard, bool):
+                self.b.ignore(rkey, "FSDP1 takes a strategy name here, not a bool; accelerate launch passes "
+                                    "fsdp_sharding_strategy, which the plugin prefers, so it is unused")
+            elif self._strategy(rkey, reshard) != strategy:
+                self.b.ignore(rkey, f"accelerate launch passes fsdp_sharding_strategy ({strategy}; its default "
+                                    "is FULL_SHARD), which FSDP1 prefers over reshard_after_forward")
+                self.b.note(f"{rkey} = {reshard} is overridden: under FSDP1 accelerate applies "
+                            f"fsdp_sharding_strategy = {strategy} (accelerator.py: sharding_strategy or "
+                            "reshard_after_forward). Set fsdp_sharding_strategy to change it.")
+        stage, hybrid = STRATEGY_STAGE[strategy]
+        self.b.sources["selected_stage"] = key or "default FULL_SHARD (accelerate launch --fsdp_sharding_strategy)"
+        return stage, hybrid
+
+    def _fsdp2_reshard(self, keys, get):
+        if "fsdp_sharding_strategy" in keys:
+            self.doc.get("fsdp_config", keys["fsdp_sharding_strategy"])
+            self.b.ignore(self._k(keys, "fsdp_sharding_strategy"),
+                          "FSDP2 reads only fsdp_reshard_after_forward (the plugin converts sharding_strategy "
+                          "for fsdp_version 1 only); hybrid sharding needs parallelism_config")
+        key = self._k(keys, "fsdp_reshard_after_forward")
+        value = get("fsdp_reshard_after_forward", True)
+        reshard = accelerate_bool(key or "fsdp_config.fsdp_reshard_after_forward", value)
+        self.b.sources["selected_stage"] = key or "default true (FSDP2 reshard_after_forward)"
+        if not reshard:
+            self.b.note("FSDP2 with reshard_after_forward false keeps the gathered parameters from forward to "
+                        "backward: ZeRO-2 (SHARD_GRAD_OP) in zerocalc's terms (pytorch/PiPPy#1105, awgu).")
+        return 3 if reshard else 2
+
+    def _fsdp_topology(self, world, hybrid, keys):
+        par = self._parallelism(world) if self.fsdp2 else None
+        if par:
+            return
+        if world is None:
+            return
+        self.b.set("scenario", "workers", world, "num_processes")
+        if hybrid:
+            per_node = world // self.machines if world % self.machines == 0 else None
+            key = self._k(keys, "fsdp_sharding_strategy")
+            if per_node is None:
+                self.b.note("HYBRID_SHARD shards within a node; num_processes does not split over num_machines.")
+            elif per_node < world:
+                self.b.set("scenario", "shard_group", per_node, f"{key}: shard within a node (num_processes / "
+                                                                "num_machines), replicate across nodes")
+            else:
+                self.b.note("HYBRID_SHARD on one machine shards over all processes (one node: no replicas).")
+
+    def _parallelism(self, world):
+        cfg = self.doc.section("parallelism_config")
+        if not cfg:
+            return None
+        sizes = {}
+        for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
+            key = PARALLELISM_PREFIX + name
+            raw = self.doc.get("parallelism_config", key, default=1)
+            sizes[name] = strict_int(f"parallelism_config.{key}", raw, 1, 10**6)
+        rep, shard, tp, cp, sp = (sizes[n] for n in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size",
+                                                     "sp_size"))
+        if cp > 1 and sp > 1:
+            raise FrameworkConfigError("parallelism_config.parallelism_config_sp_size", sp,
+                                       "1 when cp_size > 1 (context and sequence parallelism are exclusive)")
+        if (tp > 1 or cp > 1) and rep > 1 and shard == 1:
+            raise FrameworkConfigError("parallelism_config.parallelism_config_dp_shard_size", shard,
+                                       "above 1 with tp/cp and dp_replicate_size > 1 (accelerate ParallelismConfig)")
+        total = rep * shard * tp * cp * sp
+        if total == 1:
+            return None
+        if world is not None and total != world:
+            raise FrameworkConfigError("parallelism_config", f"total size {total}",
+                                       f"dp_replicate x dp_shard x tp x cp x sp = num_processes ({world})")
+        src = "parallelism_config.parallelism_config_"
+        self.b.set("scenario", "workers", rep * shard, f"{src}dp_replicate_size x dp_shard_size")
+        if rep > 1 and shard > 1:
+            self.b.set("scenario", "shard_group", shard, f"{src}dp_shard_size (HSDP)")
+        for name, value in (("tp", tp), ("cp", cp * sp)):
+            if value > 1:
+                self.b.set("layout", name, value, f"{src}{name}_size" if name == "tp" else f"{src}cp_size/sp_size")
+        if cp > 1 or sp > 1:
+            self.b.note("FSDP shards over dp_shard x cp ranks (accelerate's dp_shard_cp mesh), so each rank holds "
+                        "1 / (dp_shard x cp) of the sharded state.")
+        self.b.set("layout", "gpus", total, "parallelism_config total size")
+        return sizes
+
+    # --- DeepSpeed -------------------------------------------------------------------------------------------
+    def deepspeed(self, world, precision):
+        cfg = self.doc.section("deepspeed_config")
+        if "deepspeed_config_file" in cfg:
+            self.doc.get("deepspeed_config", "deepspeed_config_file")
+            for key in PLUGIN_FIELDS:
+                if key in cfg:
+                    raise FrameworkConfigError(f"deepspeed_config.{key}", cfg[key],
+                                               "absent when deepspeed_config_file is given: accelerate refuses it "
+                                               "(DeepSpeedPlugin._deepspeed_config_checks); set it in that file")
+            if self.doc.has("mixed_precision"):
+                raise FrameworkConfigError("mixed_precision", self.doc.data["mixed_precision"],
+                                           "absent when deepspeed_config_file is given (set fp16/bf16 in that file)")
+            self.b.ignore("deepspeed_config.deepspeed_config_file",
+                          "not read: import that JSON file itself (--ds-config) for the stage, precision and buckets")
+            self.b.note("The DeepSpeed settings live in deepspeed_config_file, which was not read; only the process "
+                        "counts come from this file.")
+            if world is not None:
+                self.b.set("scenario", "workers", world, "num_processes")
+            return
+        names = {"zero_optimization.stage": "deepspeed_config.zero_stage",
+                 "zero_optimization.offload_optimizer.device": "deepspeed_config.offload_optimizer_device",
+                 "zero_optimization.offload_param.device": "deepspeed_config.offload_param_device",
+                 "gradient_accumulation_steps": "deepspeed_config.gradient_accumulation_steps",
+                 "fp16.enabled": "mixed_precision", "bf16.enabled": "mixed_precision",
+                 "train_batch_size": "train_batch_size (auto in accelerate's generated DeepSpeed config)",
+                 "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu (auto in accelerate's "
+                                                   "generated DeepSpeed config)"}
+        get = lambda key, default: self.doc.get("deepspeed_config", key, default=default)  # noqa: E731
+        gas = get("gradient_accumulation_steps", 1)
+        ds = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
+              "gradient_accumulation_steps": gas,
+              "zero_optimization": {"stage": get("zero_stage", 2),
+                                    "offload_optimizer": {"device": get("offload_optimizer_device", "none")},
+                                    "offload_param": {"device": get("offload_param_device", "none")}}}
+        # DeepSpeedPlugin.set_mixed_precision: fp16 -> fp16 on; bf16 and fp8 -> bf16 on; the other one off.
+        ds["fp16"] = {"enabled": precision == "fp16"}
+        ds["bf16"] = {"enabled": precision in ("bf16", "fp8")}
+        deepspeed.from_dict(ds, self.ctx, self.b, names)
+        self.b.fmt = "accelerate"
+        if world is not None:
+            self.b.set("scenario", "workers", world, "num_processes")
+            self.b.set("layout", "gpus", world, "num_processes")
+        if precision == "fp8":
+            self.b.note("mixed_precision fp8 with DeepSpeed runs bf16 (set_mixed_precision); fp8 is not modelled.")

@@ -1,0 +1,364 @@
+"""What every framework importer shares: the error type, the result, the context for "auto", and a reader that
+knows which keys of the file were used, so that every other key is reported (nothing is dropped silently).
+
+Results are plain data (dicts and lists of field names and values) so callers need no classes beyond these two.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, fields
+from typing import Optional
+
+from ..scenario import FieldError
+from ..tables import DTYPE_BITS
+
+MAX_CONFIG_BYTES = 1_000_000   # the same cap as hf_config.MAX_CONFIG_BYTES and the app's 1 MB upload limit
+FORMATS = ("deepspeed", "accelerate", "torchtitan")
+MISSING = object()
+
+
+class FrameworkConfigError(FieldError):
+    """A framework config that cannot be read, or that the framework itself refuses. `field` is the dotted key
+    (or "config" for a syntax error, with `line` and `column` set)."""
+
+    def __init__(self, field: str, value, allowed: str, line: Optional[int] = None, column: Optional[int] = None):
+        self.line, self.column = line, column
+        super().__init__(field, short(value), allowed)
+
+
+def short(value, limit: int = 80):
+    """Values quoted in messages stay one readable line."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + "..."
+    if isinstance(value, (dict, list, tuple)):
+        text = repr(value)
+        return text if len(text) <= limit else text[:limit] + "..."
+    return value
+
+
+def decode_text(source, what: str) -> str:
+    """Text from str or bytes, size-capped, UTF-8 only. Never a path: importers read what they are given."""
+    if isinstance(source, (bytes, bytearray)):
+        if len(source) > MAX_CONFIG_BYTES:
+            raise FrameworkConfigError("config", f"{len(source):,} bytes", f"at most {MAX_CONFIG_BYTES:,} bytes")
+        try:
+            source = bytes(source).decode("utf-8")
+        except UnicodeDecodeError:
+            raise FrameworkConfigError("config", "(binary data)", f"UTF-8 {what} text") from None
+    if not isinstance(source, str):
+        raise FrameworkConfigError("config", type(source).__name__, f"{what} text (str or bytes)")
+    if len(source) > MAX_CONFIG_BYTES:
+        raise FrameworkConfigError("config", f"{len(source):,} characters", f"at most {MAX_CONFIG_BYTES:,}")
+    return source[1:] if source.startswith("\ufeff") else source
+
+
+def parse_json(source) -> dict:
+    """The JSON object, or an error with its line and column. Duplicate keys are refused, as DeepSpeed's loader
+    does (runtime/config_utils.py dict_raise_error_on_duplicate_keys)."""
+    text = decode_text(source, "JSON")
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise FrameworkConfigError("config", f"line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                                   "valid JSON (strict: no comments, no trailing commas)", exc.lineno, exc.colno) from None
+    except _Duplicate as exc:
+        raise FrameworkConfigError(exc.key, "a duplicate key", "each key once (DeepSpeed refuses duplicates)") from None
+    except (ValueError, RecursionError) as exc:   # integers over Python's digit limit, deep nesting
+        raise FrameworkConfigError("config", "unreadable JSON", f"valid JSON ({type(exc).__name__})") from None
+    if not isinstance(data, dict):
+        raise FrameworkConfigError("config", type(data).__name__, "a JSON object at the top level")
+    return data
+
+
+class _Duplicate(ValueError):
+    def __init__(self, key):
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def line_col(text: str, pos: int):
+    """1-based line and column of a character offset."""
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+@dataclass(frozen=True)
+class ImportContext:
+    """What "auto" resolves from: the model's hidden size and the current view (all optional).
+
+    precision is the view's compute dtype (its comm_dtype, or else its param_dtype): the Trainer's --fp16/--bf16.
+    """
+
+    hidden_size: Optional[int] = None
+    micro_batch: Optional[int] = None
+    gradient_accumulation_steps: Optional[int] = None
+    precision: Optional[str] = None
+    workers: Optional[int] = None      # data-parallel degree of the view
+    gpus: Optional[int] = None         # world size of the view
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "precision":
+                if value is not None and value not in DTYPE_BITS:
+                    raise FrameworkConfigError("context.precision", value, "a dtype name or None")
+            elif value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise FrameworkConfigError(f"context.{f.name}", value, "a positive integer or None")
+
+    @classmethod
+    def of(cls, context) -> "ImportContext":
+        if context is None:
+            return cls()
+        if isinstance(context, cls):
+            return context
+        if isinstance(context, dict):
+            unknown = sorted(set(context) - {f.name for f in fields(cls)})
+            if unknown:
+                raise FrameworkConfigError("context", unknown[0], "one of " + ", ".join(f.name for f in fields(cls)))
+            return cls(**context)
+        raise FrameworkConfigError("context", type(context).__name__, "an ImportContext, a dict or None")
+
+
+@dataclass(frozen=True)
+class ImportedConfig:
+    """One imported framework file, as plain data.
+
+    scenario / workload: zerocalc.scenario.Scenario / zerocalc.workload.Workload field names -> values, only those
+    the file determines (or the framework's default for an absent key that matters for memory).
+    layout: tp, pp, vpp, cp, ep, sequence_parallel, micro_batches, schedule, gpus (world = dp x tp x pp x cp; dp is
+    scenario["workers"]). selected_stage: the ZeRO stage the file chose (0-3), or None.
+    auto_keys: [{"key", "value", "how"}] for every "auto" (or -1) the file left to the framework.
+    ignored_keys: [{"key", "reason"}] for every key not used. notes: sentences on approximations and defaults.
+    sources: "scenario.workers" -> the key (or default) that set it.
+    """
+
+    format: str
+    scenario: dict
+    workload: dict
+    layout: dict
+    selected_stage: Optional[int]
+    auto_keys: list
+    ignored_keys: list
+    notes: list
+    sources: dict
+
+    def to_dict(self) -> dict:
+        """The JSON form: selected_stage, the filled fields, and imported{format, auto_keys, ignored_keys, notes}."""
+        return {
+            "selected_stage": self.selected_stage,
+            "scenario": dict(self.scenario), "workload": dict(self.workload), "layout": dict(self.layout),
+            "imported": {"format": self.format, "auto_keys": [dict(a) for a in self.auto_keys],
+                         "ignored_keys": [dict(i) for i in self.ignored_keys], "notes": list(self.notes),
+                         "sources": dict(self.sources)},
+        }
+
+
+class Builder:
+    """Collects one import's fields, notes and keys, then freezes them into an ImportedConfig."""
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+        self.parts = {"scenario": {}, "workload": {}, "layout": {}}
+        self.stage: Optional[int] = None
+        self.auto, self.ignored, self.notes, self.sources = [], [], [], {}
+
+    def set(self, part: str, name: str, value, source: str) -> None:
+        self.parts[part][name] = value
+        self.sources[f"{part}.{name}"] = source
+
+    def get(self, part: str, name: str, default=None):
+        return self.parts[part].get(name, default)
+
+    def auto_key(self, key: str, value, how: str) -> None:
+        self.auto.append({"key": key, "value": value, "how": how})
+
+    def ignore(self, key: str, reason: str) -> None:
+        if all(i["key"] != key for i in self.ignored):
+            self.ignored.append({"key": key, "reason": reason})
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def build(self) -> ImportedConfig:
+        if self.stage is not None and "shard_group" not in self.parts["scenario"]:
+            # every framework read here shards over all data-parallel ranks unless the file says otherwise
+            self.set("scenario", "shard_group", None, "default: sharded over all data-parallel workers")
+        group, workers = self.parts["scenario"].get("shard_group"), self.parts["scenario"].get("workers")
+        if group is not None and workers is not None and workers % group:
+            raise FrameworkConfigError(self.sources["scenario.shard_group"], group,
+                                       f"a divisor of the data-parallel size ({workers}) the file gives")
+        return ImportedConfig(self.fmt, dict(self.parts["scenario"]), dict(self.parts["workload"]),
+                              dict(self.parts["layout"]), self.stage, list(self.auto), list(self.ignored),
+                              list(self.notes), dict(self.sources))
+
+
+class Doc:
+    """A parsed file with a record of the keys read, so the rest can be listed as ignored."""
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.seen = set()
+
+    def mark(self, *path) -> None:
+        self.seen.add(tuple(path))
+
+    def has(self, *path) -> bool:
+        node = self.data
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return False
+            node = node[key]
+        return True
+
+    def get(self, *path, default=MISSING):
+        """The value at path (marked as read), or default when absent."""
+        node = self.data
+        for key in path:
+            if not isinstance(node, dict) or key not in node:
+                return default
+            node = node[key]
+        self.mark(*path)
+        return node
+
+    def section(self, *path) -> dict:
+        """A mapping at path ({} when absent or null); anything else is refused by key."""
+        value = self.get(*path, default=None)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise FrameworkConfigError(dotted(path), value, "a mapping (a JSON object / YAML or TOML table)")
+        self.seen.discard(tuple(path))      # a section is read key by key
+        return value
+
+    def leftovers(self):
+        """Dotted paths of the leaves (or whole unread sections) nobody read, in file order."""
+        out = []
+
+        def walk(node, path):
+            if path in self.seen:
+                return
+            if isinstance(node, dict) and path and not any(p[:len(path)] == path for p in self.seen if p):
+                out.append(path)            # a whole section untouched (an empty one too): report it once
+                return
+            if isinstance(node, dict):
+                for key, value in node.items():
+                    walk(value, path + (key,))
+            elif path:
+                out.append(path)
+
+        for key, value in self.data.items():
+            walk(value, (key,))
+        return [dotted(p) for p in out]
+
+
+def dotted(path) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def require_mapping_keys(data: dict, where: str) -> None:
+    """Every key a string (YAML and TOML allow others; no framework reads them)."""
+    for key, value in data.items():
+        if not isinstance(key, str):
+            raise FrameworkConfigError(f"{where}{key!r}", key, "string keys")
+        if isinstance(value, dict):
+            require_mapping_keys(value, f"{where}{key}.")
+
+
+# --- lax value checks, each matching how the framework itself coerces ----------------------------------------
+# pydantic v2 lax mode (DeepSpeed's config models): int accepts bool, integral floats and decimal strings
+# (whitespace, "_" separators and a ".0" tail allowed); bool accepts 0/1 and the strings below, case-insensitive.
+PYDANTIC_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+PYDANTIC_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0*)?")
+I64 = 2**63
+
+
+def lax_int(key: str, value, lo: Optional[int] = None, hi: Optional[int] = None, what: str = "") -> int:
+    number = None
+    if isinstance(value, bool) or isinstance(value, int):
+        number = int(value)
+    elif isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(value) < I64:
+        number = int(value)
+    elif isinstance(value, str) and len(value) <= 40 and _INT_TEXT.fullmatch(value.strip()):
+        number = int(value.strip().replace("_", "").split(".")[0])
+    allowed = what or _range_text(lo, hi)
+    if number is None or (lo is not None and number < lo) or (hi is not None and number > hi):
+        raise FrameworkConfigError(key, value, allowed)
+    return number
+
+
+def lax_bool(key: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.lower() in PYDANTIC_TRUE | PYDANTIC_FALSE:
+        return value.lower() in PYDANTIC_TRUE
+    raise FrameworkConfigError(key, value, "true or false")
+
+
+def lax_float(key: str, value, lo: float, hi: float) -> float:
+    number = None
+    if isinstance(value, (bool, int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            pass
+    if number is None or not math.isfinite(number) or not lo <= number <= hi:
+        raise FrameworkConfigError(key, value, f"a number from {lo} to {hi}")
+    return number
+
+
+def strict_int(key: str, value, lo: int, hi: int) -> int:
+    """An int (not a bool, not a float): tomllib and our YAML subset give real ints."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise FrameworkConfigError(key, value, _range_text(lo, hi))
+    return value
+
+
+def _range_text(lo, hi) -> str:
+    if lo is None and hi is None:
+        return "an integer"
+    if hi is None:
+        return f"an integer of at least {lo:,}"
+    return f"an integer from {lo:,} to {hi:,}"
+
+
+def choice(key: str, value, options, fold_case: bool = False):
+    """value if it is one of options (optionally ignoring case), returned in the options' spelling."""
+    if isinstance(value, str) and fold_case:
+        for option in options:
+            if option.lower() == value.lower():
+                return option
+    elif value in options and not isinstance(value, bool):
+        return value
+    raise FrameworkConfigError(key, value, "one of " + ", ".join(str(o) for o in options))
+
+
+# accelerate's own truth values (accelerate/utils/environment.py str_to_bool): y, yes, t, true, on, 1 / n, no, f,
+# false, off, 0; the YAML loader has already turned unquoted yes/no/true/false into booleans.
+def accelerate_bool(key: str, value) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).lower() if isinstance(value, (str, int)) else None
+    if text in ("y", "yes", "t", "true", "on", "1"):
+        return True
+    if text in ("n", "no", "f", "false", "off", "0"):
+        return False
+    raise FrameworkConfigError(key, value, "true or false (accelerate also reads yes/no, on/off, 1/0)")
+

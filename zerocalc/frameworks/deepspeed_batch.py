@@ -1,0 +1,87 @@
+"""DeepSpeed's batch keys: train_batch_size = micro x gradient accumulation x data-parallel size.
+
+runtime/config.py (0.19.8) reads the three raw, derives a missing one (_set_batch_related_parameters) and asserts
+each > 0 and the product (_batch_assertion); so a file with all three fixes the data-parallel degree. "auto" comes
+from the Trainer (transformers integrations/deepspeed.py trainer_config_process): the view's micro-batch and
+accumulation, and world_size x micro x gas for train_batch_size.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .common import FrameworkConfigError
+
+HF_SRC = "transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig"
+
+
+class BatchReader:
+    """Mixed into deepspeed._Reader (uses its doc, ctx, b and name)."""
+
+    def batch(self):
+        raw = {k: self.doc.get(k, default=None) for k in
+               ("train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps")}
+        tb, mb, gas = (self._batch_value(k, v) for k, v in raw.items())
+        if raw["train_batch_size"] == "auto":
+            tb = None                      # filled as micro x gas x world: consistent by construction
+            self.b.auto_key(self.name("train_batch_size"), None,
+                            f"{HF_SRC}.trainer_config_process: world_size x micro x gas; the view's workers stay")
+        if gas is None and raw["gradient_accumulation_steps"] is None and mb is not None and tb is None:
+            gas = 1                        # runtime/config.py _set_batch_related_parameters
+        if mb is not None:
+            self.b.set("workload", "micro_batch", mb, self.name("train_micro_batch_size_per_gpu"))
+        if gas is not None:
+            self.b.set("layout", "micro_batches", gas, self.name("gradient_accumulation_steps"))
+        if tb is not None:
+            self._dp_from_batch(tb, mb, gas)
+        if all(v is None for v in raw.values()):
+            self.b.note("No batch size in the file: DeepSpeed needs train_batch_size or "
+                        "train_micro_batch_size_per_gpu (runtime/config.py _set_batch_related_parameters); "
+                        "the view's micro-batch is kept.")
+
+    def _batch_value(self, key, value):
+        if value is None:
+            return None
+        if value == "auto":
+            ctx_value = {"train_micro_batch_size_per_gpu": self.ctx.micro_batch,
+                         "gradient_accumulation_steps": self.ctx.gradient_accumulation_steps}.get(key)
+            arg = {"train_micro_batch_size_per_gpu": "per_device_train_batch_size (default 8)",
+                   "gradient_accumulation_steps": "gradient_accumulation_steps (default 1)"}.get(key)
+            if key != "train_batch_size":
+                how = (f"{HF_SRC}.trainer_config_process: TrainingArguments.{arg}, taken from the view"
+                       if ctx_value is not None else
+                       f"unresolved: TrainingArguments.{arg} decides; the view's value is kept")
+                self.b.auto_key(self.name(key), ctx_value, how)
+            return ctx_value
+        # runtime/config.py reads these raw and asserts each > 0 (_batch_assertion).
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
+                value != int(value) or not 1 <= value <= 10**9:
+            raise FrameworkConfigError(self.name(key), value, 'a positive integer, or "auto" with the Trainer')
+        return int(value)
+
+    def _dp_from_batch(self, tb, mb, gas):
+        key = self.name("train_batch_size")
+        if mb is not None and gas is not None:
+            if tb % (mb * gas):
+                raise FrameworkConfigError(key, tb, f"a multiple of micro-batch x gradient accumulation "
+                                                    f"({mb} x {gas} = {mb * gas}): DeepSpeed asserts "
+                                                    "train_batch_size == micro x gas x data-parallel size")
+            self.b.set("scenario", "workers", tb // (mb * gas), f"{key} / (micro x gas)")
+            return
+        w = self.ctx.workers
+        if w is None or tb % w:
+            self.b.note(f"{key} = {tb} with only one of micro-batch and gradient accumulation given: DeepSpeed "
+                        "derives the other from the data-parallel size, which the file does not hold.")
+            return
+        if mb is not None:
+            derived, field, part = tb // w // mb, "micro_batches", "layout"
+        else:
+            gas = gas or 1
+            derived, field, part = tb // w // gas, "micro_batch", "workload"
+            if gas == 1:
+                self.b.set("layout", "micro_batches", 1, "default 1 (_set_batch_related_parameters)")
+        if derived < 1 or derived * (mb or gas) * w != tb:
+            self.b.note(f"{key} = {tb} does not split over the view's {w} workers; DeepSpeed would stop "
+                        "(_batch_assertion).")
+            return
+        self.b.set(part, field, derived, f"{key} / the view's {w} workers (_set_batch_related_parameters)")

@@ -1,0 +1,342 @@
+"""Import a torchtitan training TOML: parallelism degrees, batch, mixed precision, activation checkpointing.
+
+Read as torchtitan reads it at commit 238fa9953e4aec2a62582121564273d7cbb1e9f1, the last with TOML configs
+(#2386 then replaced them by a Python registry): torchtitan/config/job_config.py gives every default,
+config/manager.py _dict_to_dataclass refuses unknown fields (unless job.custom_config_module extends the config),
+distributed/parallel_dims.py resolves data_parallel_shard_degree = -1 to the ranks left over, train.py derives
+gradient accumulation from global_batch_size, distributed/pipeline_parallel.py splits local_batch_size into
+pipeline micro-batches, models/llama3/infra/parallelize.py applies FSDP2 (fully_shard with MixedPrecisionPolicy
+param_dtype / reduce_dtype, reshard_after_forward from fsdp_reshard_after_forward) when dp_shard > 1 or cp > 1.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+from ..workload import WORKLOAD_LIMITS
+from .common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, choice, decode_text,
+                     line_col, strict_int)
+
+COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
+SRC = f"torchtitan job_config.py default ({COMMIT[:7]})"
+SECTIONS = ("job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training", "parallelism",
+            "checkpoint", "activation_checkpoint", "compile", "quantize", "comm", "memory_estimation",
+            "fault_tolerance", "experimental", "validation", "debug")
+FIELDS = {   # the dataclasses zerocalc reads, every field (job_config.py)
+    "training": ("dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
+                 "enable_cpu_offload", "dtype", "mixed_precision_param", "mixed_precision_reduce", "gc_freq",
+                 "gc_debug", "dataloader"),
+    "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
+                    "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
+                    "pipeline_parallel_degree", "module_fqns_per_model_part",
+                    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
+                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
+                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
+                    "pipeline_parallel_expert_parallel_overlap", "context_parallel_degree",
+                    "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
+                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"),
+    "activation_checkpoint": ("mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
+                              "early_stop", "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
+                              "determinism_check", "debug"),
+    "optimizer": ("name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"),
+}
+DTYPES = {"bfloat16": "bf16", "float32": "fp32"}      # training.dtype / mixed_precision_param Literals
+# torch.distributed.pipelining.schedules.get_schedule_class names (case-insensitive) -> zerocalc schedule.
+SCHEDULES = {"1f1b": "1f1b", "interleaved1f1b": "interleaved", "gpipe": "gpipe", "loopedbfs": "gpipe",
+             "interleavedzerobubble": "interleaved", "zbvzerobubble": "interleaved", "dualpipev": "interleaved",
+             "pipelineschedulesingle": None, "pipelineschedulemulti": None}
+SINGLE_STAGE = ("1f1b", "gpipe", "pipelineschedulesingle")
+LIMIT = 10**6
+
+
+def parse_toml(source) -> dict:
+    text = decode_text(source, "TOML")
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        line, col = _toml_position(str(exc), text)
+        raise FrameworkConfigError("config", str(exc)[:200], "valid TOML", line, col) from None
+    except RecursionError:
+        raise FrameworkConfigError("config", "nesting too deep", "valid TOML") from None
+
+
+def _toml_position(message: str, text: str):
+    # tomllib's messages end with "(at line L, column C)" or "(at end of document)".
+    found = re.search(r"at line (\d+), column (\d+)", message)
+    if found:
+        return int(found.group(1)), int(found.group(2))
+    return line_col(text, len(text))
+
+
+def import_torchtitan(source, context=None) -> ImportedConfig:
+    """A torchtitan train_configs/*.toml (text or bytes) -> ImportedConfig."""
+    return _Reader(Doc(parse_toml(source)), ImportContext.of(context)).run()
+
+
+class _Reader:
+    def __init__(self, doc: Doc, ctx: ImportContext):
+        self.doc, self.ctx, self.b = doc, ctx, Builder("torchtitan")
+
+    def run(self) -> ImportedConfig:
+        self.check_fields()
+        t = self.section_values("training")
+        p = self.section_values("parallelism")
+        dims = self.degrees(p)
+        self.ledger(t, dims)
+        self.batch(t, p, dims)
+        self.checkpointing()
+        self.optimizer()
+        self.model_notes()
+        for key in self.doc.leftovers():
+            self.b.ignore(key, "no effect on the bytes zerocalc counts")
+        return self.b.build()
+
+    def check_fields(self):
+        custom = self.doc.get("job", "custom_config_module", default="")
+        experimental = self.doc.get("experimental", "custom_args_module", default="")
+        self.extended = bool(custom or experimental)
+        for section, value in self.doc.data.items():
+            if section not in SECTIONS:
+                self._unknown(section, value)
+            elif section in FIELDS and isinstance(value, dict):
+                for key in value:
+                    if key not in FIELDS[section]:
+                        self._unknown(f"{section}.{key}", value[key])
+            elif section in FIELDS and not isinstance(value, dict):
+                raise FrameworkConfigError(section, value, "a [table]")
+
+    def _unknown(self, key, value):
+        if not self.extended:
+            raise FrameworkConfigError(key, value, "a torchtitan JobConfig field (config/manager.py refuses "
+                                                   "others unless job.custom_config_module adds them)")
+        self.b.ignore(key, "a field of the custom config module (job.custom_config_module), not modelled")
+
+    def section_values(self, section):
+        return self.doc.section(section)
+
+    def get(self, section, key, default):
+        return self.doc.get(section, key, default=default)
+
+    def int_field(self, section, key, default, lo=1):
+        return strict_int(f"{section}.{key}", self.get(section, key, default), lo, LIMIT)
+
+    # --- degrees ---------------------------------------------------------------------------------------------
+    def degrees(self, p):
+        dims = {name: self.int_field("parallelism", key, 1) for name, key in (
+            ("dp_replicate", "data_parallel_replicate_degree"), ("tp", "tensor_parallel_degree"),
+            ("pp", "pipeline_parallel_degree"), ("cp", "context_parallel_degree"),
+            ("ep", "expert_parallel_degree"), ("etp", "expert_tensor_parallel_degree"))}
+        shard_key = "parallelism.data_parallel_shard_degree"
+        shard = self.get("parallelism", "data_parallel_shard_degree", -1)
+        shard = strict_int(shard_key, shard, -1, LIMIT)
+        if shard == 0:
+            raise FrameworkConfigError(shard_key, 0, "-1 (the ranks left over) or a degree >= 1")
+        if dims["ep"] > 1 and dims["etp"] not in (1, dims["tp"]):
+            raise FrameworkConfigError("parallelism.expert_tensor_parallel_degree", dims["etp"],
+                                       f"1 or tensor_parallel_degree ({dims['tp']}) when expert parallelism is on")
+        others = dims["dp_replicate"] * dims["cp"] * dims["tp"] * dims["pp"]
+        if shard == -1:
+            shard = self._leftover(shard_key, others)
+        dims["dp_shard"] = shard
+        for name in ("tp", "pp", "cp", "ep"):
+            if dims[name] > 1:
+                self.b.set("layout", name, dims[name], f"parallelism.{self._key(name)}")
+        if dims["tp"] > 1:      # parallelize.py apply_tp: SequenceParallel() on the norms (Megatron-style SP)
+            self.b.set("layout", "sequence_parallel", True, "torchtitan tensor parallelism shards the norms' "
+                                                            "activations over the sequence (apply_tp)")
+        if shard is not None:
+            dp = dims["dp_replicate"] * shard
+            self.b.set("scenario", "workers", dp, "data_parallel_replicate_degree x data_parallel_shard_degree")
+            self.b.set("layout", "gpus", dp * others // dims["dp_replicate"],
+                       "dp_replicate x dp_shard x cp x tp x pp (parallel_dims.py)")
+            if dims["dp_replicate"] > 1 and shard > 1:
+                self.b.set("scenario", "shard_group", shard, "parallelism.data_parallel_shard_degree (HSDP)")
+        if dims["cp"] > 1:
+            self.b.note("torchtitan's FSDP mesh is dp_shard x cp (parallel_dims.py: fsdp includes cp), so each rank "
+                        "holds 1 / (dp_shard x cp) of the sharded state.")
+        if dims["ep"] > 1:
+            self.b.note("Expert parallelism: routed experts are split over ep ranks and sharded over the rest of "
+                        "dp_shard x cp (the efsdp mesh); zerocalc's layout gets ep, the model decides the rest.")
+        return dims
+
+    @staticmethod
+    def _key(name):
+        return {"tp": "tensor_parallel_degree", "pp": "pipeline_parallel_degree", "cp": "context_parallel_degree",
+                "ep": "expert_parallel_degree"}[name]
+
+    def _leftover(self, key, others):
+        world = self.ctx.gpus
+        if world is None and self.ctx.workers is not None:
+            self.b.auto_key(key, None, "-1: the ranks left after dp_replicate, cp, tp and pp (parallel_dims.py); "
+                                       "the world size is set at launch (NGPU); the view's workers are kept")
+            return None
+        if world is None:
+            self.b.auto_key(key, None, "-1: the ranks left after dp_replicate, cp, tp and pp (parallel_dims.py); "
+                                       "unresolved without a world size")
+            return None
+        if world % others:
+            self.b.auto_key(key, None, f"-1: the view's {world} GPUs do not divide by dp_replicate x cp x tp x pp "
+                                       f"= {others}; unresolved")
+            return None
+        self.b.auto_key(key, world // others, f"-1: the view's {world} GPUs / (dp_replicate x cp x tp x pp = "
+                                              f"{others}) (parallel_dims.py)")
+        return world // others
+
+    # --- ledger and stage ------------------------------------------------------------------------------------
+    def ledger(self, t, dims):
+        dtype = DTYPES[choice("training.dtype", self.get("training", "dtype", "float32"), tuple(DTYPES))]
+        param = DTYPES[choice("training.mixed_precision_param",
+                              self.get("training", "mixed_precision_param", "bfloat16"), tuple(DTYPES))]
+        choice("training.mixed_precision_reduce", self.get("training", "mixed_precision_reduce", "float32"),
+               ("float32",))
+        fsdp = dims["dp_shard"] is None or dims["dp_shard"] > 1 or dims["cp"] > 1
+        if dims["dp_shard"] is None:
+            self.b.note("data_parallel_shard_degree -1 is assumed to leave more than one rank, so FSDP is on.")
+        stage = self.stage(fsdp, dims)
+        self.b.stage = stage
+        s = "scenario"
+        if dtype == "bf16":
+            for field, value in (("convention", "pure-bf16"), ("param_dtype", "bf16"), ("grad_dtype", "bf16"),
+                                 ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", "bf16"),
+                                 ("comm_dtype", None)):
+                self.b.set(s, field, value, "training.dtype = bfloat16: parameters, gradients and optimizer "
+                                            "states in bf16, no fp32 copy")
+        else:
+            comm = param if fsdp else None
+            for field, value in (("convention", "fsdp2"), ("param_dtype", "fp32"), ("grad_dtype", "fp32"),
+                                 ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", "fp32"),
+                                 ("comm_dtype", comm if comm != "fp32" else None)):
+                self.b.set(s, field, value, f"training.dtype float32 ({SRC}); FSDP2 MixedPrecisionPolicy "
+                                            "param_dtype = training.mixed_precision_param")
+            if fsdp and param == "bf16":
+                self.b.note("Gradients are reduce-scattered in float32 (mixed_precision_reduce), twice the bytes "
+                            "zerocalc's single bf16 comm dtype counts for them.")
+            if not fsdp and param == "bf16":
+                self.b.set("workload", "activation_dtype", "bf16", "training.mixed_precision_param via "
+                                                                   "torch.autocast (no FSDP)")
+        offload = self.get("training", "enable_cpu_offload", False)
+        if not isinstance(offload, bool):
+            raise FrameworkConfigError("training.enable_cpu_offload", offload, "true or false")
+        for field in ("offload_params", "offload_optimizer"):
+            self.b.set(s, field, "cpu" if offload and fsdp else "none", "training.enable_cpu_offload (FSDP2 "
+                                                                       "CPUOffloadPolicy: parameters, gradients, "
+                                                                       "optimizer states)")
+        if offload and not fsdp:
+            self.b.note("enable_cpu_offload has no effect without FSDP (it is an FSDP2 CPUOffloadPolicy).")
+
+    def stage(self, fsdp, dims):
+        policy = choice("parallelism.fsdp_reshard_after_forward",
+                        self.get("parallelism", "fsdp_reshard_after_forward", "default"),
+                        ("default", "always", "never"))
+        if not fsdp:
+            if dims["dp_replicate"] > 1 and dims["tp"] * dims["pp"] * dims["cp"] > 1:
+                self.b.note("torchtitan's DDP does not combine with other parallelism (parallelize.py: 'DDP has "
+                            "not supported > 1D parallelism').")
+            self.b.sources["selected_stage"] = "no FSDP (dp_shard 1 and cp 1): DDP or one replica"
+            return 0
+        # parallelize.py apply_fsdp: always -> True, never -> False, default -> not pp_enabled.
+        reshard = {"always": True, "never": False, "default": dims["pp"] == 1}[policy]
+        self.b.sources["selected_stage"] = f"parallelism.fsdp_reshard_after_forward = {policy}"
+        if policy == "default" and dims["pp"] > 1:
+            self.b.note("With pipeline parallelism torchtitan's default keeps parameters gathered after forward "
+                        "(reshard_after_forward = not pp_enabled): ZeRO-2.")
+        return 3 if reshard else 2
+
+    # --- batch, pipeline -------------------------------------------------------------------------------------
+    def batch(self, t, p, dims):
+        local = self.int_field("training", "local_batch_size", 8)
+        lo, hi = WORKLOAD_LIMITS["seq_len"]
+        seq = strict_int("training.seq_len", self.get("training", "seq_len", 2048), lo, hi)
+        self.b.set("workload", "seq_len", seq, "training.seq_len" if "seq_len" in t else SRC)
+        pp_micro = self.int_field("parallelism", "pipeline_parallel_microbatch_size", 1)
+        micro, per_local = local, 1
+        if dims["pp"] > 1:
+            if local % pp_micro:
+                raise FrameworkConfigError("parallelism.pipeline_parallel_microbatch_size", pp_micro,
+                                           f"a divisor of training.local_batch_size ({local})")
+            micro, per_local = pp_micro, local // pp_micro
+            self.pipeline(dims)
+        self.b.set("workload", "micro_batch", micro, "training.local_batch_size" if dims["pp"] == 1 else
+                   "parallelism.pipeline_parallel_microbatch_size (pipeline_parallel.py)")
+        global_batch = self.get("training", "global_batch_size", -1)
+        if isinstance(global_batch, int) and not isinstance(global_batch, bool) and global_batch < 0:
+            global_batch = -1                     # train.py: any negative value means local x dp
+        global_batch = strict_int("training.global_batch_size", global_batch, -1, 10**9)
+        if global_batch == 0:
+            raise FrameworkConfigError("training.global_batch_size", 0, "-1 (local x dp) or a positive batch "
+                                                                       "(train.py asserts > 0)")
+        dp = dims["dp_shard"] and dims["dp_replicate"] * dims["dp_shard"]
+        if global_batch == -1:
+            self.b.set("layout", "micro_batches", per_local, "global_batch_size -1: local_batch_size x dp, no "
+                                                             "gradient accumulation (train.py)")
+            return
+        if not dp:
+            self.b.auto_key("training.global_batch_size", None, "gradient accumulation = global / (local x dp) "
+                                                                "(train.py); dp unresolved")
+            return
+        if global_batch % (local * dp):
+            raise FrameworkConfigError("training.global_batch_size", global_batch,
+                                       f"a multiple of local_batch_size x data-parallel degree ({local} x {dp}; "
+                                       "train.py asserts it)")
+        gas = global_batch // (local * dp)
+        self.b.set("layout", "micro_batches", gas * per_local, "global_batch_size / (local_batch_size x dp)"
+                   + (" x pipeline micro-batches per local batch" if per_local > 1 else ""))
+
+    def pipeline(self, dims):
+        name = self.get("parallelism", "pipeline_parallel_schedule", "1F1B")
+        if not isinstance(name, str) or name.lower() not in SCHEDULES:
+            raise FrameworkConfigError("parallelism.pipeline_parallel_schedule", name,
+                                       "a torch.distributed.pipelining schedule: 1F1B, Interleaved1F1B, GPipe, "
+                                       "LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, "
+                                       "PipelineScheduleSingle, PipelineScheduleMulti")
+        schedule = SCHEDULES[name.lower()]
+        if schedule is None:
+            self.b.ignore("parallelism.pipeline_parallel_schedule",
+                          f"{name} runs a schedule from pipeline_parallel_schedule_csv: not modelled")
+            return
+        self.b.set("layout", "schedule", schedule, "parallelism.pipeline_parallel_schedule")
+        if name.lower() not in ("1f1b", "interleaved1f1b", "gpipe"):
+            self.b.note(f"Pipeline schedule {name} is approximated as {schedule}.")
+        if name.lower() not in SINGLE_STAGE:
+            per_rank = self.get("parallelism", "module_fqns_per_model_part", None)
+            layers = self.get("parallelism", "pipeline_parallel_layers_per_stage", None)
+            if per_rank is None and layers is None:
+                self.b.set("layout", "vpp", 2, "multi-stage schedules default to 2 stages per rank "
+                                               "(pipeline_parallel.py)")
+            elif isinstance(per_rank, list) and per_rank and len(per_rank) % dims["pp"] == 0:
+                self.b.set("layout", "vpp", len(per_rank) // dims["pp"], "module_fqns_per_model_part / pp")
+            else:
+                self.b.note("Stages per rank depend on the model's layer count "
+                            "(pipeline_parallel_layers_per_stage); the view's vpp is kept.")
+
+    # --- recompute, optimizer, model -------------------------------------------------------------------------
+    def checkpointing(self):
+        mode = choice("activation_checkpoint.mode", self.get("activation_checkpoint", "mode", "selective"),
+                      ("selective", "full", "memory_budget", "none"))
+        src = "activation_checkpoint.mode" if self.doc.has("activation_checkpoint", "mode") else SRC
+        if mode == "memory_budget":
+            self.b.note("activation_checkpoint.mode memory_budget lets the compiler choose what to save: not "
+                        "modelled, the view's recompute is kept.")
+            return
+        self.b.set("workload", "recompute", mode, src)
+        if mode == "selective":
+            option = self.get("activation_checkpoint", "selective_ac_option", "2")
+            what = ("op-level: matmul outputs are saved, the rest recomputed" if option == "op" else
+                    f"every {option}th layer fully checkpointed")
+            self.b.note(f"torchtitan selective checkpointing ({what}) is approximated by zerocalc's selective "
+                        "recompute (Korthikanti et al.: the attention core is recomputed).")
+
+    def optimizer(self):
+        name = self.get("optimizer", "name", "AdamW")
+        options = {"Adam": "adam", "AdamW": "adamw"}     # components/optimizer.py optimizer_classes
+        value = options[choice("optimizer.name", name, tuple(options))]
+        self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
+
+    def model_notes(self):
+        name = self.get("model", "name", "llama3")
+        flavor = self.get("model", "flavor", "debugmodel")
+        self.b.note(f"The model is torchtitan's {name} {flavor}: choose the matching zerocalc model.")
+        converters = self.get("model", "converters", [])
+        if converters:
+            self.b.note(f"model.converters {converters}: low-precision matmuls are not modelled.")
