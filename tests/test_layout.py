@@ -201,6 +201,7 @@ def test_first_stage_holds_pp_micro_batches_and_only_the_last_stage_holds_the_lo
 
 models = st.sampled_from(["gpt2", "llama-2-7b", "llama-3-8b", "qwen2.5-0.5b", "llama-3.2-1b", "phi-3-mini"])
 conventions = st.sampled_from(["zero-paper", "megatron", "fsdp2", "pure-bf16", "deepspeed"])
+# (FSDP2's per-tensor padding: see test_a_trivial_layout_is_pure_data_parallelism_byte_for_byte)
 
 
 @settings(max_examples=60, deadline=None)
@@ -213,6 +214,12 @@ def test_a_trivial_layout_is_pure_data_parallelism_byte_for_byte(name, conv, dp,
                                         offload_optimizer=off)
     report = layout_report(scenario, Workload(arch, micro_batch=mb, seq_len=seq, recompute=recompute))
     legacy = model_states(scenario)
+    if conv == "fsdp2":
+        # FSDP2 pads each tensor's dim-0 shard (measured: tests/test_finetune_validation.py); the pure data-parallel
+        # view has no tensors and rounds the whole model up once: the two agree to within ranks - 1 rows a tensor.
+        for ours, flat in zip(report.stages, legacy.stages):
+            assert flat.per_worker_total <= ours.per_worker_total <= flat.per_worker_total + 16 * 2**20 * dp
+        return
     assert report.stages == legacy.stages and report.unique_by_entry == legacy.unique_by_entry
     assert len(report.ranks) == 1 and report.ranks[0].rank.count == dp
 

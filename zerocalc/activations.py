@@ -33,6 +33,7 @@ from typing import Dict, NamedTuple
 
 from .architecture import ACTIVATION_SAVES, Architecture, layer_counts
 from .moe_activations import moe_terms
+from .training_activations import adapt, adapt_ends
 
 ATTENTION = ("eager", "flash")
 RECOMPUTE = ("none", "selective", "full")
@@ -53,6 +54,8 @@ class ActivationReport(NamedTuple):
     moe_layers: int = 0
     per_sliding_layer: Dict[str, int] = {}   # term -> bytes a local-attention block saves beyond the others
     sliding_layers: int = 0
+    first_block_delta: int = 0    # fine-tuning: the first block a gradient reaches saves this much less (<= 0)
+    frozen_blocks: int = 0        # fine-tuning: leading blocks no gradient reaches save nothing
 
     @property
     def per_layer_total(self) -> int:
@@ -69,8 +72,9 @@ class ActivationReport(NamedTuple):
 
     @property
     def total(self) -> int:
+        """A whole model's worth (the frozen leading blocks and the first block's saving included)."""
         return (self.blocks(self.layers, self.moe_layers, self.sliding_layers) + sum(self.embed.values())
-                + sum(self.stage.values()) + sum(self.head.values()))
+                + sum(self.stage.values()) + sum(self.head.values()) + self.first_block_delta)
 
 
 def norm_bits(a: Architecture, T: int, w: int, impl: str, width: int = None, rows: int = None) -> int:
@@ -203,7 +207,16 @@ def _attention(a: Architecture, t: Tokens, w: int, attention: str, impl: str, re
     return terms
 
 
-def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:
+def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None, train=None, tp=1,
+           first=False) -> Dict[str, int]:
+    full = _full_layer(a, t, w, attention, impl, recompute, kind, moe)
+    if train is None:
+        return full
+    whole = _full_layer(a, t, w, attention, impl, "none", kind, moe)
+    return adapt(full, whole, train, a, t, w, impl, tp, first)
+
+
+def _full_layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:
     terms = {"input norm": norm_bits(a, t.outside, w, impl)}
     terms.update(_attention(a, t, w, attention, impl, recompute))
     terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
@@ -231,24 +244,31 @@ def tp_local(a: Architecture, tp: int) -> Architecture:
 
 def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, attention: str = "flash",
                 recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
-                sequence_parallel: bool = False, loss_vocab: int = None, moe=None) -> ActivationReport:
+                sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
+                training=None) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
-    (moe_activations.Routing), for mixture-of-experts blocks."""
+    (moe_activations.Routing), for mixture-of-experts blocks; `training`: what trains when fine-tuning
+    (training_activations.Training; None: everything)."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
     hf = implementation == "huggingface"
     kinds = ("dense", "moe") if a.experts else ("dense",)
-    full = {k: _layer(local, t, w, attention, implementation, "none", k, moe) for k in kinds}
+    tr = training
+    full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
+    first_delta = 0
     if recompute == "full":
         checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden}
         blocks = {k: checkpoint for k in kinds}
-    elif recompute == "selective":
-        blocks = {k: _layer(local, t, w, attention, implementation, "selective", k, moe) for k in kinds}
     else:
-        blocks = full
+        mode = "selective" if recompute == "selective" else "none"
+        blocks = {k: _layer(local, t, w, attention, implementation, mode, k, moe, tr, tp) for k in kinds}
+        if tr is not None:
+            kind = "moe" if a.is_moe_layer(tr.frozen_blocks) else "dense"
+            first = _layer(local, t, w, attention, implementation, mode, kind, moe, tr, tp, first=True)
+            first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
 
     embed = {"token ids": INDEX_BITS * t.inside}
     stage = {}
@@ -273,12 +293,19 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     }
     if a.final_softcap:
         head["logit soft-cap tanh"] = w * t.inside * vocab
-    moe_layers = a.moe_layers
+    if tr is not None:
+        embed, head = adapt_ends(embed, head, tr, a, t, w, implementation)
+        if tr.frozen_blocks >= a.layers:
+            stage = {}                              # no block runs backward: nothing needs its rotary tables
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
     sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute != "full" else {}
-    return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), a.layers - moe_layers, working,
-                            _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, moe_layers,
-                            _bytes(sliding), layer_counts(a)["sliding"])
+    frozen = 0 if tr is None else tr.frozen_blocks
+    live = layer_counts(a, min(frozen, a.layers), a.layers)      # blocks a gradient reaches
+    if live["all"] == 0:
+        first_delta = 0
+    return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), live["dense"], working,
+                            _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, live["moe"],
+                            _bytes(sliding), live["sliding"], first_delta, frozen)
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

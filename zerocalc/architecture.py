@@ -184,8 +184,10 @@ class ParamTensor(NamedTuple):
     place: str           # layer (every block) | first (first pipeline stage) | last (last pipeline stage)
     tied: bool = False   # the output head of tied embeddings: stored once, a copy on the last stage under PP
     kind: str = "all"    # which blocks hold it: all | dense (dense-MLP blocks) | moe (mixture-of-experts blocks)
-    storage: str = ""    # a fixed storage dtype ("fp32" for a router kept in fp32); "": the ledger's
+    storage: str = ""    # a fixed storage dtype ("fp32" for a router kept in fp32, "nf4" for a quantized base)
     trainable: bool = True
+    first_layer: int = 0           # block tensors: the row applies to blocks first_layer <= i < stop_layer
+    stop_layer: int = 1 << 30      # (fine-tuning the last k blocks splits a tensor's rows at L - k)
 
     @property
     def elements(self) -> int:

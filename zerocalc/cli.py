@@ -23,6 +23,7 @@ from .deepspeed_estimator import deepspeed_view
 from .gpus import GPU_CATALOG
 from .hf_config import ConfigError
 from .hub import HubError
+from .finetune import MODES, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES
 from .layout import SCHEDULES
 from .model_presets import MODEL_PRESETS
 from .report import report_dict, report_for
@@ -67,6 +68,22 @@ def _probability(text: str) -> float:
     if not math.isfinite(value) or not 0 <= value < 1:
         raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a probability from 0 up to (not including) 1")
     return value
+
+
+def _targets(text: str) -> tuple:
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    if items == ("all-linear",) or (items and all(t in TARGETS for t in items)):
+        return items
+    raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(TARGETS)}, or all-linear")
+
+
+def _names(allowed):
+    def parse(text: str) -> tuple:
+        items = tuple(t.strip() for t in text.split(",") if t.strip())
+        if not all(t in allowed for t in items):
+            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(allowed)}")
+        return items
+    return parse
 
 
 def _dtype_or_none(text: str):
@@ -161,6 +178,23 @@ def _model_flags(p):
                                                                   "receives, %% of a balanced share (100)")
     par.add_argument("--moe-capacity-percent", type=_count, help="capacity factor x 100: drops pairs beyond it "
                                                                  "(0: dropless)")
+    ft = p.add_argument_group("fine-tuning (needs a model)")
+    ft.add_argument("--finetune", choices=MODES, help="what trains (default full)")
+    ft.add_argument("--lora-rank", type=_count, help="LoRA / DoRA / QLoRA rank (default 8)")
+    ft.add_argument("--lora-targets", type=_targets, help="q,k,v,o,gate,up,down (any of them) or all-linear "
+                                                          "(default q,v)")
+    ft.add_argument("--lora-dropout", type=_probability, help="adapter dropout (default 0)")
+    ft.add_argument("--adapter-dtype", choices=list(DTYPE_BITS), help="default: peft's (fp32 on a 16-bit base)")
+    ft.add_argument("--modules-to-save", type=_names(SAVEABLE), help="trained in full beside the adapters: "
+                                                                     "lm_head,embed_tokens")
+    ft.add_argument("--train-last-layers", type=_count, help="freeze: the last k blocks train")
+    ft.add_argument("--train-modules", type=_names(TRAINABLE_MODULES), help="freeze: embed_tokens,lm_head,norms")
+    ft.add_argument("--base-dtype", choices=list(DTYPE_BITS), help="frozen base weights (default: --param-dtype)")
+    ft.add_argument("--quant-type", choices=QUANT_TYPES, help="qlora base: nf4, fp4 or int8 (default nf4)")
+    ft.add_argument("--quant-block-size", type=_count, help="4-bit block size (default 64)")
+    ft.add_argument("--double-quant", choices=("yes", "no"), help="quantize the 4-bit scales too (default yes)")
+    ft.add_argument("--kbit-prepare", choices=("yes", "no"), help="qlora: peft's prepare_model_for_kbit_training "
+                                                                  "(fp32 non-quantized weights; default yes)")
     m.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     m.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 

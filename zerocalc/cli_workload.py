@@ -7,6 +7,7 @@ from dataclasses import replace
 from .architecture import Architecture, largest_layer, param_count
 from .gpus import GPU_CATALOG
 from .hf_config import architecture_from_config
+from .finetune import FineTune
 from .layout import Layout
 from .model_presets import MODEL_PRESETS
 from .units import format_bytes
@@ -19,6 +20,12 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")
 LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
                 "vocab_divisor", "ep", "etp")
+FINETUNE_FLAGS = {"finetune": "mode", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
+                  "lora_dropout": "lora_dropout", "adapter_dtype": "adapter_dtype",
+                  "modules_to_save": "modules_to_save", "train_last_layers": "train_last_layers",
+                  "train_modules": "train_modules", "base_dtype": "base_dtype", "quant_type": "quant_type",
+                  "quant_block_size": "quant_block_size", "double_quant": "double_quant",
+                  "kbit_prepare": "kbit_prepare"}
 
 
 class ModelFlagError(ValueError):
@@ -67,13 +74,23 @@ def layout_from_args(args) -> Layout:
     return Layout(**given)
 
 
+def finetune_from_args(args) -> FineTune:
+    given = {field: getattr(args, flag) for flag, field in FINETUNE_FLAGS.items()
+             if getattr(args, flag, None) is not None}
+    for field in ("double_quant", "kbit_prepare"):
+        if field in given:
+            given[field] = given[field] == "yes"
+    return FineTune(**given)
+
+
 def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
-    return Workload(arch, layout=layout_from_args(args), **given)
+    return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)
 
 
 def workload_flags_given(args) -> list:
-    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS if getattr(args, f) is not None]
+    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS + tuple(FINETUNE_FLAGS)
+            if getattr(args, f, None) is not None]
 
 
 def list_models(as_json: bool):

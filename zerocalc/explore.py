@@ -41,7 +41,7 @@ def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
         else:
             scaled = replace(s, workers=n, shard_group=None)
             shape = view.shape._replace(groups=param_groups(scaled, report.workload, view.rank))
-            state_rows = group_rows(scaled, report.ledger, shape)
+            state_rows = group_rows(scaled, report.ledger, shape, report.workload.finetune)
         for stage in range(4):
             rows[f"stage_{stage}"].append(sum(row_bytes(r, stage) for r in state_rows))
     return rows

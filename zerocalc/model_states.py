@@ -8,7 +8,7 @@ elements per worker, and placed on the GPU unless an offload switch moves that p
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from .ledger import LedgerEntry, build_ledger
 from .tables import CATEGORIES, COMM_TERMS, DTYPE_BITS, OFFLOADED_CATEGORIES, PARTITIONED, STAGES
@@ -86,13 +86,14 @@ class StateRow(NamedTuple):
     entry: LedgerEntry
     elements: int       # before ZeRO sharding (whole elements of this entry for the group's parameters)
     divisor: int        # the group's shard group at stages that partition this entry's category
+    sharded: Optional[int] = None   # elements once sharded, when a framework shards tensor by tensor (FSDP2)
 
 
 def row_bytes(row: StateRow, stage: int) -> int:
     """One rank's bytes of a ledger row at a stage: split over its divisor when the stage partitions it."""
-    entry, elements, divisor = row
+    entry, elements, divisor, sharded = row
     if entry.category in PARTITIONED[stage]:
-        elements = -(-elements // divisor)
+        elements = -(-elements // divisor) if sharded is None else sharded
     return entry.nbytes(elements)
 
 
@@ -122,7 +123,7 @@ def model_states(scenario) -> ModelStatesReport:
     """Pure data parallelism over scenario.params: every worker holds the same bytes."""
     ledger = build_ledger(scenario)
     rows = [StateRow(e, e.elements(scenario.params), scenario.group) for e in ledger]
-    unique_by_entry = tuple(e.nbytes(n) for e, n, _ in rows)
+    unique_by_entry = tuple(row.entry.nbytes(row.elements) for row in rows)
     stages = stage_results(scenario, rows, scenario.workers, sum(unique_by_entry),
                            lambda stage: communication_bytes(scenario, stage))
     return ModelStatesReport(scenario, ledger, unique_by_entry, stages)

@@ -19,6 +19,8 @@ from typing import Dict, NamedTuple, Tuple
 
 from .activations import ActivationReport, activations
 from .layout import in_flight
+from .placement import Blocks
+from .training_activations import training_for
 from .model_states import StageResult
 from .tables import DTYPE_BITS
 
@@ -55,10 +57,11 @@ def _b(elements: int, bits: int) -> int:
 
 class ParamGroup(NamedTuple):
     """Parameters one rank holds that ZeRO shards over the same group, in the same dtype, trained alike."""
-    name: str            # "" (dense, trainable), "experts", "fp32" (a router kept in fp32), ...
+    name: str            # "" (dense, trainable), "experts", "fp32" (a router kept in fp32), "nf4, frozen", ...
     params: int          # elements before ZeRO
     grad_params: int     # elements of their gradients (more than params where DTensor keeps a gradient whole)
     shard: int           # the ZeRO / FSDP divisor: dp x cp for dense tensors, the expert-data-parallel size for experts
+    holdings: tuple = () # the tensors (placement.Holding): a quantized group's storage is laid out per tensor
 
 
 class StepShape(NamedTuple):
@@ -73,22 +76,30 @@ class StepShape(NamedTuple):
     activation_bytes: int        # saved activations at the rank's peak: every in-flight micro-batch
     in_flight: Tuple[int, int, int]   # chunk-micro-batches alive at that peak, of which first / last chunk
     logits_elements: int         # tokens x vocabulary columns of the logits (0 off the last pipeline stage)
+    dequantized: int = 0         # QLoRA: bytes of the largest 4-bit weight dequantized while it runs
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:
     """The step shape of one rank class (placement.RankClass) of the workload's layout."""
-    layout, a = workload.layout, workload.arch
+    layout, a, ft = workload.layout, workload.arch, workload.finetune
     compute = scenario.comm_dtype or scenario.param_dtype
     bits = DTYPE_BITS[workload.activation_dtype or compute]
+    if ft.quantized and ft.kbit_prepare and not workload.activation_dtype:
+        bits = 32                 # prepare_model_for_kbit_training's fp32 norms and embedding: an fp32 stream
     vocab_cols = workload.vocab_columns
+    training = training_for(ft, a, workload.recompute, scenario.param_dtype, DTYPE_BITS)
     act = activations(a, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
                       workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, vocab_cols,
-                      workload.routing)
-    act = act._replace(layers=rank.layers - rank.moe_layers, moe_layers=rank.moe_layers,
-                       sliding_layers=rank.sliding_layers, embed=act.embed if rank.first else {},
-                       head=act.head if rank.last else {})
-    embed, head = sum(act.embed.values()), sum(act.head.values())
-    chunk = max(act.blocks(*c) for c in rank.chunks) + sum(act.stage.values())
+                      workload.routing, training)
+    frozen = act.frozen_blocks
+    counts = [_live_blocks(a, span, frozen) for span in rank.spans] if frozen else list(rank.chunks)
+    holds_first = any(frozen in span for span in rank.spans) and act.frozen_blocks < a.layers
+    act = act._replace(layers=sum(c.dense for c in counts), moe_layers=sum(c.moe for c in counts),
+                       sliding_layers=sum(c.sliding for c in counts), embed=act.embed if rank.first else {},
+                       head=act.head if rank.last else {},
+                       first_block_delta=act.first_block_delta if holds_first else 0)
+    embed, head = sum(act.embed.values()) + act.first_block_delta, sum(act.head.values())
+    chunk = max(act.blocks(*c) for c in counts) + sum(act.stage.values())
     pp_m = (layout.micro_batches if layout.pp > 1 else 1)
     if layout.pp == 1:
         alive = (1, 1, 1)
@@ -100,7 +111,7 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
                      rank.persistent_params(workload.param_persistence_threshold), rank.params,
                      param_groups(scenario, workload, rank), activation, alive,
-                     tokens * vocab_cols if rank.last else 0)
+                     tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank))
 
 
 def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
@@ -111,9 +122,23 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     dense = scenario.group * layout.cp
     expert = max(1, layout.expert_data_parallel(scenario.workers) * scenario.group // scenario.workers)
     extra = _replicated_embedding_grad(workload, rank)
+    members = {}
+    for h in rank.holdings:
+        members.setdefault(h.group, []).append(h)
     return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
-                            expert if name.startswith("experts") else dense)
+                            expert if name.startswith("experts") else dense, tuple(members[name]))
                  for name, n in rank.group_params().items())
+
+
+def _live_blocks(a, span: range, frozen: int) -> Blocks:
+    """The blocks of a chunk that a gradient reaches (index >= frozen)."""
+    live = [i for i in span if i >= frozen]
+    moe = sum(1 for i in live if a.is_moe_layer(i))
+    return Blocks(len(live) - moe, moe, sum(1 for i in live if a.is_sliding_layer(i)))
+
+
+def trainable_params(shape: StepShape) -> int:
+    return sum(g.params for g in shape.groups if not g.name.endswith("frozen"))
 
 
 def _replicated_embedding_grad(workload, rank) -> int:
@@ -143,12 +168,29 @@ def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
     widest = max(DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.grad_accum_dtype or scenario.grad_dtype])
     if widest >= master_bits:
         return 0
-    elements = sum(g.params if stage == 0 else -(-g.params // g.shard) for g in shape.groups)
+    elements = sum(g.params if stage == 0 else -(-g.params // g.shard) for g in shape.groups
+                   if not g.name.endswith("frozen"))
     return _b(elements, master_bits)
+
+
+def dequantized_weight(workload, rank) -> int:
+    """QLoRA: the largest 4-bit linear dequantized in the compute dtype while it runs, in forward and again in
+    backward (bitsandbytes MatMul4Bit), with double quantization its fp32 absmax twice (measured on the CPU:
+    tests/measure/quantized_storage.py dequant_transients). 8-bit bases run int8 kernels: no full copy."""
+    ft = workload.finetune
+    if ft.quantized not in ("nf4", "fp4"):
+        return 0
+    sizes = [h.local_elements for h in rank.holdings if h.tensor.storage == ft.quant_type]
+    if not sizes:
+        return 0
+    n = max(sizes)
+    blocks = -(-n // ft.quant_block_size)
+    return 2 * n + (2 * 4 * blocks if ft.double_quant else 0)
 
 
 def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> StagePeak:
     s, P = stage.stage, shape.params
+    trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     act_total = shape.activation_bytes
     logits = _logits(workload, shape)
@@ -167,11 +209,13 @@ def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> Stag
         backward["gathered parameters"] = gathered + _b(L, grad_bits)   # + the gathered layer's gradient
         optimizer["persistent parameters"] = persistent
     copies = 2 if workload.overlap(s) else 1
-    backward["gradient buckets"] = copies * _b(min(workload.reduce_bucket_size, P), grad_bits)
+    backward["gradient buckets"] = copies * _b(min(workload.reduce_bucket_size, trained), grad_bits)
     if shape.act.recompute_working:
         backward["recompute (one block)"] = shape.act.recompute_working
     if s in (1, 2):
-        optimizer["all-gather bucket"] = _b(min(workload.allgather_bucket_size, P), param_bits)
+        optimizer["all-gather bucket"] = _b(min(workload.allgather_bucket_size, trained), param_bits)
+    if shape.dequantized:
+        forward["dequantized 4-bit weight"] = backward["dequantized 4-bit weight"] = shape.dequantized
     grad_copy = _fp32_grad_copy(scenario, s, shape)
     if grad_copy:
         optimizer["fp32 gradient copy"] = grad_copy

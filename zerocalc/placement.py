@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Dict, NamedTuple, Tuple
 
 from .architecture import Architecture, ParamTensor, layer_counts, tensors
+from .finetune import FULL, FineTune, finetuned
 from .layout import Layout, padded_vocab
 
 
@@ -27,11 +28,19 @@ class Blocks(NamedTuple):
 
 
 def group_of(t: ParamTensor) -> str:
-    """The parameter group: tensors sharded over the same data-parallel group, kept in the same dtype and trained
-    alike ("" for the dense trainable parameters)."""
+    """The parameter group: tensors sharded over the same data-parallel group, stored in the same dtype and trained
+    alike ("" for the dense trainable parameters in the ledger's dtypes; "experts", "fp32", "nf4, frozen", ...)."""
     parts = (["experts"] if t.expert else []) + ([t.storage] if t.storage else []) + \
         ([] if t.trainable else ["frozen"])
     return ", ".join(parts)
+
+
+def block_counts(arch: Architecture, indices: Tuple[int, ...], t: ParamTensor) -> int:
+    """How many of these blocks hold tensor t: its kind (every block, dense or MoE ones) and its layer span."""
+    if t.kind == "all" and t.first_layer == 0 and t.stop_layer >= arch.layers:
+        return len(indices)
+    return sum(1 for i in indices if t.first_layer <= i < t.stop_layer
+               and (t.kind == "all" or (t.kind == "moe") == arch.is_moe_layer(i)))
 
 
 class Holding(NamedTuple):
@@ -39,6 +48,13 @@ class Holding(NamedTuple):
     local_elements: int      # this rank's split of one instance
     instances: int           # how many of it the rank holds (its blocks of the tensor's kind, for block tensors)
     group: str = ""          # group_of(tensor)
+    rows: int = 1            # its first dimension on this rank (FSDP2 shards tensor by tensor along it)
+
+    def fsdp_shard(self, ranks: int) -> int:
+        """Elements of one rank's FSDP2 shard of every instance: dim 0 split in torch.chunk order and padded
+        to ceil(dim 0 / ranks) rows on every rank (torch.distributed.fsdp _fsdp_param.py)."""
+        per_row = self.local_elements // self.rows if self.rows else 0
+        return -(-self.rows // ranks) * per_row * self.instances
 
     @property
     def elements(self) -> int:
@@ -53,6 +69,7 @@ class RankClass(NamedTuple):
     last: bool                       # holds the output end
     count: int                       # ranks in the class: pipeline ranks x dp x tp x cp
     holdings: Tuple[Holding, ...]
+    spans: Tuple[range, ...] = ()    # the layer indices of each of its chunks
 
     @property
     def layers(self) -> int:
@@ -96,6 +113,13 @@ def _group_params(holdings: Tuple[Holding, ...]) -> Dict[str, int]:
 
 
 def local_elements(t: ParamTensor, tp: int, vocab_rows: int, ep: int = 1, etp: int = 1) -> int:
+    n = 1
+    for d in local_shape(t, tp, vocab_rows, ep, etp):
+        n *= d
+    return n
+
+
+def local_shape(t: ParamTensor, tp: int, vocab_rows: int, ep: int = 1, etp: int = 1) -> Tuple[int, ...]:
     shape = list(t.shape)
     if t.tp == "vocab":
         shape[0] = vocab_rows
@@ -109,10 +133,7 @@ def local_elements(t: ParamTensor, tp: int, vocab_rows: int, ep: int = 1, etp: i
             shape[1] = -(-shape[1] // etp)
         elif t.tp == "expert-row" and len(shape) > 2:
             shape[2] = -(-shape[2] // etp)
-    n = 1
-    for d in shape:
-        n *= d
-    return n
+    return tuple(shape)
 
 
 def _stage_name(ranks: Tuple[int, ...], pp: int) -> str:
@@ -121,6 +142,18 @@ def _stage_name(ranks: Tuple[int, ...], pp: int) -> str:
     span = f"stage {ranks[0]}" if len(ranks) == 1 else f"stages {ranks[0]}-{ranks[-1]}"
     ends = [label for label, r in (("first", 0), ("last", pp - 1)) if r in ranks]
     return f"pipeline {span}" + (f" ({', '.join(ends)})" if ends else "")
+
+
+def chunk_ranges(layers: int, pp: int, vpp: int) -> Tuple[Tuple[range, ...], ...]:
+    """The layer indices of each model chunk on each pipeline rank: result[r][v] for chunk v of rank r."""
+    n = pp * vpp
+    base, extra = divmod(layers, n)
+    spans, start = [], 0
+    for c in range(n):
+        size = base + (1 if c < extra else 0)
+        spans.append(range(start, start + size))
+        start += size
+    return tuple(tuple(spans[v * pp + r] for v in range(vpp)) for r in range(pp))
 
 
 def chunk_blocks(arch: Architecture, pp: int, vpp: int) -> Tuple[Tuple[Blocks, ...], ...]:
@@ -139,13 +172,20 @@ def chunk_blocks(arch: Architecture, pp: int, vpp: int) -> Tuple[Tuple[Blocks, .
                        for v in range(vpp)) for r in range(pp))
 
 
+def inventory(arch: Architecture, finetune: FineTune = FULL, param_dtype: str = "bf16") -> Tuple[ParamTensor, ...]:
+    """The parameter tensors, with the fine-tuning mode applied (frozen flags, adapters, quantized storage)."""
+    return finetuned(tensors(arch), finetune, arch.layers, param_dtype)
+
+
 @lru_cache(maxsize=1024)
-def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: str) -> Tuple[RankClass, ...]:
+def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: str, finetune: FineTune = FULL,
+                 param_dtype: str = "bf16") -> Tuple[RankClass, ...]:
     """The distinct ranks of a layout, in pipeline order."""
     tp, pp = layout.tp, layout.pp
     vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
-    table = tensors(arch)
-    split = {t: local_elements(t, tp, vocab_rows, layout.ep, layout.etp) for t in table}
+    table = inventory(arch, finetune, param_dtype)
+    ranges = chunk_ranges(arch.layers, pp, layout.vpp)
+    split = {t: local_shape(t, tp, vocab_rows, layout.ep, layout.etp) for t in table}
     per_stage = dp * tp * layout.cp
     chunks = chunk_blocks(arch, pp, layout.vpp)
 
@@ -162,12 +202,11 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
     for ranks in groups:
         r = ranks[0]
         first, last = r == 0, r == pp - 1
-        blocks = {"dense": sum(c.dense for c in chunks[r]), "moe": sum(c.moe for c in chunks[r])}
-        blocks["all"] = blocks["dense"] + blocks["moe"]
+        indices = tuple(i for span in ranges[r] for i in span)
         held = []
         for t in table:
             if t.place == "layer":
-                instances = blocks[t.kind]
+                instances = block_counts(arch, indices, t)
             elif t.place == "first":
                 instances = 1 if first else 0
             elif t.tied:
@@ -175,25 +214,32 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
             else:
                 instances = 1 if last else 0
             if instances:
-                held.append(Holding(t, split[t], instances, group_of(t)))
+                shape = split[t]
+                n = 1
+                for d in shape:
+                    n *= d
+                held.append(Holding(t, n, instances, group_of(t), shape[0]))
         classes.append(RankClass(_stage_name(tuple(ranks), pp), tuple(ranks), chunks[r], first, last,
-                                 len(ranks) * per_stage, tuple(held)))
+                                 len(ranks) * per_stage, tuple(held), ranges[r]))
     return tuple(classes)
 
 
 @lru_cache(maxsize=1024)
-def stored_groups(arch: Architecture, layout: Layout, implementation: str) -> Dict[str, int]:
-    """One copy of every parameter as stored, by parameter group (vocabulary padded as the kernels pad it; tied
-    weights once)."""
+def stored_holdings(arch: Architecture, layout: Layout, implementation: str, finetune: FineTune = FULL,
+                    param_dtype: str = "bf16") -> Tuple[Holding, ...]:
+    """One copy of every parameter as stored (vocabulary padded as the kernels pad it; tied weights once)."""
     vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
-    kinds = layer_counts(arch)
-    out: Dict[str, int] = {}
-    for t in tensors(arch):
-        if not t.tied:
-            h = Holding(t, local_elements(t, 1, vocab_rows), kinds[t.kind] if t.place == "layer" else 1, group_of(t))
-            out[h.group] = out.get(h.group, 0) + h.elements
-    return out
+    every = tuple(range(arch.layers))
+    return tuple(Holding(t, local_elements(t, 1, vocab_rows), block_counts(arch, every, t) if t.place == "layer"
+                         else 1, group_of(t))
+                 for t in inventory(arch, finetune, param_dtype) if not t.tied)
 
 
-def stored_params(arch: Architecture, layout: Layout, implementation: str) -> int:
-    return sum(stored_groups(arch, layout, implementation).values())
+def stored_groups(arch: Architecture, layout: Layout, implementation: str, finetune: FineTune = FULL,
+                  param_dtype: str = "bf16") -> Dict[str, int]:
+    return _group_params(stored_holdings(arch, layout, implementation, finetune, param_dtype))
+
+
+def stored_params(arch: Architecture, layout: Layout, implementation: str, finetune: FineTune = FULL,
+                  param_dtype: str = "bf16") -> int:
+    return sum(stored_groups(arch, layout, implementation, finetune, param_dtype).values())

@@ -13,10 +13,11 @@ from typing import Dict, NamedTuple, Tuple
 
 from .costs import data_parallel_communication, layout_communication, recompute_flops
 from .layout import check_experts
+from .finetune import QUANT_TYPES, quantized_storage
 from .ledger import LedgerEntry, build_ledger
-from .model_states import StageResult, StateRow, stage_results
-from .peak import StagePeak, StepShape, param_groups, rank_shape, stage_peak
-from .placement import RankClass, rank_classes, stored_groups, stored_params
+from .model_states import StageResult, StateRow, row_bytes, stage_results
+from .peak import ParamGroup, StagePeak, StepShape, param_groups, rank_shape, stage_peak
+from .placement import RankClass, rank_classes, stored_holdings, stored_params
 from .tables import DTYPE_BITS, STAGES
 
 
@@ -51,32 +52,60 @@ class LayoutReport(NamedTuple):
 
     @property
     def stored_params(self) -> int:
-        return stored_params(self.workload.arch, self.workload.layout, self.workload.implementation)
+        w = self.workload
+        return stored_params(w.arch, w.layout, w.implementation, w.finetune, self.scenario.param_dtype)
 
 
 @lru_cache(maxsize=1024)
 def group_ledger(scenario, ledger, group: str) -> Tuple[LedgerEntry, ...]:
-    """The ledger of one parameter group, its entries named after the group: a tensor kept in fp32 (a router)
-    stores its parameters and gradients in fp32 when the ledger's are narrower; a frozen tensor keeps only its
-    parameters (no gradient, no master copy, no optimizer state)."""
+    """The ledger of one parameter group, its entries named after the group. A fixed storage dtype (a router kept
+    in fp32, fp32 adapters, a bf16 base) sets the parameters' dtype, and for a trained group its gradients' and,
+    without a master copy, its optimizer state's (torch optimizers keep state in the parameter's dtype); a frozen
+    group keeps only its parameters: no gradient, no master copy, no optimizer state."""
     parts = group.split(", ") if group else []
-    if "fp32" in parts:
-        wider = {f: "fp32" for f in ("param_dtype", "grad_dtype") if DTYPE_BITS[getattr(scenario, f)] < 32}
-        ledger = build_ledger(scenario.with_changes(**wider)) if wider else ledger
+    storage = next((p for p in parts if p in DTYPE_BITS), None)
     if "frozen" in parts:
         ledger = tuple(e for e in ledger if e.category == "parameters")
+        if storage:
+            ledger = tuple(e._replace(dtype=storage, bits=DTYPE_BITS[storage]) for e in ledger)
+    elif storage:
+        changes = {f: storage for f in ("param_dtype", "grad_dtype")}
+        if scenario.master_dtype is None:
+            changes["optimizer_dtype"] = storage
+        if storage == "fp32":        # a tensor kept in fp32 never narrows a wider ledger
+            changes = {f: v for f, v in changes.items() if DTYPE_BITS[getattr(scenario, f)] < 32}
+        ledger = build_ledger(scenario.with_changes(**changes)) if changes else ledger
     return tuple(e._replace(name=f"{group}: {e.name}") for e in ledger) if group else ledger
 
 
-def state_rows(scenario, ledger, shape: StepShape) -> Tuple[StateRow, ...]:
+def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...]:
+    """One parameter group's ledger rows: its elements per entry, its ZeRO divisor. A quantized base is stored as
+    bitsandbytes lays it out, tensor by tensor (finetune.quantized_storage)."""
+    quant = next((q for q in QUANT_TYPES if q in g.name.split(", ")), None)
+    if quant:
+        parts: Dict[str, list] = {}
+        for h in g.holdings:
+            for name, (dtype, n) in quantized_storage(h.local_elements, h.tensor.shape[0], finetune).items():
+                parts.setdefault(name, [dtype, 0])[1] += n * h.instances
+        return tuple(StateRow(LedgerEntry(f"{g.name}: {name}", "parameters", dtype, "finetune", 1, 1,
+                                          DTYPE_BITS[dtype]), n, g.shard) for name, (dtype, n) in parts.items())
+    per_tensor = None
+    if scenario.convention == "fsdp2" and g.holdings:      # FSDP2 pads each tensor's dim-0 shard
+        per_tensor = sum(h.fsdp_shard(g.shard) for h in g.holdings)
+    return tuple(StateRow(e, e.elements(g.grad_params if e.category == "gradients" else g.params), g.shard,
+                          None if per_tensor is None or (e.category == "gradients" and g.grad_params != g.params)
+                          else e.elements(per_tensor))
+                 for e in group_ledger(scenario, ledger, g.name))
+
+
+def state_rows(scenario, ledger, shape: StepShape, finetune=None) -> Tuple[StateRow, ...]:
     """The ledger applied to each of one rank's parameter groups (gradients where DTensor keeps more of them)."""
-    return tuple(StateRow(e, e.elements(g.grad_params if e.category == "gradients" else g.params), g.shard)
-                 for g in shape.groups for e in group_ledger(scenario, ledger, g.name))
+    return tuple(row for g in shape.groups for row in group_rows(scenario, ledger, g, finetune))
 
 
 def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -> RankView:
     shape = rank_shape(scenario, workload, rank)
-    rows = state_rows(scenario, ledger, shape)
+    rows = state_rows(scenario, ledger, shape, workload.finetune)
     mp = layout_communication(scenario, workload, rank, shape)
     comm = tuple({"data parallel": data_parallel_communication(scenario, workload, shape, stage), **mp}
                  for stage in STAGES)
@@ -92,7 +121,8 @@ def layout_report(scenario, workload) -> LayoutReport:
     ledger = build_ledger(scenario)
     unique_by_entry = _one_copy(scenario, workload, ledger)
     unique_total = sum(unique_by_entry)
-    classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation)
+    classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation,
+                           workload.finetune, scenario.param_dtype)
     views = tuple(_rank_view(scenario, workload, c, ledger, unique_total) for c in classes)
     stages, peaks, worst = [], [], []
     for s in STAGES:
@@ -109,10 +139,17 @@ def _one_copy(scenario, workload, ledger) -> Tuple[int, ...]:
     """Bytes of one copy of the whole model per ledger entry, summed over the parameter groups."""
     out = [0] * len(ledger)
     names = [e.name for e in ledger]
-    for group, n in stored_groups(workload.arch, workload.layout, workload.implementation).items():
-        for e in group_ledger(scenario, ledger, group):
-            base = e.name.split(": ", 1)[1] if group else e.name
-            out[names.index(base)] += e.nbytes(e.elements(n))
+    w = workload
+    holdings = stored_holdings(w.arch, w.layout, w.implementation, w.finetune, scenario.param_dtype)
+    groups = {}
+    for h in holdings:
+        groups.setdefault(h.group, []).append(h)
+    for group, members in groups.items():
+        n = sum(h.elements for h in members)
+        one = ParamGroup(group, n, n if not group.endswith("frozen") else 0, 1, tuple(members))
+        for row in group_rows(scenario, ledger, one, w.finetune):
+            base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
+            out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
     return tuple(out)
 
 
@@ -144,6 +181,6 @@ def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...
     candidates = []
     for v in report.ranks:
         shape = v.shape._replace(groups=param_groups(s, w, v.rank))
-        stages = stage_results(s, state_rows(s, report.ledger, shape), 1, 0)
+        stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
         candidates.append(tuple(stage_peak(s, w, r, shape) for r in stages))
     return _worst(candidates)

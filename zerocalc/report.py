@@ -5,7 +5,7 @@ Integers are bytes. Keys named in the core issue are a public interface: keep th
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from fractions import Fraction
 
 from . import __version__
@@ -15,6 +15,7 @@ from .explore import fits_on, ledger_cells, scaling
 from .explore import stage_rows as ledger_rows_of
 from .ledger import bytes_per_param
 from .model_states import ModelStatesReport, model_states, workers_per_node
+from .placement import stored_holdings
 from .ranks import LayoutReport, layout_report
 from .solve import solve
 from .tables import CONVENTIONS, PARTITIONED
@@ -68,7 +69,17 @@ def stage_rows(report) -> list:
         for row, i, s in zip(rows, report.worst, range(4)):
             row["worst_rank"] = report.ranks[i].rank.name
             row["communication_bytes_by_kind"] = report.ranks[i].communication[s]
+            row["per_worker_group_bytes"] = group_bytes(row["per_worker_entry_bytes"])
     return rows
+
+
+def group_bytes(entry_bytes: dict) -> dict:
+    """Per-entry bytes summed by parameter group (the entry names' "group: " prefix; "dense" for the rest)."""
+    out = {}
+    for name, nbytes in entry_bytes.items():
+        group = name.split(": ", 1)[0] if ": " in name else "dense"
+        out[group] = out.get(group, 0) + nbytes
+    return out
 
 
 def deepspeed_dict(view: DeepSpeedView) -> dict:
@@ -126,6 +137,16 @@ def rank_rows(report: LayoutReport) -> list:
     return rows
 
 
+def trainable_counts(report: LayoutReport) -> dict:
+    """Stored parameters that train and that do not (adapters and trained copies included), one copy each."""
+    w, s = report.workload, report.scenario
+    held = stored_holdings(w.arch, w.layout, w.implementation, w.finetune, s.param_dtype)
+    trainable = sum(h.elements for h in held if h.tensor.trainable)
+    adapters = sum(h.elements for h in held if h.tensor.role == "adapter")
+    return {"trainable_params": trainable, "frozen_params": sum(h.elements for h in held) - trainable,
+            "adapter_params": adapters}
+
+
 def _activation_rank(report: LayoutReport):
     """The rank class holding the most activations: what the top-level activation fields describe."""
     return max(report.ranks, key=lambda v: v.shape.activation_bytes)
@@ -143,15 +164,18 @@ def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
     out = {
         "architecture": {**counts(a), "largest_layer_params": largest, "largest_layer": largest_name,
                          "stored_params": report.stored_params, "moe_layers": a.moe_layers,
-                         **{k: v for k, v in asdict(a).items()}},
-        "workload": {k: v for k, v in asdict(workload).items() if k not in ("arch", "layout")},
+                         **trainable_counts(report), **{k: v for k, v in asdict(a).items()}},
+        "finetune": asdict(workload.finetune),
+        "workload": {k: v for k, v in asdict(workload).items() if k not in ("arch", "layout", "finetune")},
         "layout": layout_dict(report),
         "activation_rank": heaviest.rank.name,
         "activation_bits": shape.act_bits,
         "activation_bytes_per_layer": shape.act.per_layer_total,
         "activation_bytes": shape.activation_bytes,
-        "activation_terms": {"per_layer": shape.act.per_layer, "embedding_end": shape.act.embed,
+        "activation_terms": {"per_layer": shape.act.per_layer, "per_moe_layer": shape.act.per_moe_layer,
+                             "per_sliding_layer": shape.act.per_sliding_layer, "embedding_end": shape.act.embed,
                              "every_stage": shape.act.stage, "output_end": shape.act.head,
+                             "first_block_adjustment": shape.act.first_block_delta,
                              "recompute_working": shape.act.recompute_working},
         "gpu": {"name": workload.gpu_label, "capacity_bytes": workload.capacity_bytes},
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
@@ -167,7 +191,30 @@ def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
     if layouts:
         from .layout_search import search_dict
         out["solve"].update(search_dict(s, workload))
+    if workload.finetune.quantized:
+        out["finetune_comparison"] = quantized_vs_plain(report)
     return out
+
+
+def quantized_vs_plain(report: LayoutReport) -> dict:
+    """A quantized base against the same adapters on a plain one: the peaks, and why the quantized one is not
+    always smaller (users are surprised: litgpt#1112, torchtune#2255)."""
+    w, s = report.workload, report.scenario
+    plain = replace(w, finetune=replace(w.finetune, mode="lora", kbit_prepare=False))
+    other = layout_report(s, plain)
+    reasons = []
+    shape = report.ranks[report.worst[3]].shape
+    if shape.dequantized:
+        reasons.append(f"each 4-bit linear is dequantized while it runs ({shape.dequantized:,} bytes for the "
+                       "largest), in forward and again in backward")
+    if w.finetune.kbit_prepare:
+        reasons.append("prepare_model_for_kbit_training upcasts every non-quantized weight to fp32, so the "
+                       "activations are fp32 too")
+    return {"quantized_peak_bytes": [p.peak_bytes for p in report.peaks],
+            "plain_peak_bytes": [p.peak_bytes for p in other.peaks],
+            "quantized_model_state_bytes": [r.gpu_bytes for r in report.stages],
+            "plain_model_state_bytes": [r.gpu_bytes for r in other.stages],
+            "reasons": reasons}
 
 
 def report_for(scenario, workload=None):

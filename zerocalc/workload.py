@@ -15,6 +15,7 @@ from typing import Optional
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .architecture import Architecture
 from .gpus import DEFAULT_GPU, GPU_CATALOG
+from .finetune import FULL, FineTune
 from .layout import Layout, check_against, padded_vocab
 from .moe_activations import Routing
 from .scenario import FieldError, require_choice, require_int
@@ -64,6 +65,7 @@ class Workload:
     # routing), capped by a capacity factor when one drops tokens (0: dropless, as Megatron's default).
     moe_imbalance_percent: int = 100
     moe_capacity_percent: int = 0
+    finetune: FineTune = FULL                 # what trains: full, frozen blocks, LoRA / DoRA, QLoRA
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -80,6 +82,8 @@ class Workload:
             raise FieldError("gpu", self.gpu, "one of " + ", ".join(GPU_CATALOG) + ", or a custom gpu_memory")
         if not isinstance(self.layout, Layout):
             raise FieldError("layout", type(self.layout).__name__, "a Layout")
+        if not isinstance(self.finetune, FineTune):
+            raise FieldError("finetune", type(self.finetune).__name__, "a FineTune")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
 
     @property

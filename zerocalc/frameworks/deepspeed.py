@@ -158,6 +158,9 @@ class _Reader(BatchReader):
         zero = {}
         for name, (alias, kind, default) in S.ZERO_FIELDS.items():
             given = [k for k in (name, alias) if k and k in block]
+            if len(given) == 2 and "auto" in (block[name], block[alias]):
+                # DeepSpeedConfigModel drops "auto" before it checks the pair: the other spelling stands
+                given = [k for k in given if block[k] != "auto"] or given[:1]
             if len(given) == 2:
                 raise FrameworkConfigError(self.name(f"zero_optimization.{name}"), block[name],
                                            f"absent: {alias} is given too (DeepSpeed takes one of the two)")
