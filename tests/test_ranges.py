@@ -1,0 +1,145 @@
+"""Ranges: the low-high band of each stage's peak over the assumptions' documented ranges, and the verdicts."""
+
+import json
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zerocalc import Scenario
+from zerocalc.architecture import param_count
+from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.ranges import (ASSUMPTIONS, DEFAULT_VARY, FITS, FITS_EVEN_AT_HIGH, FITS_LOW_ONLY, NO_FIT, VERDICTS,
+                             ranges, ranges_dict, verdict)
+from zerocalc.ranks import layout_report
+from zerocalc.scenario import FieldError
+from zerocalc.workload import Workload
+
+GIB = 2**30
+
+
+def setup(model="llama-2-7b", workers=8, **work):
+    arch = MODEL_PRESETS[model][0]
+    return Scenario.from_convention("zero-paper", params=param_count(arch), workers=workers), Workload(arch, **work)
+
+
+def peaks(scenario, workload, **fields):
+    return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
+
+
+def test_the_documented_ranges():
+    scenario, work = setup()
+    r = ranges(scenario, work)
+    assert r.vary == DEFAULT_VARY == ("cuda_context", "allocator_reserve")
+    assert r.low == {"cuda_context_bytes": GIB // 2, "fragmentation_percent": 0}
+    assert r.point == {"cuda_context_bytes": GIB, "fragmentation_percent": 5}
+    assert r.high == {"cuda_context_bytes": 3 * GIB // 2, "fragmentation_percent": 15}
+    for name in ASSUMPTIONS:
+        assert ASSUMPTIONS[name].source and ASSUMPTIONS[name].fields
+
+
+def test_band_ends_are_whole_reports_at_the_ends():
+    scenario, work = setup(micro_batch=2)
+    r = ranges(scenario, work)
+    low = peaks(scenario, work, cuda_context_bytes=GIB // 2, fragmentation_percent=0)
+    high = peaks(scenario, work, cuda_context_bytes=3 * GIB // 2, fragmentation_percent=15)
+    point = [p.peak_bytes for p in layout_report(scenario, work).peaks]
+    for b in r.bands:
+        assert (b.low_bytes, b.point_bytes, b.high_bytes) == (low[b.stage], point[b.stage], high[b.stage])
+        assert b.capacity_bytes == work.capacity_bytes
+        # With no reserve and a 0.5 GiB context the low end is the tensors plus half a GiB.
+        parts = layout_report(scenario, work).peaks[b.stage].phases
+        tensors = max(sum(v for k, v in c.items() if k not in ("allocator reserve", "CUDA context"))
+                      for c in parts.values())
+        assert b.low_bytes == tensors + GIB // 2
+        assert b.swing["cuda_context"] == (b.point_bytes - GIB // 2, b.point_bytes + GIB // 2)
+        lo, hi = b.swing["allocator_reserve"]
+        assert lo == tensors + GIB and hi == tensors + -(-tensors * 15 // 100) + GIB
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(["gpt2", "llama-2-7b", "llama-3-8b"]), workers=st.sampled_from([1, 2, 8, 64]),
+       micro=st.integers(1, 8), context=st.integers(0, 3 * GIB), frag=st.integers(0, 40),
+       buckets=st.booleans())
+def test_bands_are_ordered_and_verdicts_consistent(model, workers, micro, context, frag, buckets):
+    scenario, work = setup(model, workers, micro_batch=micro, cuda_context_bytes=context, fragmentation_percent=frag)
+    vary = DEFAULT_VARY + (("buckets",) if buckets else ())
+    r = ranges(scenario, work, vary)
+    for b in r.bands:
+        assert b.low_bytes <= b.point_bytes <= b.high_bytes
+        for lo, hi in b.swing.values():
+            assert b.low_bytes <= lo <= b.point_bytes <= hi <= b.high_bytes
+        assert b.verdict in VERDICTS
+        assert b.verdict == verdict(b.low_bytes, b.point_bytes, b.high_bytes, b.capacity_bytes)
+        assert (b.verdict in (FITS, FITS_EVEN_AT_HIGH)) == (b.point_bytes <= b.capacity_bytes)
+        assert set(b.drivers) == set(vary)
+    for f in r.point:
+        assert r.low[f] <= r.point[f] <= r.high[f]
+
+
+def test_verdicts():
+    assert verdict(10, 20, 30, 30) == FITS_EVEN_AT_HIGH == "fits even at the high end"
+    assert verdict(10, 20, 30, 25) == FITS == "fits"
+    assert verdict(10, 20, 30, 15) == FITS_LOW_ONLY == "fits at the low end only"
+    assert verdict(10, 20, 30, 9) == NO_FIT == "does not fit even at the low end"
+    with pytest.raises(FieldError):
+        verdict(30, 20, 10, 25)
+
+
+def test_each_verdict_on_a_real_model_by_capacity():
+    scenario, work = setup(micro_batch=2)
+    band = ranges(scenario, work).band(2)
+    cases = {band.high_bytes: FITS_EVEN_AT_HIGH, band.point_bytes: FITS, band.point_bytes - 1: FITS_LOW_ONLY,
+             band.low_bytes: FITS_LOW_ONLY, band.low_bytes - 1: NO_FIT}
+    for capacity, expected in cases.items():
+        got = ranges(scenario, replace(work, gpu_memory=capacity)).band(2)
+        assert got.verdict == expected, (capacity, got)
+        assert got.point_bytes == band.point_bytes
+
+
+def test_a_point_outside_its_range_widens_the_band_to_it():
+    scenario, work = setup(cuda_context_bytes=2 * GIB, fragmentation_percent=0)
+    r = ranges(scenario, work)
+    assert r.high["cuda_context_bytes"] == 2 * GIB and r.low["fragmentation_percent"] == 0
+    assert any("cuda_context_bytes" in n for n in r.notes)
+    for b in r.bands:
+        assert b.swing["cuda_context"][1] == b.point_bytes
+
+
+def test_bucket_sizes_between_hugging_face_auto_and_deepspeed_defaults():
+    scenario, work = setup()
+    r = ranges(scenario, work, vary=("buckets",))
+    h = work.arch.hidden
+    assert r.low == {"reduce_bucket_size": h * h, "prefetch_bucket_size": 9 * h * h // 10}
+    assert r.high == {"reduce_bucket_size": 500_000_000, "prefetch_bucket_size": 50_000_000}
+    # ZeRO-3 gathers ahead by the prefetch bucket and reduces through two buckets: both move its peak.
+    b3 = r.band(3)
+    assert b3.low_bytes < b3.point_bytes == b3.high_bytes
+
+
+def test_bounds_override_and_bad_arguments():
+    scenario, work = setup()
+    r = ranges(scenario, work, bounds={"cuda_context_bytes": (GIB, 4 * GIB)})
+    assert (r.low["cuda_context_bytes"], r.high["cuda_context_bytes"]) == (GIB, 4 * GIB)
+    for b in r.bands:
+        assert b.swing["cuda_context"] == (b.point_bytes, b.point_bytes + 3 * GIB)
+    with pytest.raises(FieldError):
+        ranges(scenario, work, vary=("routing_imbalance",))
+    with pytest.raises(FieldError):
+        ranges(scenario, work, vary=("cuda_context", "cuda_context"))
+    with pytest.raises(FieldError):
+        ranges(scenario, work, bounds={"cuda_context_bytes": (0.5, 1.5)})
+    with pytest.raises(FieldError):
+        ranges(scenario, work, bounds={"reduce_bucket_size": (1, 2)})      # not varied unless "buckets" is
+
+
+def test_ranges_dict_is_plain_json():
+    scenario, work = setup(micro_batch=4)
+    d = ranges_dict(ranges(scenario, work, DEFAULT_VARY + ("buckets",)))
+    text = json.dumps(d)
+    assert json.loads(text) == d
+    assert [s["stage"] for s in d["stages"]] == [0, 1, 2, 3]
+    fields = {f for a in d["assumptions"] for f in a["fields"]}
+    assert fields == {"cuda_context_bytes", "fragmentation_percent", "reduce_bucket_size", "prefetch_bucket_size"}
+    assert d["stages"][0]["verdict"] in VERDICTS
