@@ -35,9 +35,24 @@ def test_frozen_weights_keep_only_their_stored_bytes():
     r = view(FineTune(mode="lora"), convention="megatron")
     stage0 = r.ranks[0].stages[0].per_worker_by_category
     trainable = trainable_counts(r)["trainable_params"]
-    # megatron ledger: bf16 params 2 + fp32 grads 4 + 12; fp32 adapters (peft's default on a bf16 base)
+    # megatron ledger: bf16 params 2 + fp32 grads 4 + 12; fp32 adapters (peft's default on a bf16 base) are their
+    # own master copy, as Megatron's optimizer keeps fp32 parameters (fp32_from_fp32_groups) and torch AMP trains
+    # them: 4 + 4 + Adam's 8 = 16 bytes per adapter parameter, not 20.
     assert stage0["parameters"] == 2 * param_count(LLAMA) + 4 * trainable
-    assert stage0["gradients"] == 4 * trainable and stage0["optimizer"] == 12 * trainable
+    assert stage0["gradients"] == 4 * trainable and stage0["optimizer"] == 8 * trainable
+    entries = [row.entry.name for row in r.ranks[0].rows]
+    assert not any("master" in name for name in entries if name.startswith("fp32"))
+
+
+def test_a_16_bit_adapter_keeps_its_master_copy():
+    # --adapter-dtype bf16 (what DeepSpeed's engine does when it casts the module to bf16): 2 + 4 + 12 = 18 bytes
+    # per adapter parameter in the megatron ledger, the fp32 master copy included.
+    r = view(FineTune(mode="lora", adapter_dtype="bf16"), convention="megatron")
+    stage0 = r.ranks[0].stages[0].per_worker_by_category
+    trainable = trainable_counts(r)["trainable_params"]
+    assert stage0["parameters"] == 2 * (param_count(LLAMA) + trainable)
+    assert stage0["gradients"] == 4 * trainable            # Megatron's fp32 main_grad, as for any bf16 weight
+    assert stage0["optimizer"] == 12 * trainable
 
 
 def test_a_frozen_base_is_sharded_only_at_stage_3():
@@ -146,3 +161,14 @@ def test_cli_fine_tuning_flags_and_json_keys():
     bad = subprocess.run([sys.executable, "-m", "zerocalc", "--model", "llama-3-8b", "--lora-targets", "qkv"],
                          cwd=root, capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--lora-targets" in bad.stderr
+
+
+def test_the_text_report_says_what_trains_and_what_each_group_holds():
+    from zerocalc.text_report import render_text
+    r = view(FineTune(mode="qlora", lora_rank=16, lora_targets=("all-linear",)), workers=1)
+    text = render_text(r)
+    assert "bytes per parameter that trains (frozen parameters hold their stored weights only)" in text
+    assert "QLoRA rank 16 on all linear layers of the blocks, fp32 adapters; base linears in nf4" in text
+    assert "41,943,040 of" in text and "frozen (nf4)" in text and "trained (fp32)" in text
+    assert "against the same adapters on a fp16 base" in text and "dequantized while it runs" in text
+    assert "Fine-tuning:" not in render_text(view())

@@ -179,3 +179,29 @@ def quantized_storage(elements: int, out_features: int, ft: FineTune) -> Dict[st
     else:
         parts["absmax"] = ("fp32", blocks)
     return parts
+
+
+def describe(ft: FineTune, param_dtype: str) -> str:
+    """One sentence naming what trains and how the frozen base is stored, for reports and the page."""
+    base = ft.base_dtype or param_dtype
+    if ft.mode == "full":
+        return "full fine-tuning: every parameter trains"
+    if ft.mode == "freeze":
+        trained = ([f"the last {ft.train_last_layers} blocks"] if ft.train_last_layers else []) + list(ft.train_modules)
+        return (f"frozen base ({base}); training " + (", ".join(trained) if trained else "nothing"))
+    targets = "all linear layers of the blocks" if ft.lora_targets == (ALL_LINEAR,) else (
+        ", ".join(ft.lora_targets) if ft.lora_targets else "no modules")
+    kind = {"lora": "LoRA", "dora": "DoRA", "qlora": "QLoRA"}[ft.mode]
+    text = f"{kind} rank {ft.lora_rank} on {targets}, {ft.adapter_storage(param_dtype)} adapters"
+    if ft.quantized == "int8":
+        text += "; base linears in int8 (LLM.int8)"
+    elif ft.quantized:
+        text += (f"; base linears in {ft.quant_type} (block {ft.quant_block_size}"
+                 f"{', double quantization' if ft.double_quant else ''})")
+    if ft.quantized and ft.kbit_prepare:
+        text += ", the rest upcast to fp32 (prepare_model_for_kbit_training)"
+    else:
+        text += f", frozen base in {base}"
+    if ft.modules_to_save:
+        text += f"; trained copies of {', '.join(ft.modules_to_save)}"
+    return text

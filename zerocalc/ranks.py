@@ -59,9 +59,10 @@ class LayoutReport(NamedTuple):
 @lru_cache(maxsize=1024)
 def group_ledger(scenario, ledger, group: str) -> Tuple[LedgerEntry, ...]:
     """The ledger of one parameter group, its entries named after the group. A fixed storage dtype (a router kept
-    in fp32, fp32 adapters, a bf16 base) sets the parameters' dtype, and for a trained group its gradients' and,
-    without a master copy, its optimizer state's (torch optimizers keep state in the parameter's dtype); a frozen
-    group keeps only its parameters: no gradient, no master copy, no optimizer state."""
+    in fp32, fp32 adapters, a bf16 base) sets the parameters' dtype, and for a trained group its gradients' (where
+    they follow the parameter) and, without a master copy, its optimizer state's (torch optimizers keep state in
+    the parameter's dtype); one stored at the master's width needs no master copy; a frozen group keeps only its
+    parameters: no gradient, no master copy, no optimizer state."""
     parts = group.split(", ") if group else []
     storage = next((p for p in parts if p in DTYPE_BITS), None)
     if "frozen" in parts:
@@ -69,11 +70,18 @@ def group_ledger(scenario, ledger, group: str) -> Tuple[LedgerEntry, ...]:
         if storage:
             ledger = tuple(e._replace(dtype=storage, bits=DTYPE_BITS[storage]) for e in ledger)
     elif storage:
-        changes = {f: storage for f in ("param_dtype", "grad_dtype")}
+        changes = {"param_dtype": storage}
+        if scenario.grad_dtype == scenario.param_dtype:    # gradients follow their parameter, unless the ledger
+            changes["grad_dtype"] = storage                # keeps them wider on purpose (Megatron's fp32 main_grad)
         if scenario.master_dtype is None:
             changes["optimizer_dtype"] = storage
         if storage == "fp32":        # a tensor kept in fp32 never narrows a wider ledger
             changes = {f: v for f, v in changes.items() if DTYPE_BITS[getattr(scenario, f)] < 32}
+        # A parameter stored as wide as the master copy is its own master (Megatron's fp32_from_fp32_groups, torch
+        # AMP), and its gradient its own accumulator: no second copy of either.
+        for f in ("master_dtype", "grad_accum_dtype"):
+            if getattr(scenario, f) and DTYPE_BITS[storage] >= DTYPE_BITS[getattr(scenario, f)]:
+                changes[f] = None
         ledger = build_ledger(scenario.with_changes(**changes)) if changes else ledger
     return tuple(e._replace(name=f"{group}: {e.name}") for e in ledger) if group else ledger
 

@@ -137,6 +137,14 @@ def rank_rows(report: LayoutReport) -> list:
     return rows
 
 
+def group_label(group: str) -> str:
+    """A group_bytes key for people: "nf4, frozen" -> "frozen (nf4)", "fp32" -> "trained (fp32)"."""
+    parts = [] if group in ("", "dense") else group.split(", ")
+    words = ["frozen" if "frozen" in parts else "trained"] + (["experts"] if "experts" in parts else [])
+    dtypes = [p for p in parts if p not in ("frozen", "experts")]
+    return " ".join(words) + (f" ({dtypes[0]})" if dtypes else "")
+
+
 def trainable_counts(report: LayoutReport) -> dict:
     """Stored parameters that train and that do not (adapters and trained copies included), one copy each."""
     w, s = report.workload, report.scenario

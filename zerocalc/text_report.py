@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from .architecture import largest_layer
+from .finetune import describe
 from .layout_search import search_layouts
 from .ledger import bytes_per_param
 from .model_states import workers_per_node
-from .report import ledger_rows
+from .report import group_bytes, group_label, ledger_rows, trainable_counts
 from .solve import solve
 from .tables import CONVENTIONS
 from .units import format_bytes, in_unit, resolve_unit
@@ -37,7 +38,9 @@ def render_text(report, deepspeed=None, units: str = "decimal") -> str:
         f"convention {s.convention}",
         f"  {CONVENTIONS[s.convention]['summary']}",
         "",
-        f"Ledger: {_bpp(bytes_per_param(report.ledger))} bytes per parameter",
+        f"Ledger: {_bpp(bytes_per_param(report.ledger))} bytes per parameter" + (
+            " that trains (frozen parameters hold their stored weights only)"
+            if workload is not None and workload.finetune.mode != "full" else ""),
         _table(["entry", "category", "dtype", "bytes/param", "sharded from"],
                [[r["name"], r["category"], r["dtype"], _bpp(r["bytes_per_param"]),
                  f"stage {r['sharded_from_stage']}"] for r in ledger_rows(report)]),
@@ -154,6 +157,8 @@ def peak_text(report, units) -> str:
                  "yes" if p.fits else "NO", report.ranks[i].rank.name]
                 for p, i in zip(report.peaks, report.worst)]),
     ]
+    if workload.finetune.mode != "full":
+        lines += [""] + finetune_text(report, unit)
     if len(report.ranks) > 1:
         lines += ["", "Per rank class (every rank of a class holds the same bytes):", _rank_table(report, unit)]
     lines += ["", "What makes each stage's peak:"]
@@ -171,3 +176,25 @@ def peak_text(report, units) -> str:
     lines.append(f"  lowest stage that fits: {lowest if lowest is not None else 'none'}")
     lines += _layouts_text(report, unit)
     return "\n".join(lines)
+
+
+def finetune_text(report, unit) -> list:
+    """What trains, the bytes of each parameter group, and for a quantized base the same adapters on a plain one."""
+    from .report import quantized_vs_plain
+    s, ft = report.scenario, report.workload.finetune
+    c = trainable_counts(report)
+    stored = c["trainable_params"] + c["frozen_params"]
+    worst = report.ranks[report.worst[0]]
+    groups = group_bytes(dict(zip([r.entry.name for r in worst.rows], worst.stages[0].per_worker_by_entry)))
+    lines = [f"Fine-tuning: {describe(ft, s.param_dtype)}.",
+             f"  {c['trainable_params']:,} of {stored:,} stored parameters train "
+             f"({100 * c['trainable_params'] / stored:.2f}%; adapters {c['adapter_params']:,}).",
+             f"  stage 0 model states by group ({worst.rank.name}): " +
+             "; ".join(f"{group_label(g)} {format_bytes(b, unit)}" for g, b in groups.items())]
+    if ft.quantized:
+        q = quantized_vs_plain(report)
+        lines.append(f"  against the same adapters on a {ft.base_dtype or s.param_dtype} base: peak "
+                     + ", ".join(f"stage {i} {format_bytes(a, unit)} vs {format_bytes(b, unit)}"
+                                 for i, (a, b) in enumerate(zip(q["quantized_peak_bytes"], q["plain_peak_bytes"]))))
+        lines += [f"  a quantized base costs extra: {r}" for r in q["reasons"]]
+    return lines
