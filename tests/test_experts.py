@@ -74,6 +74,14 @@ def test_expert_layouts_a_model_cannot_take_are_named(layout, dp, field, allowed
     assert err.value.field == field and allowed in str(err.value)
 
 
+def test_the_cli_names_an_expert_layout_the_stage_cannot_take(capsys):
+    # 256 GPUs with pp 8 leave 32 ranks per stage: ep 64 cannot fold into them (a message, not a traceback).
+    from zerocalc.cli import main
+    assert main(["--model", "deepseek-v3", "--gpus", "256", "--pp", "8", "--ep", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "--ep: got 64; allowed: ep x etp dividing dp x tp x cp (32)" in err and "Traceback" not in err
+
+
 def test_a_dense_model_has_no_experts_to_split():
     with pytest.raises(FieldError) as err:
         report(MODEL_PRESETS["llama-3-8b"][0], 8, ep=2)

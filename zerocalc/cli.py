@@ -291,6 +291,13 @@ def run(argv) -> str:
         listing = list_models(args.json) if args.list_models else list_gpus(args.json)
         return json.dumps(listing, indent=2) if args.json else listing
     scenario, arch, workload, imported = _inputs(args)
+    try:
+        return _render(args, scenario, arch, workload, imported)
+    except FieldError as exc:      # a check that needs the whole view (ep against the ranks of a stage, ...)
+        raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
+
+
+def _render(args, scenario, arch, workload, imported) -> str:
     if args.export:
         for note in export_notes(args, scenario, workload, _layout_dict(workload), _stage(imported)):
             print(f"zerocalc: note: {note}", file=sys.stderr)
