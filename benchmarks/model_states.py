@@ -14,7 +14,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zerocalc import Scenario, model_states  # noqa: E402
+from zerocalc.activations import activations  # noqa: E402
 from zerocalc.architecture import param_count  # noqa: E402
+from zerocalc.finetune import FineTune  # noqa: E402
 from zerocalc.model_presets import MODEL_PRESETS  # noqa: E402
 from zerocalc.layout import Layout  # noqa: E402
 from zerocalc.layout_search import search_layouts  # noqa: E402
@@ -36,12 +38,16 @@ _SC_4096 = Scenario.from_convention("megatron", params=param_count(_ARCH), worke
 _V3 = MODEL_PRESETS["deepseek-v3"][0]
 _SC_V3 = Scenario.from_convention("megatron", params=param_count(_V3), workers=64)
 _WL_V3 = Workload(_V3, seq_len=4096, layout=Layout(ep=64))
+_L8 = MODEL_PRESETS["llama-3-8b"][0]
+_SC_QLORA = Scenario.from_convention("pure-bf16", params=param_count(_L8), workers=8)
+_WL_QLORA = Workload(_L8, seq_len=2048, finetune=FineTune(mode="qlora", lora_rank=16, lora_targets=("all-linear",)))
 
 
 def uncached(fn):
     """fn with the per-input report cache emptied first, so each call computes from scratch."""
     def run():
         layout_report.cache_clear()
+        activations.cache_clear()
         return fn()
     return run
 
@@ -55,6 +61,8 @@ def layout_cases() -> dict:
             (uncached(lambda: search_layouts(_SC_4096, _WL)), 100.0),
         "full report, DeepSeek-V3, ep 64 (64 GPUs)":
             (uncached(lambda: full_report(_SC_V3, _WL_V3)), 2.0),
+        "full report, QLoRA r16 all-linear (llama-3-8b, 8 GPUs; with the plain-base comparison)":
+            (uncached(lambda: full_report(_SC_QLORA, _WL_QLORA)), 2.0),
     }
 
 

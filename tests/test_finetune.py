@@ -172,3 +172,13 @@ def test_the_text_report_says_what_trains_and_what_each_group_holds():
     assert "41,943,040 of" in text and "frozen (nf4)" in text and "trained (fp32)" in text
     assert "against the same adapters on a fp16 base" in text and "dequantized while it runs" in text
     assert "Fine-tuning:" not in render_text(view())
+
+
+def test_only_gradients_narrower_than_the_master_get_an_fp32_copy_at_the_step():
+    # zero-paper ledger (fp16 gradients, fp32 master): the optimizer step upcasts the fp16 gradient partition
+    # (DeepSpeed stage_1_and_2.py); fp32 adapters' gradients are fp32 already and the frozen base has none.
+    fp32 = view(FineTune(mode="lora"), workers=1)
+    assert "fp32 gradient copy" not in fp32.peaks[0].phases["optimizer_step"]
+    fp16 = view(FineTune(mode="lora", adapter_dtype="fp16"), workers=1)
+    trainable = trainable_counts(fp16)["trainable_params"]
+    assert fp16.peaks[0].phases["optimizer_step"]["fp32 gradient copy"] == 4 * trainable

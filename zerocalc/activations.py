@@ -242,6 +242,7 @@ def tp_local(a: Architecture, tp: int) -> Architecture:
                    ffn=a.ffn // tp, shared_expert_ffn=a.shared_expert_ffn // tp)
 
 
+@lru_cache(maxsize=1024)     # a layout search asks again for each offload setting; callers never mutate the dicts
 def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, attention: str = "flash",
                 recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
                 sequence_parallel: bool = False, loss_vocab: int = None, moe=None,

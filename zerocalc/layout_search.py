@@ -118,10 +118,12 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
         layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
         base_s = replace(scenario, workers=dp, shard_group=None)
         base_w = replace(workload, layout=layout)
+        # Each variant built once per layout (a replace() re-validates the whole dataclass).
+        scenarios = {off: replace(base_s, offload_optimizer=off[0], offload_params=off[1]) for off in OFFLOADS}
+        workloads = {r: replace(base_w, recompute=r) for r in _recomputes(workload)}
 
         def evaluate(recompute, offload):
-            s = replace(base_s, offload_optimizer=offload[0], offload_params=offload[1])
-            return layout_report(s, replace(base_w, recompute=recompute))
+            return layout_report(scenarios[offload], workloads[recompute])
 
         most = evaluate(*options[-1])                 # the most memory-saving setting decides what can fit
         open_stages = {p.stage for p in most.peaks if p.fits and (p.stage == 0 or dp * cp > 1)}

@@ -169,8 +169,14 @@ def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
     if widest >= master_bits:
         return 0
     elements = sum(g.params if stage == 0 else -(-g.params // g.shard) for g in shape.groups
-                   if not g.name.endswith("frozen"))
+                   if not g.name.endswith("frozen") and _stored_bits(g.name) < master_bits)
     return _b(elements, master_bits)
+
+
+def _stored_bits(group: str) -> int:
+    """The width of a group's fixed storage dtype (0 without one): a group stored as wide as the master copy is
+    its own master, with gradients as wide (ranks.group_ledger), so it needs no fp32 copy of them."""
+    return next((DTYPE_BITS[p] for p in group.split(", ") if p in DTYPE_BITS), 0)
 
 
 def dequantized_weight(workload, rank) -> int:
@@ -192,39 +198,34 @@ def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> Stag
     s, P = stage.stage, shape.params
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
-    act_total = shape.activation_bytes
     logits = _logits(workload, shape)
-    base = {"model states": stage.gpu_bytes}
-
-    forward = {**base, "activations": act_total, "logits and loss": logits["forward"]}
-    backward = {**base, "activations": act_total, "logits and loss": logits["backward"]}
-    optimizer = dict(base)
-
+    common = (("model states", stage.gpu_bytes), ("activations", shape.activation_bytes))
+    forward = [*common, ("logits and loss", logits["forward"])]
+    backward = [*common, ("logits and loss", logits["backward"])]
+    optimizer = [common[0]]
     if s == 3:
         L = shape.largest_layer_params
         live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
         persistent = _b(min(shape.persistent_params, P), shape.compute_bits)
         gathered = _b(live, shape.compute_bits) + persistent
-        forward["gathered parameters"] = gathered
-        backward["gathered parameters"] = gathered + _b(L, grad_bits)   # + the gathered layer's gradient
-        optimizer["persistent parameters"] = persistent
+        forward.append(("gathered parameters", gathered))
+        backward.append(("gathered parameters", gathered + _b(L, grad_bits)))   # + the gathered layer's gradient
+        optimizer.append(("persistent parameters", persistent))
     copies = 2 if workload.overlap(s) else 1
-    backward["gradient buckets"] = copies * _b(min(workload.reduce_bucket_size, trained), grad_bits)
-    if shape.act.recompute_working:
-        backward["recompute (one block)"] = shape.act.recompute_working
+    backward.append(("gradient buckets", copies * _b(min(workload.reduce_bucket_size, trained), grad_bits)))
+    backward.append(("recompute (one block)", shape.act.recompute_working))
     if s in (1, 2):
-        optimizer["all-gather bucket"] = _b(min(workload.allgather_bucket_size, trained), param_bits)
-    if shape.dequantized:
-        forward["dequantized 4-bit weight"] = backward["dequantized 4-bit weight"] = shape.dequantized
-    grad_copy = _fp32_grad_copy(scenario, s, shape)
-    if grad_copy:
-        optimizer["fp32 gradient copy"] = grad_copy
+        optimizer.append(("all-gather bucket", _b(min(workload.allgather_bucket_size, trained), param_bits)))
+    forward.append(("dequantized 4-bit weight", shape.dequantized))
+    backward.append(("dequantized 4-bit weight", shape.dequantized))
+    optimizer.append(("fp32 gradient copy", _fp32_grad_copy(scenario, s, shape)))
 
     phases, totals = {}, {}
-    for name, parts in zip(PHASES, (forward, backward, optimizer)):
-        parts = {k: v for k, v in parts.items() if v}
+    context, percent = workload.cuda_context_bytes, workload.fragmentation_percent
+    for name, items in zip(PHASES, (forward, backward, optimizer)):
+        parts = {k: v for k, v in items if v}          # a part that is zero is not shown
         tensors = sum(parts.values())
-        parts["allocator reserve"] = reserve = -(-tensors * workload.fragmentation_percent // 100)
-        parts["CUDA context"] = workload.cuda_context_bytes
-        phases[name], totals[name] = parts, tensors + reserve + workload.cuda_context_bytes
+        parts["allocator reserve"] = reserve = -(-tensors * percent // 100)
+        parts["CUDA context"] = context
+        phases[name], totals[name] = parts, tensors + reserve + context
     return StagePeak(s, phases, workload.capacity_bytes, totals)
