@@ -118,15 +118,23 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
         layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
         base_s = replace(scenario, workers=dp, shard_group=None)
         base_w = replace(workload, layout=layout)
-        # Each variant built once per layout (a replace() re-validates the whole dataclass).
-        scenarios = {off: replace(base_s, offload_optimizer=off[0], offload_params=off[1]) for off in OFFLOADS}
-        workloads = {r: replace(base_w, recompute=r) for r in _recomputes(workload)}
+        scenarios = {(scenario.offload_optimizer, scenario.offload_params): base_s}
+        workloads = {workload.recompute: base_w}
 
         def evaluate(recompute, offload):
+            # Each variant built once per layout, when first asked for (replace() re-validates the dataclass).
+            if offload not in scenarios:
+                scenarios[offload] = replace(base_s, offload_optimizer=offload[0], offload_params=offload[1])
+            if recompute not in workloads:
+                workloads[recompute] = replace(base_w, recompute=recompute)
             return layout_report(scenarios[offload], workloads[recompute])
 
-        most = evaluate(*options[-1])                 # the most memory-saving setting decides what can fit
-        open_stages = {p.stage for p in most.peaks if p.fits and (p.stage == 0 or dp * cp > 1)}
+        wanted = {0, 1, 2, 3} if dp * cp > 1 else {0}      # with dp x cp = 1 ZeRO has nothing to shard
+        cheapest = evaluate(*options[0])
+        if all(cheapest.peaks[s].fits for s in wanted):
+            open_stages = set(wanted)
+        else:                                         # the most memory-saving setting decides what can fit
+            open_stages = {p.stage for p in evaluate(*options[-1]).peaks if p.fits and p.stage in wanted}
         for recompute, offload in options:
             if not open_stages:
                 break
@@ -135,19 +143,21 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
             useful = {s for s in open_stages if level == 0 or (s >= 1 and (level == 1 or s == 3))}
             if not useful:
                 continue
-            report = most if (recompute, offload) == options[-1] else evaluate(recompute, offload)
+            report = evaluate(recompute, offload)
+            overhead = None
             for stage in sorted(useful):
                 p = report.peaks[stage]
                 if not p.fits:
                     continue
                 view = report.ranks[report.worst[stage]]
-                slowest = max(report.ranks, key=lambda v: time_overhead(report.workload, v.rank, v.recompute_flops))
+                if overhead is None:          # the same for every stage of one report
+                    overhead = max(time_overhead(report.workload, v.rank, v.recompute_flops) for v in report.ranks)
                 plans.append(Plan(gpus, dp, tp, pp, cp, ep, layout.vpp, layout.schedule, sp, micro_batches, stage,
                                   recompute,
                                   offload[0], offload[1], p.peak_bytes, p.capacity_bytes, view.rank.name,
                                   max(sum(v.communication[stage].values()) for v in report.ranks),
                                   max(v.recompute_flops for v in report.ranks), bubble_fraction(layout),
-                                  time_overhead(report.workload, slowest.rank, slowest.recompute_flops)))
+                                  overhead))
                 open_stages.discard(stage)
     return sorted(plans, key=Plan.cost_key)
 
