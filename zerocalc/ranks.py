@@ -91,12 +91,7 @@ def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...
     bitsandbytes lays it out, tensor by tensor (finetune.quantized_storage)."""
     quant = next((q for q in QUANT_TYPES if q in g.name.split(", ")), None)
     if quant:
-        parts: Dict[str, list] = {}
-        for h in g.holdings:
-            for name, (dtype, n) in quantized_storage(h.local_elements, h.tensor.shape[0], finetune).items():
-                parts.setdefault(name, [dtype, 0])[1] += n * h.instances
-        return tuple(StateRow(LedgerEntry(f"{g.name}: {name}", "parameters", dtype, "finetune", 1, 1,
-                                          DTYPE_BITS[dtype]), n, g.shard) for name, (dtype, n) in parts.items())
+        return tuple(StateRow(entry, n, g.shard) for entry, n in _quantized_entries(g.name, g.holdings, finetune))
     per_tensor = None
     if scenario.convention == "fsdp2" and g.holdings:      # FSDP2 pads each tensor's dim-0 shard
         per_tensor = sum(h.fsdp_shard(g.shard) for h in g.holdings)
@@ -104,6 +99,18 @@ def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...
                           None if per_tensor is None or (e.category == "gradients" and g.grad_params != g.params)
                           else e.elements(per_tensor))
                  for e in group_ledger(scenario, ledger, g.name))
+
+
+@lru_cache(maxsize=256)
+def _quantized_entries(group: str, holdings: tuple, finetune) -> Tuple[Tuple[LedgerEntry, int], ...]:
+    """A quantized group's stored tensors summed over its holdings: (entry, elements), as bitsandbytes lays out
+    each weight (cached: solvers ask again for every worker count and micro-batch)."""
+    parts: Dict[str, list] = {}
+    for h in holdings:
+        for name, (dtype, n) in quantized_storage(h.local_elements, h.tensor.shape[0], finetune).items():
+            parts.setdefault(name, [dtype, 0])[1] += n * h.instances
+    return tuple((LedgerEntry(f"{group}: {name}", "parameters", dtype, "finetune", 1, 1, DTYPE_BITS[dtype]), n)
+                 for name, (dtype, n) in parts.items())
 
 
 def state_rows(scenario, ledger, shape: StepShape, finetune=None) -> Tuple[StateRow, ...]:
