@@ -160,3 +160,56 @@ def test_cli_exports_the_view_and_refuses_a_broken_file_by_key(tmp_path):
     done = zerocalc("--model", "llama-3-8b", "--gpus", "64", "--torchtitan-config", str(torchtitan), "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["imported"]["format"] == "torchtitan"
+
+
+def _world(done):
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    return out["workers"], out["layout"]["tp"], out["layout"]["world_size"]
+
+
+def test_gpus_is_the_world_size_of_the_imported_layout():
+    # --gpus is the world: dp = gpus / (tp x pp x cp) of the layout after the import (torchtitan parallel_dims.py
+    # resolves data_parallel_shard_degree -1 the same way), not a dp that the file's tp then multiplies
+    titan = str(FIXTURES / "torchtitan_llama3_70b.toml")                            # tp 8, shard degree -1
+    assert _world(zerocalc("--model", "llama-3-70b", "--gpus", "64", "--torchtitan-config", titan,
+                           "--json")) == (8, 8, 64)
+    autotp = str(FIXTURES / "deepspeedexamples_tensor_parallel_ds_config.json")     # AutoTP 4
+    assert _world(zerocalc("--model", "llama-3-8b", "--gpus", "16", "--ds-config", autotp, "--json")) == (4, 4, 16)
+    # an explicit --tp still wins over the file, and the world stays --gpus
+    assert _world(zerocalc("--model", "llama-3-70b", "--gpus", "64", "--tp", "4", "--torchtitan-config", titan,
+                           "--json")) == (16, 4, 64)
+    # --workers given (without --gpus) still wins: the file's tp multiplies it
+    assert _world(zerocalc("--model", "llama-3-8b", "--workers", "4", "--ds-config", autotp, "--json")) == (4, 4, 16)
+    assert _world(zerocalc("--model", "llama-3-70b", "--workers", "4", "--torchtitan-config", titan,
+                           "--json")) == (4, 8, 32)
+
+
+def test_gpus_resolves_torchtitan_and_accelerate_minus_one(tmp_path):
+    done = zerocalc("--model", "llama-3-70b", "--gpus", "64", "--torchtitan-config",
+                    str(FIXTURES / "torchtitan_llama3_70b.toml"), "--json")
+    auto = {a["key"]: a["value"] for a in json.loads(done.stdout)["imported"]["auto_keys"]}
+    assert auto["parallelism.data_parallel_shard_degree"] == 8
+    path = tmp_path / "acc.yaml"
+    path.write_text("distributed_type: MULTI_GPU\nnum_processes: -1\n")
+    done = zerocalc("--model", "llama-3-8b", "--gpus", "16", "--accelerate-config", str(path), "--json")
+    out = json.loads(done.stdout)
+    assert out["workers"] == 16 and {a["key"]: a["value"] for a in out["imported"]["auto_keys"]}["num_processes"] == 16
+
+
+def test_gpus_that_the_imported_layout_does_not_divide_is_a_usage_error():
+    titan = str(FIXTURES / "torchtitan_llama3_70b.toml")
+    done = zerocalc("--model", "llama-3-70b", "--gpus", "60", "--torchtitan-config", titan)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("zerocalc: error: --gpus: got 60; allowed: a multiple of tp x pp x cp = 8")
+    done = zerocalc("--model", "llama-3-70b", "--gpus", "64", "--workers", "4", "--torchtitan-config", titan)
+    assert done.returncode == 2 and done.stderr.startswith("zerocalc: error: --workers: got 4; allowed: 8")
+
+
+def test_export_stage_errors_name_export_stage():
+    done = zerocalc("--model", "llama-3-8b", "--export", "torchtitan", "--export-stage", "1")
+    assert done.returncode == 2
+    assert done.stderr.startswith("zerocalc: error: --export-stage: got 1; allowed: 0, 2 or 3 for torchtitan")
+    done = zerocalc("--model", "llama-3-8b", "--ds-config", str(FIXTURES / "axolotl_zero1.json"), "--export",
+                    "torchtitan")
+    assert done.returncode == 2 and "--export-stage: got 1" in done.stderr and "--stage:" not in done.stderr

@@ -14,8 +14,8 @@ from dataclasses import fields as dataclass_fields
 from . import __version__
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .architecture import largest_layer, param_count
-from .cli_frameworks import (add_framework_flags, export_from_args, export_notes, framework_error_message,
-                             import_view, imported_flag)
+from .cli_frameworks import (FlagError, add_framework_flags, export_from_args, export_notes,
+                             framework_error_message, import_given, import_view, imported_flag)
 from .cli_sources import sources_dict, sources_text
 from .cli_workload import (ModelFlagError, architecture_from_args, list_gpus, list_models, workload_flags_given,
                            workload_from_args)
@@ -262,13 +262,16 @@ def _inputs(args):
             raise UsageError(f"--params: got {args.params:,}; the model has {params:,} parameters (leave it out)")
     try:
         workload = workload_from_args(args, arch) if arch is not None else None
-        if args.gpus is not None:
+        if args.gpus is not None and not import_given(args):
+            # with a framework config the layout is known only after the import: import_view derives dp there
             _workers_from_gpus(args, 1 if workload is None else workload.layout.model_parallel)
         scenario = scenario_from_args(args, params)
     except FieldError as exc:
         raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
     try:
         scenario, workload, imported = import_view(args, scenario, workload, arch)
+    except FlagError as exc:            # --gpus / --workers against the imported layout
+        raise UsageError(f"{exc.field}: got {exc.value!r}; allowed: {exc.allowed}") from None
     except FieldError as exc:
         raise UsageError(framework_error_message(imported_flag(args), exc)) from None
     return scenario, arch, workload, imported
@@ -293,6 +296,8 @@ def run(argv) -> str:
     scenario, arch, workload, imported = _inputs(args)
     try:
         return _render(args, scenario, arch, workload, imported)
+    except FlagError as exc:       # an export refusal, named by --export-stage or --export
+        raise UsageError(f"{exc.field}: got {exc.value!r}; allowed: {exc.allowed}") from None
     except FieldError as exc:      # a check that needs the whole view (ep against the ranks of a stage, ...)
         raise UsageError(f"{_flag(exc.field)}: got {exc.value!r}; allowed: {exc.allowed}") from None
 

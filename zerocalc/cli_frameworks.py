@@ -6,16 +6,19 @@
     text = export_from_args(args, applied.scenario, applied.workload, applied.layout, applied.stage)
 
 Errors are FrameworkConfigError (a FieldError); framework_error_message(flag, exc) is the one line for stderr.
+FlagError (also a FieldError) names a CLI flag instead: --gpus or --workers against the imported layout,
+--export-stage or --export for a view the export refuses.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import fields, replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
 from .frameworks import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig, import_config
-from .frameworks.export import export_caveats, export_config
+from .frameworks.export import ExportError, export_caveats, export_config
 from .scenario import FieldError
 
 IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config.json"),
@@ -34,6 +37,10 @@ class AppliedImport(NamedTuple):
     layout: dict
     stage: Optional[int]
     imported: ImportedConfig
+
+
+class FlagError(FieldError):
+    """A CLI flag that does not fit the imported view (`field` is the flag itself, as "--gpus")."""
 
 
 def add_framework_flags(parser):
@@ -58,11 +65,13 @@ def read_config_file(path: str, flag: str) -> bytes:
     return p.read_bytes()
 
 
-def context_for(scenario=None, workload=None, arch=None, layout=None) -> ImportContext:
-    """What "auto" resolves from: the model's hidden size and the current view."""
+def context_for(scenario=None, workload=None, arch=None, layout=None, gpus=None) -> ImportContext:
+    """What "auto" resolves from: the model's hidden size and the current view. The world size is `gpus` when
+    given (the CLI's --gpus), else a "gpus" entry of `layout` (Layout itself has none: the caller adds it)."""
     precision = None if scenario is None else (scenario.comm_dtype or scenario.param_dtype)
     gas = None if not layout else layout.get("micro_batches")
-    gpus = None if not layout else layout.get("gpus")
+    if gpus is None:
+        gpus = None if not layout else layout.get("gpus")
     return ImportContext(hidden_size=getattr(arch, "hidden", None),
                          micro_batch=getattr(workload, "micro_batch", None), gradient_accumulation_steps=gas,
                          precision=precision, workers=getattr(scenario, "workers", None), gpus=gpus)
@@ -106,9 +115,9 @@ def export_from_args(args, scenario, workload=None, layout=None, stage=None) -> 
     fmt = getattr(args, "export", None)
     if fmt is None:
         return None
-    chosen = getattr(args, "export_stage", None)
-    stage = chosen if chosen is not None else (3 if stage is None else stage)
-    return export_config(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage)
+    stage = _export_stage(args, stage)
+    with _export_errors(args):
+        return export_config(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage)
 
 
 def export_notes(args, scenario, workload=None, layout=None, stage=None) -> list:
@@ -116,9 +125,28 @@ def export_notes(args, scenario, workload=None, layout=None, stage=None) -> list
     fmt = getattr(args, "export", None)
     if fmt is None:
         return []
+    stage = _export_stage(args, stage)
+    with _export_errors(args):
+        return export_caveats(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage)
+
+
+def _export_stage(args, stage):
     chosen = getattr(args, "export_stage", None)
-    stage = chosen if chosen is not None else (3 if stage is None else stage)
-    return export_caveats(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage)
+    return chosen if chosen is not None else (3 if stage is None else stage)
+
+
+@contextmanager
+def _export_errors(args):
+    """An export refusal names the flag that chose what is refused: the stage is --export-stage's (or the
+    imported file's, which --export-stage overrides); anything else is the view, named under --export."""
+    try:
+        yield
+    except ExportError as exc:
+        if exc.field == "stage":
+            chosen = getattr(args, "export_stage", None) is not None
+            raise FlagError("--export-stage", exc.value, exc.allowed + ("" if chosen else
+                            " (the stage came from the imported file; give --export-stage)")) from None
+        raise FlagError(f"--export {args.export}", f"{exc.field} = {exc.value!r}", exc.allowed) from None
 
 
 # Scenario / Workload / Layout fields a CLI flag of the same name sets (args attribute = field name).
@@ -145,29 +173,75 @@ def imported_flag(args) -> str:
     return next((flag for flag, dest, _, _ in IMPORT_FLAGS if getattr(args, dest, None) is not None), "--config")
 
 
+def import_given(args) -> bool:
+    """Whether one of --ds-config / --accelerate-config / --torchtitan-config was given."""
+    return any(getattr(args, dest, None) is not None for _, dest, _, _ in IMPORT_FLAGS)
+
+
 def import_view(args, scenario, workload, arch):
     """(scenario, workload, AppliedImport or None): the view with an imported framework config applied, explicit
-    flags kept. The file's layout (tp, pp, cp, ep, micro-batches, schedule, world size) applies to the workload."""
+    flags kept. The file's layout (tp, pp, cp, ep, micro-batches, schedule, world size) applies to the workload.
+
+    --gpus is the world size: the importers get it (torchtitan's data_parallel_shard_degree -1, accelerate's
+    num_processes -1), and the workers are derived from it only once the layout is final (the file's tp, pp and cp,
+    explicit --tp/--pp/--cp winning): dp = gpus / (tp x pp x cp). The file is then read again with that
+    data-parallel size, for the batch arithmetic and "auto" keys that need it."""
     layout_now = {} if workload is None else {f.name: getattr(workload.layout, f.name)
                                                for f in fields(workload.layout)}
-    found = import_from_args(args, context_for(scenario, workload, arch, layout_now))
+    world = getattr(args, "gpus", None)
+    context = context_for(scenario, workload, arch, layout_now, gpus=world)
+    if world is not None:
+        context = replace(context, workers=None)     # unknown until the file's layout is
+    found = import_from_args(args, context)
     if found is None:
         return scenario, workload, None
     keep = explicit_fields(args)
+    if world is not None:
+        layout = None if workload is None else _layout_after(found, workload, keep)
+        mp = 1 if layout is None else layout.model_parallel
+        if world % mp:
+            raise FlagError("--gpus", world, f"a multiple of tp x pp x cp = {mp:,} (the layout after "
+                                             f"{found.flag}: {_layout_text(layout)})")
+        dp = world // mp
+        if getattr(args, "workers", None) is not None and args.workers != dp:
+            raise FlagError("--workers", args.workers, f"{dp:,}: --gpus {world:,} over tp x pp x cp = {mp:,} "
+                                                       f"after {found.flag} (give one of the two)")
+        try:
+            scenario = scenario.with_changes(workers=dp)
+        except FieldError as exc:                    # --shard-group against the derived workers
+            raise FlagError("--" + exc.field.replace("_", "-"), exc.value,
+                            f"{exc.allowed} (--gpus {world:,} gives {dp:,} workers)") from None
+        found = import_from_args(args, replace(context, workers=dp))   # batch and "auto" keys that need dp
+    return _apply(found, scenario, workload, keep)
+
+
+def _layout_text(layout) -> str:
+    return "no model, so no layout" if layout is None else f"tp {layout.tp}, pp {layout.pp}, cp {layout.cp}"
+
+
+def _layout_changes(found, workload, keep) -> dict:
+    """The file's layout fields that apply to the workload (those not set by an explicit flag)."""
+    known = {f.name for f in fields(workload.layout)}
+    changes = {k: v for k, v in found.imported.layout.items() if k in known and k not in keep}
+    if changes.get("schedule") == "interleaved" and "vpp" not in changes and workload.layout.vpp < 2:
+        changes["vpp"] = 2
+    return changes
+
+
+def _layout_after(found, workload, keep):
+    try:
+        return replace(workload.layout, **_layout_changes(found, workload, keep))
+    except FieldError as exc:
+        source = found.imported.sources.get(f"layout.{exc.field}", exc.field)
+        raise FrameworkConfigError(source, exc.value, f"{exc.allowed} (zerocalc's {exc.field})") from None
+
+
+def _apply(found, scenario, workload, keep):
     applied = apply_import(found.imported, scenario, workload, keep=keep)
     scenario, workload = applied.scenario, applied.workload
-    layout = dict(applied.layout)
-    gpus = layout.pop("gpus", None)
+    gpus = applied.layout.get("gpus")
     if workload is not None:
-        known = {f.name for f in fields(workload.layout)}
-        changes = {k: v for k, v in layout.items() if k in known and k not in keep}
-        if changes.get("schedule") == "interleaved" and "vpp" not in changes and workload.layout.vpp < 2:
-            changes["vpp"] = 2
-        try:
-            workload = replace(workload, layout=replace(workload.layout, **changes))
-        except FieldError as exc:
-            source = found.imported.sources.get(f"layout.{exc.field}", exc.field)
-            raise FrameworkConfigError(source, exc.value, f"{exc.allowed} (zerocalc's {exc.field})") from None
+        workload = replace(workload, layout=_layout_after(found, workload, keep))
     if gpus and "workers" not in keep and "workers" not in found.imported.scenario:
         mp = 1 if workload is None else workload.layout.model_parallel
         if gpus % mp:
