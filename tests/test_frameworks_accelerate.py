@@ -107,6 +107,23 @@ def test_deepspeed_plugin_section_uses_deepspeed_defaults():
     assert e.field == "deepspeed_config.zero_stage"
 
 
+def test_deepspeed_plugin_without_accumulation_leaves_it_to_the_script():
+    # accelerate 1.15 utils/dataclasses.py DeepSpeedPlugin.__post_init__: gradient_accumulation_steps None ->
+    # ACCELERATE_GRADIENT_ACCUMULATION_STEPS or "auto"; accelerator.py _prepare_deepspeed fills "auto" from
+    # Accelerator(gradient_accumulation_steps) (default 1): the view's micro-batches, not a hard 1
+    text = "distributed_type: DEEPSPEED\nnum_processes: 8\ndeepspeed_config:\n  zero_stage: 2\n"
+    r = acc(text, {"gradient_accumulation_steps": 4})
+    assert r.layout["micro_batches"] == 4
+    auto = {a["key"]: a for a in r.auto_keys}["deepspeed_config.gradient_accumulation_steps (absent: auto)"]
+    assert auto["value"] == 4 and "Accelerator._prepare_deepspeed" in auto["how"]
+    assert "TrainingArguments" not in auto["how"]
+    r = acc(text)                                           # no view value: left alone, said so
+    assert "micro_batches" not in r.layout
+    r = acc(text + "  gradient_accumulation_steps: 2\n", {"gradient_accumulation_steps": 4})
+    assert r.layout["micro_batches"] == 2
+    assert r.sources["layout.micro_batches"] == "deepspeed_config.gradient_accumulation_steps"
+
+
 def test_deepspeed_config_file_with_plugin_fields_is_refused():
     base = "distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: ds.json\n"
     assert refused(base + "  zero_stage: 2\n").field == "deepspeed_config.zero_stage"

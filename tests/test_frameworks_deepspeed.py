@@ -156,6 +156,18 @@ def test_train_batch_size_determines_the_data_parallel_degree():
     assert r.workload["micro_batch"] == 4
 
 
+def test_train_batch_size_alone_sets_accumulation_1():
+    # runtime/config.py _set_batch_related_parameters, train_batch_size only: gas = 1, micro = train / world
+    r = ds({"train_batch_size": 64})
+    assert r.layout["micro_batches"] == 1 and "micro_batch" not in r.workload
+    note = " ".join(r.notes)
+    assert "train_batch_size = 64 alone" in note and "only one of" not in note
+    r = ds({"train_batch_size": 64}, {"workers": 8})
+    assert r.layout["micro_batches"] == 1 and r.workload["micro_batch"] == 8
+    r = ds({"train_batch_size": 64, "train_micro_batch_size_per_gpu": 2})
+    assert any("with only the micro-batch known" in n for n in r.notes)
+
+
 def test_batch_values_are_positive_integers():
     assert refused({"train_micro_batch_size_per_gpu": 0}).field == "train_micro_batch_size_per_gpu"
     assert refused({"gradient_accumulation_steps": "4"}).field == "gradient_accumulation_steps"
@@ -189,6 +201,59 @@ def test_parallel_degrees_and_optimizer():
     assert r.layout["tp"] == 4 and r.layout["cp"] == 2 and r.scenario["optimizer"] == "lion"
     r = ds({"optimizer": {"type": "OneBitAdam"}})
     assert "optimizer" not in r.scenario and "optimizer.type" in {i["key"] for i in r.ignored_keys}
+
+
+def test_autotp_auto_is_resolved_as_deepspeed_drops_it():
+    # DeepSpeedConfigModel (runtime/config_utils.py) drops "auto": TPTrainingConfig.autotp_size keeps 0, AutoTP off
+    r = ds({"tensor_parallel": {"autotp_size": "auto"}})
+    assert "tp" not in r.layout
+    assert [(a["key"], a["value"]) for a in r.auto_keys] == [("tensor_parallel.autotp_size", 0)]
+    assert "tensor_parallel.autotp_size" not in {i["key"] for i in r.ignored_keys}
+
+
+# runtime/config.py reads data_types.grad_accum_dtype; engine.py get_data_types (None: the model dtype) and
+# _do_optimizer_sanity_check (stage 0: it must be the model dtype; stage 1 + bf16 + fp32: BF16_Optimizer); the ZeRO
+# optimizers accumulate gradient partitions in it (stage_1_and_2.py / stage3.py gradient_accumulation_dtype).
+def test_grad_accum_dtype_follows_deepspeed_per_stage():
+    base = {"bf16": {"enabled": True}}
+    e = refused({**base, "zero_optimization": {"stage": 0}, "data_types": {"grad_accum_dtype": "fp32"}})
+    assert e.field == "data_types.grad_accum_dtype" and "unsupported mix" in e.allowed
+    r = ds({**base, "zero_optimization": {"stage": 0}, "data_types": {"grad_accum_dtype": "bfloat16"}})
+    assert r.scenario["grad_accum_dtype"] == "fp32"          # FP16_Optimizer's fp32 copies, as without the key
+    r = ds({**base, "zero_optimization": {"stage": 1}, "data_types": {"grad_accum_dtype": "fp32"}})
+    assert r.scenario["grad_accum_dtype"] == "fp32" and any("BF16_Optimizer" in n for n in r.notes)
+    # a bf16 master keeps its gradients in bf16 unless the accumulation dtype says fp32
+    master = {"bf16": {"enabled": True, "bf16_master_weights_and_grads": True}, "zero_optimization": {"stage": 2}}
+    assert ds(master).scenario["grad_accum_dtype"] == "bf16"
+    r = ds({**master, "data_types": {"grad_accum_dtype": "torch.float32"}})
+    assert r.scenario["grad_accum_dtype"] == "fp32" and r.scenario["master_dtype"] == "bf16"
+    assert r.sources["scenario.grad_accum_dtype"] == "data_types.grad_accum_dtype"
+    # an fp32 master steps from an fp32 gradient partition whatever the accumulation dtype: said in a note
+    r = ds({**base, "zero_optimization": {"stage": 3}, "data_types": {"grad_accum_dtype": "bf16"}})
+    assert r.scenario["grad_accum_dtype"] == "fp32" and any("accumulates the gradient partitions in bf16" in n
+                                                             for n in r.notes)
+    assert "data_types.grad_accum_dtype" not in {i["key"] for i in r.ignored_keys}
+    e = refused({**base, "zero_optimization": {"stage": 1, "compute_grad_norm": False},
+                 "data_types": {"grad_accum_dtype": "fp32"}})
+    assert e.field == "zero_optimization.compute_grad_norm"
+    for bad in ("FP32", "auto", 32, "float64"):
+        assert refused({"data_types": {"grad_accum_dtype": bad}}).field == "data_types.grad_accum_dtype"
+    r = ds({**base, "zero_optimization": {"stage": 2}, "data_types": {"grad_accum_dtype": "int8", "x": 1}})
+    assert {"data_types.grad_accum_dtype", "data_types.x"} <= {i["key"] for i in r.ignored_keys}
+
+
+def test_activation_checkpointing_block_configures_only():
+    # runtime/activation_checkpointing/config.py: read by deepspeed.checkpointing.configure; partition_activations
+    # splits the checkpoint inputs over the model-parallel ranks, cpu_checkpointing moves them to the CPU
+    r = ds({"activation_checkpointing": {"partition_activations": True, "cpu_checkpointing": False,
+                                         "number_checkpoints": 4}})
+    ignored = {i["key"]: i["reason"] for i in r.ignored_keys}
+    assert "does not turn recomputation on" in ignored["activation_checkpointing.partition_activations"]
+    assert "activation_checkpointing.number_checkpoints" in ignored and "recompute" not in r.workload
+    assert any("partition_activations" in n and "does not model" in n for n in r.notes)
+    r = ds({"activation_checkpointing": {"contiguous_memory_optimization": True}})
+    assert not any("does not model" in n for n in r.notes)
+    assert "activation_checkpointing" in {i["key"] for i in ds({"activation_checkpointing": {}}).ignored_keys}
 
 
 def test_removed_top_level_key_is_listed():
@@ -235,6 +300,15 @@ def _names(model):
         if info.alias:
             out.add(info.alias)
     return out
+
+
+def test_grad_accum_names_are_deepspeeds_dtype_enum():
+    pytest.importorskip("deepspeed", reason="deepspeed==0.19.8 is in requirements-validation.txt (CI installs it)")
+    from deepspeed.runtime.config import DtypeEnum
+    names = {k for k in DtypeEnum._value2member_map_ if isinstance(k, str)}
+    assert names == set(S.GRAD_ACCUM_DTYPES)
+    for name, ours in S.GRAD_ACCUM_DTYPES.items():
+        assert DtypeEnum(name).name == ours
 
 
 def test_schema_tables_match_deepspeed(deepspeed_models):

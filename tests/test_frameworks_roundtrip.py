@@ -39,12 +39,14 @@ def body(text: str) -> str:
 def deepspeed_views(draw):
     stage = draw(st.integers(0, 3))
     dtype = draw(st.sampled_from(["fp16", "bf16", "fp32"]))
-    master = "bf16" if dtype == "bf16" and stage > 0 and draw(st.booleans()) else "fp32"
+    # a 16-bit master (fp16/bf16 *_master_weights_and_grads, stages 1-3), its gradient buffer in the master's dtype
+    # or, through data_types.grad_accum_dtype, in fp32
+    master = dtype if dtype in ("fp16", "bf16") and stage > 0 and draw(st.booleans()) else "fp32"
     opt = "bf16" if master == "bf16" and draw(st.booleans()) else "fp32"
     if dtype == "fp32" and stage == 0:
         master = accum = None
     else:
-        accum = master
+        accum = draw(st.sampled_from([master, "fp32"])) if master != "fp32" else master
     scenario = {"workers": draw(st.integers(1, 64)), "param_dtype": dtype, "grad_dtype": dtype,
                 "master_dtype": master, "grad_accum_dtype": accum, "optimizer_dtype": opt,
                 "comm_dtype": draw(st.sampled_from([None, "fp16", "bf16", "fp32"])),
@@ -207,6 +209,8 @@ def torchtitan_views(draw):
     workload = {"micro_batch": draw(st.integers(1, 8)), "seq_len": draw(st.integers(1, 65536)),
                 "recompute": draw(st.sampled_from(["none", "selective", "full"]))}
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "micro_batches": draw(st.integers(1, 8))}
+    if tp > 1:
+        layout["loss_parallel"] = draw(st.booleans())
     if pp > 1:
         layout["schedule"] = draw(st.sampled_from(["1f1b", "gpipe", "interleaved"]))
         if layout["schedule"] == "interleaved":
@@ -223,7 +227,8 @@ def test_torchtitan_round_trip(view):
     assert back.selected_stage == stage
     subset(back.scenario, scenario)
     subset(back.workload, workload)
-    expected = {k: v for k, v in layout.items() if k in ("vpp", "schedule", "micro_batches") or v > 1}
+    expected = {k: v for k, v in layout.items() if k in ("vpp", "schedule", "micro_batches", "loss_parallel")
+                or v > 1}
     if layout["tp"] > 1:
         expected["sequence_parallel"] = True
     subset(back.layout, dict(expected, gpus=scenario["workers"] * layout["tp"] * layout["pp"] * layout["cp"]))
@@ -243,6 +248,62 @@ def test_torchtitan_refuses_stage_1():
     with pytest.raises(ExportError) as err:
         export_torchtitan({}, {}, {}, 1)
     assert err.value.field == "stage"
+
+
+def test_deepspeed_writes_a_16_bit_master_and_says_what_it_needs():
+    # precision_config.py DeepSpeedFP16Config.fp16_master_weights_and_grads (stages 1-3, runtime/config.py
+    # _do_error_check); stage_1_and_2.py _enforce_cpu_offload / stage3.py _enforce_optimizer_offload assert
+    # ZeRO-Offload with DeepSpeedCPUAdam
+    view = {"workers": 4, "param_dtype": "fp16", "grad_dtype": "fp16", "master_dtype": "fp16",
+            "grad_accum_dtype": "fp16", "optimizer_dtype": "fp32", "convention": "deepspeed"}
+    data = json.loads(export_deepspeed(view, {}, {}, 2))
+    assert data["fp16"] == {"enabled": True, "fp16_master_weights_and_grads": True} and "data_types" not in data
+    assert import_deepspeed(json.dumps(data)).scenario["master_dtype"] == "fp16"
+    caveats = " ".join(export_caveats("deepspeed", view, {}, {}, 2))
+    assert "DeepSpeedCPUAdam" in caveats and "stops at initialisation" in caveats
+    caveats = " ".join(export_caveats("deepspeed", dict(view, offload_optimizer="cpu"), {}, {}, 2))
+    assert "DeepSpeedCPUAdam" in caveats and "stops" not in caveats
+    # engine.py get_data_types: the gradient buffer in fp32 beside the fp16 master
+    data = json.loads(export_deepspeed(dict(view, grad_accum_dtype="fp32"), {}, {}, 2))
+    assert data["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert import_deepspeed(json.dumps(data)).scenario["grad_accum_dtype"] == "fp32"
+    # no 16-bit master without ZeRO: the ledger caveat
+    assert any("own ledger" in c for c in export_caveats("deepspeed", view, {}, {}, 0))
+
+
+def test_deepspeed_says_when_the_gradient_buffer_cannot_be_written():
+    zero_paper = {"param_dtype": "fp16", "grad_dtype": "fp16", "master_dtype": "fp32", "grad_accum_dtype": None,
+                  "optimizer_dtype": "fp32"}              # no fp32 gradient partition: DeepSpeed keeps one
+    caveats = " ".join(export_caveats("deepspeed", zero_paper, {}, {}, 2))
+    assert "gradient buffer (none) cannot be written" in caveats and "fp32 gradient partition" in caveats
+    assert "data_types" not in export_deepspeed(zero_paper, {}, {}, 2)
+
+
+def test_deepspeeds_whole_config_parser_accepts_a_16_bit_master_with_fp32_accumulation(deepspeed_config_classes):
+    _, ds_config = deepspeed_config_classes
+    view = {"workers": 1, "param_dtype": "fp16", "grad_dtype": "fp16", "master_dtype": "fp16",
+            "grad_accum_dtype": "fp32", "offload_optimizer": "cpu"}
+    config = ds_config(json.loads(export_deepspeed(view, {"micro_batch": 2}, {}, 2)))
+    assert config.float16_config.fp16_master_weights_and_grads and config.grad_accum_dtype == "fp32"
+
+
+def test_torchtitan_says_when_the_ledger_or_the_precision_cannot_be_written():
+    deepspeed = {"param_dtype": "bf16", "grad_dtype": "bf16", "master_dtype": "fp32", "grad_accum_dtype": "fp32",
+                 "optimizer_dtype": "fp32", "convention": "deepspeed", "workers": 4}
+    caveats = " ".join(export_caveats("torchtitan", deepspeed, {}, {}, 3))
+    assert "the view's ledger (param bf16, grad bf16, master fp32, grad_accum fp32, optimizer fp32)" in caveats
+    assert export_caveats("torchtitan", dict(FSDP2, workers=4), {}, {}, 3) == []
+    # distributed/utils.py maybe_enable_amp: no FSDP (shard degree 1) with tp -> mixed precision off
+    ddp_tp = dict(FSDP2, comm_dtype="bf16", workers=4)
+    assert any("maybe_enable_amp" in c for c in export_caveats("torchtitan", ddp_tp, {}, {"tp": 2}, 0))
+    assert not any("maybe_enable_amp" in c for c in export_caveats("torchtitan", ddp_tp, {}, {"tp": 2}, 3))
+
+
+def test_torchtitan_writes_gathered_logits():
+    text = export_torchtitan(dict(FSDP2, workers=4), {}, {"tp": 2, "loss_parallel": False}, 3)
+    assert tomllib.loads(text)["parallelism"]["disable_loss_parallel"] is True
+    assert import_torchtitan(text).layout["loss_parallel"] is False
+    assert "disable_loss_parallel" not in export_torchtitan(dict(FSDP2, workers=4), {}, {"tp": 2}, 3)
 
 
 def test_caveats_say_what_is_left_out():

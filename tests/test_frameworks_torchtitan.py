@@ -20,14 +20,15 @@ def test_an_empty_file_is_torchtitans_defaults():
     r = tt("", {"gpus": 8})
     assert r.selected_stage == 3                                    # dp_shard -1 -> 8 ranks: FSDP, resharded
     assert r.scenario["workers"] == 8 and r.scenario["comm_dtype"] == "bf16" and r.scenario["optimizer"] == "adamw"
-    assert r.workload == {"seq_len": 2048, "micro_batch": 8, "recompute": "selective"}
+    # mode selective with selective_ac_option "2": one block in two checkpointed, counted as no recompute
+    assert r.workload == {"seq_len": 2048, "micro_batch": 8, "recompute": "none"}
     assert r.layout == {"gpus": 8, "micro_batches": 1}
 
 
 def test_explicit_degrees_need_no_world_size():
     r = tt("[parallelism]\ndata_parallel_shard_degree = 4\ntensor_parallel_degree = 2\ncontext_parallel_degree = 2\n")
     assert r.scenario["workers"] == 4 and r.layout == {"tp": 2, "cp": 2, "sequence_parallel": True, "gpus": 16,
-                                                       "micro_batches": 1}
+                                                       "micro_batches": 1, "loss_parallel": True}
     assert any("dp_shard x cp" in n for n in r.notes)
 
 
@@ -80,11 +81,65 @@ def test_bfloat16_training_is_pure_bf16_and_offload():
 
 
 def test_activation_checkpoint_modes():
-    for mode in ("none", "full", "selective"):
+    for mode in ("none", "full"):
         assert tt(f'[activation_checkpoint]\nmode = "{mode}"\n').workload["recompute"] == mode
+    r = tt('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n')
+    assert r.workload["recompute"] == "selective"
     r = tt('[activation_checkpoint]\nmode = "memory_budget"\n')
     assert "recompute" not in r.workload
     assert refused('[activation_checkpoint]\nmode = "some"\n').field == "activation_checkpoint.mode"
+    r = tt('[activation_checkpoint]\nmode = "full"\nselective_ac_option = "abc"\n')   # read only under selective
+    assert r.workload["recompute"] == "full"
+    assert "activation_checkpoint.selective_ac_option" in {i["key"] for i in r.ignored_keys}
+
+
+# torchtitan distributed/activation_checkpoint.py (238fa99) _apply_ac_to_transformer_block: "op" is op-level SAC;
+# option.isdigit() is _apply_layer_sac, which wraps block k (from 1) in checkpoint_wrapper when
+# `not ac_freq or k % ac_freq == 0` ("0" and "1": every block); anything else raises ValueError.
+@pytest.mark.parametrize("option, recompute", [("1", "full"), ("0", "full"), ("2", "none"), ("3", "none"),
+                                               ("op", "selective")])
+def test_selective_ac_option_is_what_torchtitan_checkpoints(option, recompute):
+    r = tt(f'[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "{option}"\n')
+    assert r.workload["recompute"] == recompute
+    note = " ".join(r.notes)
+    if recompute == "full":
+        assert "every transformer block" in note and "exactly" in note
+    if recompute == "none":            # N > 1: approximated, and the note says which way the error goes
+        assert f"one transformer block in {option}" in note and "over-estimate" in note
+
+
+@pytest.mark.parametrize("option", ['"abc"', '"-1"', '"2.5"', '" 2"', '"\u00b2"', '""', "2", "true"])
+def test_selective_ac_options_torchtitan_rejects(option):
+    e = refused(f'[activation_checkpoint]\nmode = "selective"\nselective_ac_option = {option}\n')
+    assert e.field == "activation_checkpoint.selective_ac_option"
+
+
+# torchtitan train.py: loss_parallel_enabled = tp_enabled and not disable_loss_parallel; parallelize.py apply_tp(
+# loss_parallel=not disable_loss_parallel) keeps the output projection vocab-sharded or gathers the logits.
+def test_disable_loss_parallel_gathers_the_logits():
+    base = "[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 4\n"
+    assert tt(base).layout["loss_parallel"] is True
+    r = tt(base + "disable_loss_parallel = true\n")
+    assert r.layout["loss_parallel"] is False
+    assert r.sources["layout.loss_parallel"] == "parallelism.disable_loss_parallel"
+    r = tt("[parallelism]\ndata_parallel_shard_degree = 2\ndisable_loss_parallel = true\n")   # no tp: no effect
+    assert "loss_parallel" not in r.layout
+    assert "parallelism.disable_loss_parallel" in {i["key"] for i in r.ignored_keys}
+    assert refused(base + 'disable_loss_parallel = "yes"\n').field == "parallelism.disable_loss_parallel"
+
+
+# torchtitan distributed/utils.py maybe_enable_amp (238fa99): with FSDP, fully_shard's MixedPrecisionPolicy; without
+# it, tp or pp turn mixed precision off ("Mixed precision training is disabled"); only DDP / one device autocasts.
+@pytest.mark.parametrize("degrees", ["tensor_parallel_degree = 2", "pipeline_parallel_degree = 2"])
+def test_no_fsdp_with_tp_or_pp_trains_in_fp32(degrees):
+    r = tt(f"[parallelism]\ndata_parallel_shard_degree = 1\n{degrees}\n")
+    assert r.selected_stage == 0 and r.scenario["param_dtype"] == "fp32" and r.scenario["comm_dtype"] is None
+    assert r.workload["activation_dtype"] == "fp32"
+    assert any("maybe_enable_amp" in n and "no effect" in n for n in r.notes)
+    r = tt(f'[training]\ndtype = "bfloat16"\n[parallelism]\ndata_parallel_shard_degree = 1\n{degrees}\n')
+    assert r.scenario["param_dtype"] == "bf16" and "activation_dtype" not in r.workload   # pure bf16 model
+    r = tt("[parallelism]\ndata_parallel_shard_degree = 2\ntensor_parallel_degree = 2\n")  # FSDP: bf16 compute
+    assert r.scenario["comm_dtype"] == "bf16" and "activation_dtype" not in r.workload
 
 
 def test_unknown_fields_are_refused_unless_a_custom_module_extends_the_config():

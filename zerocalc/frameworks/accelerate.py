@@ -9,8 +9,10 @@ or DeepSpeed section. Read as accelerate 1.15.0 reads it:
 - utils/dataclasses.py FullyShardedDataParallelPlugin: a sharding strategy by name (any case) or number 1-5
   (FSDP_SHARDING_STRATEGY order), preferred over reshard_after_forward under FSDP1 (accelerator.py:
   "sharding_strategy or reshard_after_forward"); FSDP2 reads only reshard_after_forward (a bool, default true);
-- DeepSpeedPlugin.__post_init__: zero_stage 2, offload devices "none" and gradient accumulation 1 by default,
-  written into a DeepSpeed config that deepspeed.py then reads.
+- DeepSpeedPlugin.__post_init__: zero_stage 2 and offload devices "none" by default; gradient_accumulation_steps
+  absent is ACCELERATE_GRADIENT_ACCUMULATION_STEPS, else "auto", which accelerator.py _prepare_deepspeed fills
+  from Accelerator(gradient_accumulation_steps=...) (default 1): the training script's value, taken from the view
+  here. All of it is written into a DeepSpeed config that deepspeed.py then reads.
 
 FSDP with mixed precision keeps fp32 sharded parameters and computes in the mixed dtype (MixedPrecision /
 MixedPrecisionPolicy param_dtype = reduce_dtype = that dtype: set_mixed_precision), zerocalc's fsdp2 convention.
@@ -337,7 +339,19 @@ class _Reader:
                  "train_micro_batch_size_per_gpu": "train_micro_batch_size_per_gpu (auto in accelerate's "
                                                    "generated DeepSpeed config)"}
         get = lambda key, default: self.doc.get("deepspeed_config", key, default=default)  # noqa: E731
-        gas = get("gradient_accumulation_steps", 1)
+        # absent: "auto" (DeepSpeedPlugin.__post_init__), filled by Accelerator._prepare_deepspeed from
+        # Accelerator(gradient_accumulation_steps), i.e. the script's value: the view's micro-batches
+        gas = get("gradient_accumulation_steps", "auto")
+        if gas == "auto":
+            given = self.doc.has("deepspeed_config", "gradient_accumulation_steps")
+            names["gradient_accumulation_steps"] = ("deepspeed_config.gradient_accumulation_steps" if given else
+                                                    "deepspeed_config.gradient_accumulation_steps (absent: auto)")
+            auto_how = {"gradient_accumulation_steps": (
+                "DeepSpeedPlugin.__post_init__ leaves it \"auto\" (ACCELERATE_GRADIENT_ACCUMULATION_STEPS unset); "
+                "Accelerator._prepare_deepspeed fills it from Accelerator(gradient_accumulation_steps=...), "
+                "default 1: ")}
+        else:
+            auto_how = {}
         ds = {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto",
               "gradient_accumulation_steps": gas,
               "zero_optimization": {"stage": get("zero_stage", 2),
@@ -346,7 +360,7 @@ class _Reader:
         # DeepSpeedPlugin.set_mixed_precision: fp16 -> fp16 on; bf16 and fp8 -> bf16 on; the other one off.
         ds["fp16"] = {"enabled": precision == "fp16"}
         ds["bf16"] = {"enabled": precision in ("bf16", "fp8")}
-        deepspeed.from_dict(ds, self.ctx, self.b, names)
+        deepspeed.from_dict(ds, self.ctx, self.b, names, auto_how)
         self.b.fmt = "accelerate"
         if world is not None:
             self.b.set("scenario", "workers", world, "num_processes")

@@ -28,11 +28,13 @@ def import_deepspeed(source, context=None) -> ImportedConfig:
     return from_dict(parse_json(source), context).build()
 
 
-def from_dict(data: dict, context=None, builder: Builder = None, names: dict = None) -> Builder:
+def from_dict(data: dict, context=None, builder: Builder = None, names: dict = None, auto_how: dict = None) -> Builder:
     """Read a DeepSpeed config dict into a Builder. `names` renames keys in sources and messages (accelerate
-    writes some of them from its own keys)."""
+    writes some of them from its own keys); `auto_how` says who fills a batch key's "auto" when it is not the
+    Trainer (accelerate's DeepSpeedPlugin)."""
     b = builder or Builder("deepspeed")
     reader = _Reader(Doc(data), ImportContext.of(context), b, names or {})
+    reader.auto_how = auto_how or {}
     reader.run()
     return b
 
@@ -56,6 +58,7 @@ class _Reader(BatchReader):
         self.batch()
         self.parallel()
         self.optimizer()
+        self.activation_checkpointing()
         self.leftovers()
 
     # --- precision -----------------------------------------------------------------------------------------
@@ -220,6 +223,7 @@ class _Reader(BatchReader):
     def ledger(self, stage, dtype, zero):
         b, S_ = self.b, "scenario"
         b.set(S_, "convention", "deepspeed", "format: DeepSpeed")
+        accum_dtype = self._grad_accum_setting(stage, dtype, zero)
         if dtype is None:
             b.note("Precision is left to the Trainer (fp16/bf16 \"auto\" without a view precision): the dtypes "
                    "are the view's; DeepSpeed adds an fp32 master copy and fp32 gradients under ZeRO.")
@@ -238,8 +242,11 @@ class _Reader(BatchReader):
             src = "DeepSpeed ZeRO / FP16_Optimizer: fp32 master and fp32 gradient partition"
             master, accum, opt = "fp32", "fp32", "fp32"
             master, accum, opt = self._low_precision_masters(stage, dtype, master, accum, opt)
+            accum_src = src if accum == "fp32" else self._master_source()
+            if accum_dtype is not None and stage > 0:
+                accum, accum_src = self._zero_grad_accum(stage, dtype, master, accum, accum_src, accum_dtype)
             b.set(S_, "master_dtype", master, src if master == "fp32" else self._master_source())
-            b.set(S_, "grad_accum_dtype", accum, src if accum == "fp32" else self._master_source())
+            b.set(S_, "grad_accum_dtype", accum, accum_src)
             b.set(S_, "optimizer_dtype", opt, "DeepSpeed optimizers keep fp32 states" if opt == "fp32"
                   else self.name(f"{self.bf16_key}.bf16_optimizer_states"))
         comm = self.doc.get("communication_data_type", default=None)
@@ -279,6 +286,65 @@ class _Reader(BatchReader):
             if dtype == "bf16":
                 opt = "bf16"
         return master, accum, opt
+
+    def _grad_accum_setting(self, stage, dtype, zero):
+        """data_types.grad_accum_dtype, as zerocalc dtype or None (absent, null, or not modelled). engine.py
+        get_data_types: None means the model dtype; _do_optimizer_sanity_check refuses any other value without
+        ZeRO, and at stage 1 with bf16, fp32 accumulation and no CPU offload picks BF16_Optimizer, which refuses
+        compute_grad_norm false."""
+        block = self.doc.section("data_types")
+        for name in block:
+            if name != "grad_accum_dtype":
+                self.doc.get("data_types", name)
+                self.b.ignore(self.name(f"data_types.{name}"), "DeepSpeed 0.19.8 reads only "
+                                                                "data_types.grad_accum_dtype (runtime/config.py)")
+        value = self.doc.get("data_types", "grad_accum_dtype", default=None)
+        if value is None:
+            return None
+        key = self.name("data_types.grad_accum_dtype")
+        if not isinstance(value, str) or value not in S.GRAD_ACCUM_DTYPES:
+            raise FrameworkConfigError(key, value, "null (the model dtype) or a DtypeEnum name: "
+                                       + ", ".join(S.GRAD_ACCUM_DTYPES) + " (engine.py get_data_types calls "
+                                       "DtypeEnum(value), which refuses others)")
+        accum = S.GRAD_ACCUM_DTYPES[value]
+        if dtype is not None and stage == 0 and accum != dtype:
+            raise FrameworkConfigError(key, value, f"null or the model dtype ({dtype}) without ZeRO: engine.py "
+                                       "_do_optimizer_sanity_check raises NotImplementedError 'unsupported mix of "
+                                       "model_dtype and grad_accum_dtype' at stage 0")
+        opt = zero.get("offload_optimizer")
+        cpu = (isinstance(opt, dict) and opt.get("device") == "cpu") or zero.get("cpu_offload") is True
+        bf16_optimizer = stage == 1 and dtype == "bf16" and accum == "fp32" and not cpu
+        if bf16_optimizer and zero.get("compute_grad_norm") is False:
+            raise FrameworkConfigError(self.name("zero_optimization.compute_grad_norm"), False,
+                                       "true with ZeRO stage 1, bf16 and data_types.grad_accum_dtype fp32 "
+                                       "(engine.py _do_optimizer_sanity_check: BF16_Optimizer)")
+        if accum == "int8":
+            self.b.ignore(key, f"{value}: gradients accumulated in int8 are not modelled; the ledger keeps "
+                               "DeepSpeed's default (the model dtype)")
+            return None
+        if bf16_optimizer:
+            self.b.note("ZeRO stage 1 with bf16 and fp32 gradient accumulation runs DeepSpeed's BF16_Optimizer "
+                        "(engine.py _do_optimizer_sanity_check): a full-size fp32 gradient buffer beside the "
+                        "sharded fp32 master and optimizer states, as zerocalc's stage 1 counts it.")
+        return accum
+
+    def _zero_grad_accum(self, stage, dtype, master, accum, src, accum_dtype):
+        """zerocalc's gradient buffer under ZeRO: DeepSpeed reduces and accumulates gradient partitions in
+        grad_accum_dtype (stage_1_and_2.py / stage3.py gradient_accumulation_dtype; a separate buffer when it is
+        not the model dtype) and hands the optimizer a partition in the master's dtype. With an fp32 master that
+        fp32 partition is the buffer zerocalc counts whatever the accumulation dtype; with a 16-bit master
+        (*_master_weights_and_grads) the buffer is in the accumulation dtype."""
+        key = self.name("data_types.grad_accum_dtype")
+        if master == "fp32":
+            if accum_dtype != "fp32":
+                self.b.note(f"{key} = {accum_dtype}: DeepSpeed reduces and accumulates the gradient partitions in "
+                            f"{accum_dtype}, then builds the fp32 gradient partition the fp32 master steps from; "
+                            "zerocalc counts that fp32 partition as the gradient buffer.")
+            return accum, src
+        if accum_dtype != accum:
+            self.b.note(f"{key} = {accum_dtype} with a {master} master: the gradient partitions are accumulated in "
+                        f"{accum_dtype} (a separate buffer beside the {dtype} gradients).")
+        return accum_dtype, key
 
     def _autocast(self, dtype):
         block = self.doc.section("torch_autocast")
@@ -417,7 +483,13 @@ class _Reader(BatchReader):
     # --- parallelism and optimizer -------------------------------------------------------------------------
     def parallel(self):
         tp = self.doc.get("tensor_parallel", "autotp_size", default=None)
-        if tp is not None and tp != "auto":
+        if tp == "auto":
+            self.b.auto_key(self.name("tensor_parallel.autotp_size"), 0,
+                            "dropped by DeepSpeedConfigModel (TPTrainingConfig), so the default 0 applies: AutoTP "
+                            "off, as when absent (the view's tp is kept). No integration fills it: transformers' "
+                            "deepspeed_init and accelerate's _prepare_deepspeed compare it with 1 and fail on the "
+                            "string")
+        elif tp is not None:
             tp = lax_int(self.name("tensor_parallel.autotp_size"), tp, lo=0, hi=10**6)
             if tp > 1:
                 self.b.set("layout", "tp", tp, self.name("tensor_parallel.autotp_size"))
@@ -446,6 +518,31 @@ class _Reader(BatchReader):
                                                        "the view's optimizer is kept")
             return
         self.b.set("scenario", "optimizer", name, self.name("optimizer.type"))
+
+    def activation_checkpointing(self):
+        """The top-level block configures deepspeed.checkpointing (runtime/activation_checkpointing/config.py,
+        read by checkpointing.configure): how a model that calls deepspeed.checkpointing.checkpoint saves its
+        checkpoint inputs. It never turns checkpointing on."""
+        if not self.doc.has("activation_checkpointing"):
+            return
+        block = self.doc.section("activation_checkpointing")
+        reason = ("configures deepspeed.checkpointing, used only by a model that calls "
+                  "deepspeed.checkpointing.checkpoint; it does not turn recomputation on (zerocalc's recompute "
+                  "stays the view's)")
+        if not block:
+            self.doc.get("activation_checkpointing")
+            self.b.ignore(self.name("activation_checkpointing"), reason)
+            return
+        for name in block:
+            self.doc.get("activation_checkpointing", name)
+            self.b.ignore(self.name(f"activation_checkpointing.{name}"), reason)
+        on = [name for name in ("partition_activations", "cpu_checkpointing") if block.get(name)]
+        if on:
+            self.b.note(f"activation_checkpointing {' and '.join(on)}: in a model that checkpoints through "
+                        "deepspeed.checkpointing, the saved checkpoint inputs are split across the model-parallel "
+                        "ranks (partition_activations) or kept in CPU memory (cpu_checkpointing) "
+                        "(activation_checkpointing/checkpointing.py); zerocalc does not model either and counts "
+                        "them whole, on the GPU.")
 
     def leftovers(self):
         for key in self.doc.leftovers():

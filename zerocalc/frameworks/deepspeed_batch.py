@@ -33,7 +33,8 @@ class BatchReader:
         if gas is not None:
             self.b.set("layout", "micro_batches", gas, self.name("gradient_accumulation_steps"))
         if tb is not None:
-            self._dp_from_batch(tb, mb, gas)
+            self._dp_from_batch(tb, mb, gas, alone=raw["train_micro_batch_size_per_gpu"] is None and
+                                raw["gradient_accumulation_steps"] is None)
         if all(v is None for v in raw.values()):
             self.b.note("No batch size in the file: DeepSpeed needs train_batch_size or "
                         "train_micro_batch_size_per_gpu (runtime/config.py _set_batch_related_parameters); "
@@ -48,9 +49,14 @@ class BatchReader:
             arg = {"train_micro_batch_size_per_gpu": "per_device_train_batch_size (default 8)",
                    "gradient_accumulation_steps": "gradient_accumulation_steps (default 1)"}.get(key)
             if key != "train_batch_size":
-                how = (f"{HF_SRC}.trainer_config_process: TrainingArguments.{arg}, taken from the view"
-                       if ctx_value is not None else
-                       f"unresolved: TrainingArguments.{arg} decides; the view's value is kept")
+                who = getattr(self, "auto_how", {}).get(key)
+                if who:
+                    how = who + ("taken from the view" if ctx_value is not None else
+                                 "unresolved; the view's value is kept")
+                else:
+                    how = (f"{HF_SRC}.trainer_config_process: TrainingArguments.{arg}, taken from the view"
+                           if ctx_value is not None else
+                           f"unresolved: TrainingArguments.{arg} decides; the view's value is kept")
                 self.b.auto_key(self.name(key), ctx_value, how)
             return ctx_value
         # runtime/config.py reads these raw and asserts each > 0 (_batch_assertion).
@@ -59,8 +65,14 @@ class BatchReader:
             raise FrameworkConfigError(self.name(key), value, 'a positive integer, or "auto" with the Trainer')
         return int(value)
 
-    def _dp_from_batch(self, tb, mb, gas):
+    def _dp_from_batch(self, tb, mb, gas, alone=False):
         key = self.name("train_batch_size")
+        if alone:
+            # _set_batch_related_parameters with train_batch_size only: gradient accumulation 1, micro-batch
+            # train_batch_size / data-parallel size
+            self.b.set("layout", "micro_batches", 1, f"{key} alone: gradient accumulation 1 "
+                                                     "(_set_batch_related_parameters)")
+            gas = 1
         if mb is not None and gas is not None:
             if tb % (mb * gas):
                 raise FrameworkConfigError(key, tb, f"a multiple of micro-batch x gradient accumulation "
@@ -69,17 +81,28 @@ class BatchReader:
             self.b.set("scenario", "workers", tb // (mb * gas), f"{key} / (micro x gas)")
             return
         w = self.ctx.workers
-        if w is None or tb % w:
-            self.b.note(f"{key} = {tb} with only one of micro-batch and gradient accumulation given: DeepSpeed "
-                        "derives the other from the data-parallel size, which the file does not hold.")
+        if alone and w is None:
+            self.b.note(f"{key} = {tb} alone: DeepSpeed sets gradient accumulation to 1 and the micro-batch to "
+                        f"{tb} / the data-parallel size (_set_batch_related_parameters), which the file does not "
+                        "hold; the view's micro-batch is kept.")
+            return
+        if mb is None and gas is None:
+            self.b.note(f"{key} = {tb} with neither the micro-batch nor gradient accumulation known (\"auto\" "
+                        "left unresolved): the view's values are kept.")
+            return
+        if w is None:
+            known = "micro-batch" if mb is not None else "gradient accumulation"
+            self.b.note(f"{key} = {tb} with only the {known} known: DeepSpeed derives the other from the "
+                        "data-parallel size, which the file does not hold; the view's value is kept.")
+            return
+        if tb % w:
+            self.b.note(f"{key} = {tb} does not split over the view's {w} workers; DeepSpeed would stop "
+                        "(_batch_assertion).")
             return
         if mb is not None:
             derived, field, part = tb // w // mb, "micro_batches", "layout"
         else:
-            gas = gas or 1
             derived, field, part = tb // w // gas, "micro_batch", "workload"
-            if gas == 1:
-                self.b.set("layout", "micro_batches", 1, "default 1 (_set_batch_related_parameters)")
         if derived < 1 or derived * (mb or gas) * w != tb:
             self.b.note(f"{key} = {tb} does not split over the view's {w} workers; DeepSpeed would stop "
                         "(_batch_assertion).")

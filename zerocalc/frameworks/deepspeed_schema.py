@@ -97,6 +97,15 @@ REMOVED_TOP_LEVEL_KEYS = ("nebula", "compression_training", "amp", "quantize_tra
 # runtime/config.py get_communication_data_type: lower-cased, then fp32 / fp16 / bf16, or None (each tensor's own).
 COMMUNICATION_DTYPES = ("fp32", "fp16", "bf16")
 
+# runtime/config.py DtypeEnum: the names data_types.grad_accum_dtype may take (exact spelling; engine.py
+# get_data_types calls DtypeEnum(value), which refuses anything else) -> zerocalc dtype.
+GRAD_ACCUM_DTYPES = MappingProxyType({
+    "torch.float16": "fp16", "fp16": "fp16", "float16": "fp16", "half": "fp16",
+    "torch.float32": "fp32", "fp32": "fp32", "float32": "fp32", "float": "fp32",
+    "torch.int8": "int8", "int8": "int8",
+    "torch.bfloat16": "bf16", "bf16": "bf16", "bfloat16": "bf16",
+})
+
 # runtime/config.py DEEPSPEED_OPTIMIZERS -> zerocalc optimizer. Adam runs as AdamW by default (ADAM_W_MODE_DEFAULT
 # = True); both keep the same two fp32 moments. The others have no zerocalc ledger.
 OPTIMIZER_NAMES = MappingProxyType({"adam": "adam", "adamw": "adamw", "lion": "lion"})

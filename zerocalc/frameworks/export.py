@@ -20,7 +20,7 @@ from .deepspeed_schema import COMMUNICATION_DTYPES
 from .emitters import dump_toml, dump_yaml
 
 LAYOUT_DEFAULTS = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "sequence_parallel": False, "micro_batches": 1,
-                   "schedule": "1f1b", "gpus": None}
+                   "schedule": "1f1b", "loss_parallel": True, "gpus": None}
 SCENARIO_FIELDS = ("workers", "shard_group", "param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype",
                    "optimizer", "optimizer_dtype", "comm_dtype", "offload_optimizer", "offload_params", "gpus_per_node",
                    "convention")
@@ -64,8 +64,9 @@ def _view(scenario, workload, layout, stage):
     for name in ("tp", "pp", "vpp", "cp", "ep", "micro_batches"):
         _positive("layout." + name, lay[name])
     require_choice("layout.schedule", lay["schedule"], tuple(SCHEDULE_NAMES), ExportError)
-    if not isinstance(lay["sequence_parallel"], bool):
-        raise ExportError("layout.sequence_parallel", lay["sequence_parallel"], "true or false")
+    for name in ("sequence_parallel", "loss_parallel"):
+        if not isinstance(lay[name], bool):
+            raise ExportError(f"layout.{name}", lay[name], "true or false")
     if lay["gpus"] is not None:
         _positive("layout.gpus", lay["gpus"])
     if lay["gpus"] is None:
@@ -98,15 +99,42 @@ def _deepspeed(scenario, workload, layout, stage):
     # A deepspeed-convention view names DeepSpeed's model dtype; any other view trains in its compute dtype
     # (an fsdp2 view: fp32 shards, bf16 compute -> bf16 with DeepSpeed's fp32 master).
     dtype = _deepspeed_dtype(s, w)
-    if dtype != s["param_dtype"] or (dtype != "fp32" and s["master_dtype"] not in ("fp32", dtype)):
+    mb, gas, dp = w["micro_batch"], lay["micro_batches"], s["workers"]
+    fp16, bf16 = {"enabled": dtype == "fp16"}, {"enabled": dtype == "bf16"}
+    # precision_config.py: fp16.fp16_master_weights_and_grads / bf16.bf16_master_weights_and_grads keep the master
+    # (and the gradients it steps from) in the model dtype, stages 1-3 only (runtime/config.py _do_error_check);
+    # bf16_optimizer_states needs the bf16 master.
+    low_master = dtype in ("fp16", "bf16") and stage > 0 and s["master_dtype"] == dtype
+    if low_master:
+        (fp16 if dtype == "fp16" else bf16)[f"{dtype}_master_weights_and_grads"] = True
+        if dtype == "bf16" and s["optimizer_dtype"] == "bf16":
+            bf16["bf16_optimizer_states"] = True
+    written = _deepspeed_ledger(dtype, stage, low_master, bf16.get("bf16_optimizer_states", False))
+    view = {k: s[k] for k in written}
+    accum_written = written.pop("grad_accum_dtype")
+    view_accum = view.pop("grad_accum_dtype")
+    data_types = None
+    if view != written:
         notes.append(f"DeepSpeed trains {dtype} with its own ledger (an fp32 master copy and fp32 gradient "
                      "partition under ZeRO: the deepspeed convention), not the view's.")
-    mb, gas, dp = w["micro_batch"], lay["micro_batches"], s["workers"]
-    bf16 = {"enabled": dtype == "bf16"}
-    if dtype == "bf16" and stage > 0 and s["master_dtype"] == "bf16":
-        bf16["bf16_master_weights_and_grads"] = True
-        if s["optimizer_dtype"] == "bf16":
-            bf16["bf16_optimizer_states"] = True
+    elif view_accum != accum_written:
+        if low_master and view_accum in ("fp16", "bf16", "fp32"):
+            data_types = {"grad_accum_dtype": view_accum}     # engine.py get_data_types; the ZeRO optimizers
+        else:
+            notes.append(f"the view's gradient buffer ({view_accum or 'none'}) cannot be written: DeepSpeed keeps "
+                         f"{_dtype_text(accum_written)} here"
+                         + (" (data_types.grad_accum_dtype must be the model dtype without ZeRO)" if stage == 0 else
+                            " (with an fp32 master the optimizer steps from an fp32 gradient partition whatever "
+                            "data_types.grad_accum_dtype says)" if written["master_dtype"] == "fp32" else "") + ".")
+    if low_master:
+        states_on_gpu = dtype == "bf16" and bf16.get("bf16_optimizer_states") and s["offload_optimizer"] == "none"
+        if not states_on_gpu:
+            key = f"{dtype}.{dtype}_master_weights_and_grads"
+            notes.append(f"DeepSpeed runs {key} only with the optimizer offloaded (offload_optimizer) and "
+                         "DeepSpeedCPUAdam as the client optimizer (stage_1_and_2.py _enforce_cpu_offload, "
+                         "stage3.py _enforce_optimizer_offload)"
+                         + ("; the view offloads nothing, so DeepSpeed stops at initialisation."
+                            if s["offload_optimizer"] == "none" else "."))
     zero = {"stage": stage}
     for key, field in (("offload_optimizer", "offload_optimizer"), ("offload_param", "offload_params")):
         if s[field] != "none":
@@ -118,8 +146,9 @@ def _deepspeed(scenario, workload, layout, stage):
     if w["overlap_comm"] != "auto":
         zero["overlap_comm"] = w["overlap_comm"] == "on"
     data = {"train_batch_size": mb * gas * dp, "train_micro_batch_size_per_gpu": mb,
-            "gradient_accumulation_steps": gas, "fp16": {"enabled": dtype == "fp16"}, "bf16": bf16,
-            "zero_optimization": zero}
+            "gradient_accumulation_steps": gas, "fp16": fp16, "bf16": bf16, "zero_optimization": zero}
+    if data_types:
+        data["data_types"] = data_types
     comm = s.get("comm_dtype")
     if comm is not None and comm != dtype:
         if comm in COMMUNICATION_DTYPES:
@@ -141,6 +170,21 @@ def _deepspeed(scenario, workload, layout, stage):
         notes.append("pipeline parallelism is set in code (PipelineModule num_stages), not in ds_config.json.")
     notes.append(f"the optimizer ({s['optimizer']}) is not written: DeepSpeed then uses the client's optimizer.")
     return data, notes
+
+
+def _deepspeed_ledger(dtype, stage, low_master, bf16_states) -> dict:
+    """The ledger importing the export gives (deepspeed.py): fp32 at stage 0 has no master copy (engine.py
+    _do_optimizer_sanity_check); otherwise an fp32 master and fp32 gradient partition, or the 16-bit ones."""
+    if dtype == "fp32" and stage == 0:
+        return {"param_dtype": "fp32", "grad_dtype": "fp32", "master_dtype": None, "grad_accum_dtype": None,
+                "optimizer_dtype": "fp32"}
+    master = dtype if low_master else "fp32"
+    return {"param_dtype": dtype, "grad_dtype": dtype, "master_dtype": master, "grad_accum_dtype": master,
+            "optimizer_dtype": "bf16" if bf16_states else "fp32"}
+
+
+def _dtype_text(dtype) -> str:
+    return "none" if dtype is None else dtype
 
 
 def export_deepspeed(scenario: dict, workload: dict, layout: dict, stage: int) -> str:
@@ -238,6 +282,19 @@ def _torchtitan(scenario, workload, layout, stage):
     if compute == "fp16":
         notes.append("torchtitan has no fp16 mixed precision: bfloat16 is written.")
     mixed = "bfloat16" if compute in ("bf16", "fp16") else "float32"
+    # job_config.py training.dtype: bfloat16 trains everything in bf16 (pure-bf16); float32 keeps fp32 parameters,
+    # gradients and optimizer states (FSDP2 MixedPrecisionPolicy computes in mixed_precision_param): no other ledger.
+    ledger = {k: s[k] for k in ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer_dtype")}
+    written = (dict(param_dtype="bf16", grad_dtype="bf16", master_dtype=None, grad_accum_dtype=None,
+                    optimizer_dtype="bf16") if pure_bf16 else
+               dict(param_dtype="fp32", grad_dtype="fp32", master_dtype=None, grad_accum_dtype=None,
+                    optimizer_dtype="fp32"))
+    if ledger != written:
+        shown = ", ".join(f"{k.replace('_dtype', '')} {_dtype_text(v)}" for k, v in ledger.items())
+        notes.append(f"torchtitan keeps either everything in bf16 (training.dtype bfloat16) or fp32 parameters, "
+                     "gradients and optimizer states (float32), with no separate master copy or gradient buffer; "
+                     f"the view's ledger ({shown}) is written as training.dtype "
+                     f"{'bfloat16' if pure_bf16 else 'float32'}.")
     m, micro_batches = w["micro_batch"], lay["micro_batches"]
     training = {"local_batch_size": m, "seq_len": w["seq_len"], "global_batch_size": m * dp * micro_batches,
                 "dtype": "bfloat16" if pure_bf16 else "float32", "mixed_precision_param": mixed,
@@ -248,6 +305,12 @@ def _torchtitan(scenario, workload, layout, stage):
                    "context_parallel_degree": lay["cp"], "expert_parallel_degree": lay["ep"]}
     if stage in (2, 3):
         parallelism["fsdp_reshard_after_forward"] = "always" if stage == 3 else "never"
+    if lay["tp"] > 1 and not lay["loss_parallel"]:      # parallelize.py apply_tp(loss_parallel=not disable_...)
+        parallelism["disable_loss_parallel"] = True
+    fsdp = shard > 1 or lay["cp"] > 1                   # parallel_dims.py fsdp_enabled
+    if not fsdp and (lay["tp"] > 1 or lay["pp"] > 1) and not pure_bf16 and mixed == "bfloat16":
+        notes.append("without FSDP torchtitan turns mixed precision off under tensor or pipeline parallelism "
+                     "(distributed/utils.py maybe_enable_amp): this job trains and computes in fp32, not bf16.")
     if lay["tp"] > 1 and not lay["sequence_parallel"]:
         notes.append("torchtitan's tensor parallelism always shards the norms over the sequence (apply_tp).")
     if lay["pp"] > 1:

@@ -6,7 +6,10 @@ config/manager.py _dict_to_dataclass refuses unknown fields (unless job.custom_c
 distributed/parallel_dims.py resolves data_parallel_shard_degree = -1 to the ranks left over, train.py derives
 gradient accumulation from global_batch_size, distributed/pipeline_parallel.py splits local_batch_size into
 pipeline micro-batches, models/llama3/infra/parallelize.py applies FSDP2 (fully_shard with MixedPrecisionPolicy
-param_dtype / reduce_dtype, reshard_after_forward from fsdp_reshard_after_forward) when dp_shard > 1 or cp > 1.
+param_dtype / reduce_dtype, reshard_after_forward from fsdp_reshard_after_forward) when dp_shard > 1 or cp > 1,
+and apply_tp(loss_parallel=not disable_loss_parallel); distributed/utils.py maybe_enable_amp turns mixed precision
+off without FSDP under tp or pp (autocast only for DDP or one device); distributed/activation_checkpoint.py reads
+selective_ac_option ("op", or a layer frequency N: every block k with `not N or k % N == 0` fully checkpointed).
 """
 
 from __future__ import annotations
@@ -145,6 +148,7 @@ class _Reader:
         if dims["tp"] > 1:      # parallelize.py apply_tp: SequenceParallel() on the norms (Megatron-style SP)
             self.b.set("layout", "sequence_parallel", True, "torchtitan tensor parallelism shards the norms' "
                                                             "activations over the sequence (apply_tp)")
+        self.loss_parallel(dims)
         if shard is not None:
             dp = dims["dp_replicate"] * shard
             self.b.set("scenario", "workers", dp, "data_parallel_replicate_degree x data_parallel_shard_degree")
@@ -159,6 +163,22 @@ class _Reader:
             self.b.note("Expert parallelism: routed experts are split over ep ranks and sharded over the rest of "
                         "dp_shard x cp (the efsdp mesh); zerocalc's layout gets ep, the model decides the rest.")
         return dims
+
+    def loss_parallel(self, dims):
+        # models/llama3/infra/parallelize.py apply_tp(loss_parallel=not disable_loss_parallel): the output projection
+        # keeps its vocab shard (Shard(-1)) or gathers the logits (Replicate()); train.py enables the loss_parallel()
+        # context only when tp_enabled and not disable_loss_parallel.
+        key = "parallelism.disable_loss_parallel"
+        disable = self.get("parallelism", "disable_loss_parallel", False)
+        if not isinstance(disable, bool):
+            raise FrameworkConfigError(key, disable, "true or false")
+        if dims["tp"] > 1:
+            self.b.set("layout", "loss_parallel", not disable,
+                       key if self.doc.has("parallelism", "disable_loss_parallel") else f"{key} = false ({SRC}): "
+                       "vocab-parallel logits and loss (parallelize.py apply_tp loss_parallel)")
+        elif self.doc.has("parallelism", "disable_loss_parallel"):
+            self.b.ignore(key, "loss parallelism exists only under tensor parallelism (train.py: tp_enabled and not "
+                               "disable_loss_parallel); tensor_parallel_degree is 1")
 
     @staticmethod
     def _key(name):
@@ -212,9 +232,8 @@ class _Reader:
             if fsdp and param == "bf16":
                 self.b.note("Gradients are reduce-scattered in float32 (mixed_precision_reduce), twice the bytes "
                             "zerocalc's single bf16 comm dtype counts for them.")
-            if not fsdp and param == "bf16":
-                self.b.set("workload", "activation_dtype", "bf16", "training.mixed_precision_param via "
-                                                                   "torch.autocast (no FSDP)")
+            if not fsdp:
+                self.no_fsdp_precision(dims, param)
         offload = self.get("training", "enable_cpu_offload", False)
         if not isinstance(offload, bool):
             raise FrameworkConfigError("training.enable_cpu_offload", offload, "true or false")
@@ -224,6 +243,22 @@ class _Reader:
                                                                        "optimizer states)")
         if offload and not fsdp:
             self.b.note("enable_cpu_offload has no effect without FSDP (it is an FSDP2 CPUOffloadPolicy).")
+
+    def no_fsdp_precision(self, dims, param):
+        # distributed/utils.py maybe_enable_amp: FSDP handles mixed precision itself; without FSDP, tp or pp turn it
+        # off ("Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled"), and only
+        # DDP or a single device runs under torch.autocast(mixed_precision_param).
+        if dims["tp"] > 1 or dims["pp"] > 1:
+            self.b.set("workload", "activation_dtype", "fp32", "no FSDP with tp or pp: mixed precision is disabled "
+                                                               "(distributed/utils.py maybe_enable_amp)")
+            if param == "bf16":
+                self.b.note("Without FSDP (data_parallel_shard_degree 1, cp 1) torchtitan disables mixed precision "
+                            "under tensor or pipeline parallelism (distributed/utils.py maybe_enable_amp), so "
+                            "training.mixed_precision_param bfloat16 has no effect: fp32 weights and fp32 "
+                            "activations.")
+        elif param == "bf16":
+            self.b.set("workload", "activation_dtype", "bf16", "training.mixed_precision_param via torch.autocast "
+                                                               "(no FSDP: DDP or one device, maybe_enable_amp)")
 
     def stage(self, fsdp, dims):
         policy = choice("parallelism.fsdp_reshard_after_forward",
@@ -319,13 +354,52 @@ class _Reader:
             self.b.note("activation_checkpoint.mode memory_budget lets the compiler choose what to save: not "
                         "modelled, the view's recompute is kept.")
             return
-        self.b.set("workload", "recompute", mode, src)
-        if mode == "selective":
-            option = self.get("activation_checkpoint", "selective_ac_option", "2")
-            what = ("op-level: matmul outputs are saved, the rest recomputed" if option == "op" else
-                    f"every {option}th layer fully checkpointed")
-            self.b.note(f"torchtitan selective checkpointing ({what}) is approximated by zerocalc's selective "
-                        "recompute (Korthikanti et al.: the attention core is recomputed).")
+        if mode != "selective":
+            self.b.set("workload", "recompute", mode, src)
+            if self.doc.has("activation_checkpoint", "selective_ac_option"):
+                self.doc.get("activation_checkpoint", "selective_ac_option")
+                self.b.ignore("activation_checkpoint.selective_ac_option",
+                              f"read only with mode = selective (activation_checkpoint.py); mode is {mode}")
+            return
+        self.selective(src)
+
+    def selective(self, mode_src):
+        """distributed/activation_checkpoint.py _apply_ac_to_transformer_block: "op" is op-level selective AC;
+        a digit string N is _apply_layer_sac, which wraps transformer block k (counted from 1) in a full
+        checkpoint_wrapper when `not N or k % N == 0`; anything else raises ValueError."""
+        key = "activation_checkpoint.selective_ac_option"
+        given = self.doc.has("activation_checkpoint", "selective_ac_option")
+        option = self.get("activation_checkpoint", "selective_ac_option", "2")
+        src = key if given else f"{key} = \"2\" ({SRC})"
+        allowed = ("'op' or a layer frequency as a string of digits, like '2' (activation_checkpoint.py raises "
+                   "'Invalid selective AC option' otherwise)")
+        if not isinstance(option, str):
+            raise FrameworkConfigError(key, option, allowed)
+        if option == "op":
+            self.b.set("workload", "recompute", "selective", f"{mode_src} with {key} = op")
+            self.b.note("torchtitan op-level selective checkpointing (matmul outputs saved, the rest recomputed) is "
+                        "approximated by zerocalc's selective recompute (Korthikanti et al.: the attention core is "
+                        "recomputed; under flash attention that saves nothing).")
+            return
+        try:
+            every = int(option) if option.isdigit() else None
+        except ValueError:               # "²" passes isdigit() but int() refuses it, as in _apply_layer_sac
+            every = None
+        if every is None:
+            raise FrameworkConfigError(key, option, allowed)
+        if every <= 1:
+            self.b.set("workload", "recompute", "full", f"{src}: every transformer block checkpointed")
+            self.b.note(f"selective_ac_option = '{option}' checkpoints every transformer block (_apply_layer_sac: "
+                        "'not ac_freq or count % ac_freq == 0'): zerocalc's full recompute, exactly.")
+            return
+        self.b.set("workload", "recompute", "none", f"{src}: one transformer block in {every} "
+                                                     "checkpointed, counted as no recompute")
+        self.b.note(f"selective_ac_option = '{option}' fully checkpoints one transformer block in {every} "
+                    f"(blocks {every}, {2 * every}, ...: _apply_layer_sac), floor(layers / {every}) of them; the "
+                    "others keep all their activations. zerocalc has no per-block recompute, so it counts no "
+                    f"recompute: an over-estimate of the saved activations by up to 1/{every} of them (a "
+                    "checkpointed block still keeps its input), exact when the model has fewer than "
+                    f"{every} blocks.")
 
     def optimizer(self):
         name = self.get("optimizer", "name", "AdamW")
