@@ -130,3 +130,15 @@ def test_a_fix_never_holds_what_it_changes():
         assert all(before[n] == after[n] for n in fix.held)
         assert any(before[n] != after[n] for n in before)
         assert replace(work) == work
+
+
+def test_change_effect_is_the_difference_of_two_whole_reports():
+    from zerocalc.fixes import change_effect, effect_dict
+    a, wa = setup("llama-3-8b", 8)
+    b, wb = setup("llama-3-8b", 32, micro_batch=2)
+    effect = change_effect((a, wa, 3), (b, wb, 2))
+    ra, rb = layout_report(a, wa), layout_report(b, wb)
+    assert effect.moved_peak_bytes == rb.peaks[2].peak_bytes - ra.peaks[3].peak_bytes
+    assert effect.moved_state_bytes == rb.stages[2].per_worker_total - ra.stages[3].per_worker_total
+    plain = change_effect((a, None, 3), (b, None, 3))        # a parameter count alone: no peak
+    assert plain.moved_peak_bytes is None and effect_dict(plain)["moved_state_bytes"] < 0

@@ -19,6 +19,9 @@ micro-batch with more accumulation steps, ZeRO-3 (1.5x the data-parallel traffic
 more compute), full recompute with a smaller micro-batch, a model-parallel layout, offload (PCIe every step), more
 GPUs, a bigger GPU, a shorter sequence; ties by the most headroom. Each sentence (sentence()) names the change,
 its peak against the capacity, and the settings it holds fixed.
+
+change_effect() answers the companion question for compare views: how many bytes one change moves (the peak at
+the checked stage and the model states there), from whole reports of the view before and after it.
 """
 
 from __future__ import annotations
@@ -310,3 +313,42 @@ def fix_dict(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) 
 
 def fixes_dict(scenario, workload, stage: int, layouts: bool = False, unit: str = "GB") -> List[dict]:
     return [fix_dict(f, scenario, workload, unit, stage) for f in fixes(scenario, workload, stage, layouts)]
+
+
+class Effect(NamedTuple):
+    """What one change moves: the worst rank's peak at each view's checked stage and its model states there."""
+    peak_before: Optional[int]        # None without a workload (a parameter count alone has no peak)
+    peak_after: Optional[int]
+    states_before: int
+    states_after: int
+
+    @property
+    def moved_peak_bytes(self) -> Optional[int]:
+        if self.peak_before is None or self.peak_after is None:
+            return None
+        return self.peak_after - self.peak_before
+
+    @property
+    def moved_state_bytes(self) -> int:
+        return self.states_after - self.states_before
+
+
+def _stage_bytes(scenario, workload, stage: int) -> Tuple[Optional[int], int]:
+    from .report import report_for
+    report = report_for(scenario, workload)
+    peak = None if workload is None else report.peaks[stage].peak_bytes
+    return peak, report.stages[stage].per_worker_total
+
+
+def change_effect(before: tuple, after: tuple) -> Effect:
+    """The bytes a change moves, for compare views: `before` and `after` are (scenario, workload or None, stage)
+    as each view checks it. Every number comes from whole reports of the two views."""
+    p0, s0 = _stage_bytes(*before)
+    p1, s1 = _stage_bytes(*after)
+    return Effect(p0, p1, s0, s1)
+
+
+def effect_dict(effect: Effect) -> dict:
+    return {"peak_before_bytes": effect.peak_before, "peak_after_bytes": effect.peak_after,
+            "moved_peak_bytes": effect.moved_peak_bytes, "states_before_bytes": effect.states_before,
+            "states_after_bytes": effect.states_after, "moved_state_bytes": effect.moved_state_bytes}
