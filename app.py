@@ -1,34 +1,69 @@
-"""zerocalc web app: exact ZeRO training memory per GPU, explained and shareable. A table of contents; the
-widgets, figures, tables and URL handling live in ui/, every byte in zerocalc/."""
+"""zerocalc web app: does a training job fit, and why. A table of contents; the widgets, figures, tables and URL
+handling live in ui/, every byte in zerocalc/.
+
+The page leads with the answer (which ZeRO stages fit on the chosen GPU, at what peak and headroom), then what
+would make the checked stage fit and the share link; the details live in tabs that run only when open."""
 
 import streamlit as st
 
-from ui import panels, share, widgets
-from ui.state import resolve
-from zerocalc.report import full_report
+from ui import calibration, compare, compute, imports, panels, share, widgets
+from ui.state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
-st.set_page_config(page_title="zerocalc: ZeRO memory per GPU", page_icon="🧮", layout="wide")
-st.title("zerocalc")
-st.caption("Exact training memory per GPU for ZeRO stages 0-3: every byte traced to a dtype, a category and an "
-           "ownership rule. GB = 10^9 bytes, GiB = 2^30 bytes.")
+st.set_page_config(page_title="zerocalc: does it fit?", page_icon="🧮", layout="wide",
+                   initial_sidebar_state="auto")
 
 link_warnings = share.start_session()
-widgets.sidebar()
+widgets.sidebar(imports.loaders)
 state = widgets.read_state()
 problems = share.params_from_text(state)
 resolved = resolve(state)
-panels.warnings(link_warnings + problems + resolved.warnings + [st.session_state.get("config_error")])
+stage, unit = resolved.state["stage"], resolved.state["units"]
+view = compute.view(resolved, layouts=st.session_state.get("show_layouts", False))
+report, ranges = view["report"], view["ranges"]
+model = resolved.state["model"]
+name = {CUSTOM: "custom architecture", PARAMS_ONLY: "parameter count"}.get(model, model)
 
-report = full_report(resolved.scenario, resolved.workload, resolved.state["buffer_factor"],
-                     layouts=st.session_state.get("show_layouts", False))
-unit = resolved.state["units"]
+panels.header(report, resolved.state, name)
+panels.warnings(link_warnings + problems + resolved.warnings)
+if state.get(DENSE_IDS) and model == CUSTOM:
+    st.caption("This architecture's dense-MLP layer list (mlp_only_layers) is kept in this session only: the "
+               "link does not carry it.")
+panels.import_message()
+panels.verdict(report, ranges, stage, unit)
+panels.fixes(view["fixes"], resolved, stage, unit)
+share.copy_link(share.share_link(share.sync_url(resolved.state)))
 
-panels.summary(report, unit)
-panels.model_states(report, unit)
-panels.peak(report, unit)
-panels.ranks(report, unit)
-panels.layouts(report, unit)
-panels.scaling(report, unit)
-panels.deepspeed(report, unit)
-panels.assumptions()
-panels.share_and_download(report, share.share_link(share.sync_url(resolved.state)))
+TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Scaling", "Compare", "Calibrate",
+        "Framework configs", "DeepSpeed estimator", "How to read it")
+tabs = dict(zip(TABS, st.tabs(TABS, key="tab", on_change="rerun")))
+imported = (st.session_state.get("framework_import") or {}).get("name")
+with tabs["Overview"]:
+    if tabs["Overview"].open:
+        panels.overview(report, ranges, unit, stage)
+with tabs["Model states"]:
+    if tabs["Model states"].open:
+        panels.model_states_tab(report, unit, stage, imported)
+with tabs["Peak and step"]:
+    if tabs["Peak and step"].open:
+        panels.peak_tab(report, ranges, unit, stage)
+with tabs["Layouts and ranks"]:
+    if tabs["Layouts and ranks"].open:
+        panels.ranks_tab(report, unit, stage)
+with tabs["Scaling"]:
+    if tabs["Scaling"].open:
+        panels.scaling_tab(report, unit)
+with tabs["Compare"]:
+    if tabs["Compare"].open:
+        compare.panel(resolved.state, compute.report_of, unit)
+with tabs["Calibrate"]:
+    if tabs["Calibrate"].open:
+        calibration.panel(resolved, unit)
+with tabs["Framework configs"]:
+    if tabs["Framework configs"].open:
+        imports.exports_tab(resolved)
+with tabs["DeepSpeed estimator"]:
+    if tabs["DeepSpeed estimator"].open:
+        panels.deepspeed_tab(report, unit)
+with tabs["How to read it"]:
+    if tabs["How to read it"].open:
+        panels.about_tab(report)

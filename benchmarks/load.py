@@ -28,12 +28,14 @@ from ui.state import from_query, resolve  # noqa: E402
 
 CHART_BYTES = """() => {
   const plot = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');
-  return plot && plot.data ? plot.data.map(t => Array.from(t.customdata || [])) : null;
+  if (!plot || !plot.data) return null;
+  const bars = plot.data.filter(t => t.offsetgroup === 'states');       // the overview's model-state bars
+  return (bars.length ? bars : plot.data).map(t => Array.from(t.customdata || []));
 }"""
 
 
 def expected_chart(workers: int) -> list:
-    """The per-worker chart's customdata (bytes per category per stage) for the default view at `workers`."""
+    """The overview's model-state bars (bytes per category per stage) for the default view at `workers`."""
     resolved = resolve(from_query({"workers": str(workers)})[0])
     report = model_states(resolved.scenario)
     return [[r.per_worker_by_category[c] for r in report.stages] for c in ("parameters", "gradients", "optimizer")]

@@ -3,14 +3,7 @@ that fit, the layout in the link, and refusals that reset only the field at faul
 
 import pytest
 
-from tests.test_app import core_report, figure, run_app, traces, warnings_shown
-
-
-def dataframe_with(at, column):
-    for df in at.dataframe:
-        if column in df.value.columns:
-            return df.value
-    raise AssertionError(f"no table with column {column!r}")
+from tests.test_app import core_report, dataframe_with, figure, open_sections, open_tab, run_app, traces, warnings_shown
 
 
 LAYOUT_LINK = {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "sequence_parallel": "true",
@@ -20,12 +13,16 @@ LAYOUT_LINK = {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "se
 def test_a_layout_link_restores_the_controls_and_the_per_rank_view():
     at = run_app(LAYOUT_LINK)
     assert not at.warning, warnings_shown(at)
-    at.toggle(key="edit_layout").set_value(True).run()
+    open_sections(at, "sec_parallel")
     assert at.number_input(key="tp").value == 8 and at.number_input(key="pp").value == 2
     assert at.checkbox(key="sequence_parallel").value is True
     assert dict(at.query_params) == LAYOUT_LINK
     report = core_report(LAYOUT_LINK)
     stage = at.radio(key="stage").value
+    caption = " ".join(c.value for c in at.caption)
+    assert "world 64 GPUs = dp 4 x tp 8 x pp 2 x cp 1" in caption
+    assert f"Worst rank: {report['peak'][stage]['rank']}" in " ".join(m.value for m in at.markdown).replace("\\", "")
+    open_tab(at, "Layouts and ranks")
     ranks = traces(figure(at, "fig_ranks"))
     for i, r in enumerate(report["ranks"]):
         p = r["peak"][stage]
@@ -34,13 +31,10 @@ def test_a_layout_link_restores_the_controls_and_the_per_rank_view():
     assert any("(worst)" in n and report["peak"][stage]["rank"] in n for n in names)
     table = dataframe_with(at, "rank class")
     assert table["rank class"].tolist() == [r["name"] for r in report["ranks"]]
-    caption = " ".join(c.value for c in at.caption)
-    assert "world 64 GPUs = dp 4 x tp 8 x pp 2 x cp 1" in caption
 
 
 def test_the_layout_controls_change_the_link_and_the_numbers():
-    at = run_app({"model": "llama-3-8b"})
-    at.toggle(key="edit_layout").set_value(True).run()
+    at = run_app({"model": "llama-3-8b"}, sections=["sec_parallel", "sec_step"])
     at.number_input(key="tp").set_value(4).run()
     at.checkbox(key="sequence_parallel").check().run()
     at.number_input(key="pp").set_value(4).run()
@@ -53,12 +47,13 @@ def test_the_layout_controls_change_the_link_and_the_numbers():
     assert not at.exception and not at.warning
     report = core_report(query)
     assert report["layout"]["world_size"] == 8 * 4 * 4
+    open_tab(at, "Layouts and ranks")
     assert [r["name"] for r in report["ranks"]] == [r for r in dataframe_with(at, "rank class")["rank class"]]
 
 
 def test_layouts_that_fit_are_searched_on_request_and_download_as_csv():
     query = {"model": "llama-3-70b", "workers": "64", "micro_batch": "2", "seq_len": "4096", "micro_batches": "8"}
-    at = run_app(query)
+    at = run_app(query, tab="Layouts and ranks")
     assert not any("dp x tp x pp x cp" in df.value.columns for df in at.dataframe)   # not computed until asked
     at.toggle(key="show_layouts").set_value(True).run()
     table = dataframe_with(at, "dp x tp x pp x cp")

@@ -1,7 +1,14 @@
 """Report dict -> Plotly figures. Plain lists only (Plotly 7 would base64-encode numpy arrays), exact bytes in
-customdata for the hover, values divided into the display unit and nothing else computed."""
+customdata for the hover, values divided into the display unit and nothing else computed.
+
+One colour per memory term everywhere (TERM_COLORS, shown as a table in the app): a term keeps its colour in
+every chart and every view, whatever the settings. Parameter groups (mixture-of-experts experts, fp32 routers,
+and later frozen / trainable tensors) keep their category's colour and get a hatch pattern of their own.
+"""
 
 from __future__ import annotations
+
+import zlib
 
 import plotly.graph_objects as go
 
@@ -9,53 +16,189 @@ from zerocalc.units import UNIT_BYTES
 
 STAGE_LABELS = ["ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
 PHASE_LABELS = {"forward": "forward", "backward": "backward", "optimizer_step": "optimizer step"}
-COLORS = {"parameters": "#4C78A8", "gradients": "#F58518", "optimizer": "#54A24B", "one copy": "#4C78A8",
-          "redundant": "#E45756"}
+TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
+    "parameters": "#4E79A7", "gradients": "#F28E2B", "optimizer": "#59A14F",
+    "model states": "#499894",
+    "activations": "#E15759", "logits and loss": "#B07AA1", "recompute (one block)": "#FF9D9A",
+    "gathered parameters": "#A0CBE8", "persistent parameters": "#86BCB6",
+    "gradient buckets": "#FFBE7D", "all-gather bucket": "#F1CE63", "fp32 gradient copy": "#8CD17D",
+    "allocator reserve": "#BAB0AC", "CUDA context": "#79706E",
+    "one copy": "#9D7660", "redundant": "#D37295",
+}
+TERM_MEANING = {
+    "parameters": "the compute copy of the weights (ledger category)",
+    "gradients": "gradients and any gradient accumulation buffer (ledger category)",
+    "optimizer": "master copy, moments and other optimizer state (ledger category)",
+    "model states": "parameters + gradients + optimizer state on the GPU (the three above, in the peak)",
+    "activations": "tensors saved for backward, every in-flight micro-batch",
+    "logits and loss": "the logits and their fp32 upcast / gradient for the loss",
+    "recompute (one block)": "one block rebuilt during backward under full recompute",
+    "gathered parameters": "ZeRO-3: parameters gathered for the running layer, prefetch included",
+    "persistent parameters": "ZeRO-3: small parameters kept whole on every worker",
+    "gradient buckets": "gradient reduce buckets (twice with overlap_comm)",
+    "all-gather bucket": "ZeRO-1/2: the bucket that gathers updated parameters",
+    "fp32 gradient copy": "the optimizer step's fp32 copy of narrower gradients",
+    "allocator reserve": "the caching allocator's reserve and fragmentation (an assumption)",
+    "CUDA context": "CUDA context, library workspaces, NCCL buffers (an assumption)",
+    "one copy": "cluster bytes of one copy of every state",
+    "redundant": "cluster bytes that duplicate a copy held elsewhere",
+}
+SPARE_COLORS = ("#B6992D", "#D4A6C8", "#D7B5A6", "#FABFD2", "#9D7660", "#86BCB6")
+GROUP_PATTERNS = {"": "", "experts": "/", "fp32": ".", "frozen": "x", "adapters": "+", "trainable": ""}
+SPARE_PATTERNS = ("\\", "-", "|", "+", "x")
+ENTRY_SHADES = {"master parameters": "#59A14F", "exp_avg": "#8CD17D", "exp_avg_sq": "#B6992D",
+                "gradient accumulation buffer": "#FFBE7D"}
+PLOTLY_CONFIG = {"displayModeBar": False, "responsive": True}   # no toolbar over a title
+# Streamlit's chart theme re-lays the legend out in one column on a narrow screen: charts draw with theme=None.
+
+
+def color(term: str) -> str:
+    """The term's fixed colour; a term not in the table gets one from its name (stable across views)."""
+    if term in TERM_COLORS:
+        return TERM_COLORS[term]
+    return SPARE_COLORS[zlib.crc32(term.encode("utf-8")) % len(SPARE_COLORS)]
+
+
+def split_entry(name: str) -> tuple:
+    """("experts", "parameters") for "experts: parameters"; ("", name) for a dense entry."""
+    group, sep, base = name.partition(": ")
+    return (group, base) if sep else ("", name)
+
+
+def pattern(group: str) -> str:
+    if group in GROUP_PATTERNS:
+        return GROUP_PATTERNS[group]
+    return SPARE_PATTERNS[zlib.crc32(group.encode("utf-8")) % len(SPARE_PATTERNS)]
 
 
 def _scaled(values, unit):
     return [v / UNIT_BYTES[unit] for v in values]
 
 
-def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None) -> go.Figure:
-    """One Figure built in a single pass (Plotly validates once; update_layout and add_hline cost far more)."""
-    layout = dict(title=dict(text=title), barmode=barmode, yaxis=dict(title=dict(text=unit)),
-                  legend=dict(title=dict(text="")), height=380, margin=dict(l=10, r=10, t=50, b=10),
-                  hovermode="x unified", xaxis=xaxis or {})
+def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None, height=400, subtitle=None,
+            annotations=None) -> go.Figure:
+    """One Figure built in a single pass (Plotly validates once; update_layout and add_hline cost far more). The
+    capacity is a dashed line named in the subtitle, never a label over a bar. The traces and layout are plain
+    dicts of known properties, so the figure skips Plotly's property validation (1 ms a chart); the tests build every
+    figure again with validation (tests/test_app_figures.py)."""
+    head = dict(text=title, x=0, xanchor="left", font=dict(size=15))
+    if subtitle:
+        head["subtitle"] = dict(text=subtitle, font=dict(size=12))
+    axis = dict(automargin=True, gridcolor="#E5E5E5", zerolinecolor="#BDBDBD")
+    layout = dict(title=head, barmode=barmode, yaxis=dict(title=dict(text=unit), **axis),
+                  legend=dict(title=dict(text=""), orientation="h", yanchor="top", y=-0.22, x=0,
+                              entrywidth=140, entrywidthmode="pixels"),
+                  height=height, margin=dict(l=10, r=10, t=72 if subtitle else 50, b=10),
+                  font=dict(family="Source Sans Pro, sans-serif", size=12), paper_bgcolor="rgba(0,0,0,0)",
+                  plot_bgcolor="rgba(0,0,0,0)", hovermode="x unified",
+                  xaxis={**axis, **(xaxis or {})})
     if capacity is not None:
-        value, label = capacity
-        y = value / UNIT_BYTES[unit]
-        layout["shapes"] = [dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
-                                 line=dict(color="#B22222", dash="dash"))]
-        layout["annotations"] = [dict(xref="paper", x=0, yref="y", y=y, text=f"{label}: {y:,.2f} {unit}",
-                                      showarrow=False, xanchor="left", yanchor="bottom")]
-    return go.Figure(data=traces, layout=layout)
+        lines = capacity if isinstance(capacity, list) else [capacity]
+        shapes = []
+        for value, dash in zip(lines, ("dash", "dot")):
+            y = value / UNIT_BYTES[unit]
+            shapes.append(dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
+                               line=dict(color="#B22222", dash=dash, width=2)))
+        layout["shapes"] = shapes
+    if annotations:
+        layout["annotations"] = annotations
+    return go.Figure({"data": traces, "layout": layout}, _validate=False)
 
 
-def _bar(name, x, values, unit, color=None, outline=None):
-    marker = dict(color=color) if color else {}
+def _bar(name, x, values, unit, term=None, outline=None, group="", legendgroup=None, showlegend=True):
+    marker = dict(color=color(term or name))
+    if group is not None and pattern(group):
+        marker["pattern"] = dict(shape=pattern(group), fgcolor="#FFFFFF", fillmode="overlay", size=6, solidity=0.3)
     if outline is not None:                     # per-bar outline widths: the highlighted bar gets a frame
         marker["line"] = dict(width=list(outline), color="#222222")
-    return dict(type="bar", name=name, x=list(x), y=_scaled(values, unit), customdata=list(values),
-                marker=marker, hovertemplate=f"{name}: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
+    trace = dict(type="bar", name=name, x=list(x) if not isinstance(x[0], list) else x, y=_scaled(values, unit),
+                 customdata=list(values), marker=marker,
+                 hovertemplate=f"{name}: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
+    if legendgroup is not None:
+        trace.update(legendgroup=legendgroup, showlegend=showlegend)
+    return trace
 
 
-def per_worker(report: dict, unit: str, breakdown: str = "category") -> go.Figure:
-    """Persistent model state per worker, one bar per stage, stacked by category or by ledger entry."""
+def capacity_title(report: dict, unit: str) -> str:
+    cap = report["gpu"]["capacity_bytes"] / UNIT_BYTES[unit]
+    return f"dashed line: {cap:,.2f} {unit}, {report['gpu']['name']}"
+
+
+def _marker(x, y_bytes, unit: str, text: str = "checked") -> dict:
+    """An arrow above one bar (the stage being checked): a frame would hide a thin bar."""
+    return dict(x=x, y=y_bytes / UNIT_BYTES[unit], text=text, showarrow=True, arrowhead=2, arrowsize=1, ax=0,
+                ay=-22, font=dict(size=11, color="#222222"), yanchor="bottom")
+
+
+def _grouped(stages) -> bool:
+    return any(": " in name for name in stages[0]["per_worker_entry_bytes"])
+
+
+def per_worker(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> go.Figure:
+    """Persistent model state per worker, one bar per stage, stacked by category or by ledger entry; `highlight`
+    marks one stage's bar."""
     stages = report["stages"]
-    key = "per_worker_bytes" if breakdown == "category" else "per_worker_entry_bytes"
-    traces = [_bar(name, STAGE_LABELS, [s[key][name] for s in stages], unit, COLORS.get(name))
-              for name in stages[0][key]]
-    return _figure(traces, unit, "Model states per worker")
+    marks = None if highlight is None else [_marker(STAGE_LABELS[highlight],
+                                                    stages[highlight]["per_worker_total_bytes"], unit)]
+    return _figure(state_traces(report, unit, breakdown), unit, "Model states per worker",
+                   subtitle="persistent state only: not the peak", annotations=marks)
+
+
+def state_traces(report: dict, unit: str, breakdown: str = "category", **extra) -> list:
+    """The model-state bars' traces. A model with parameter groups (experts, fp32 routers) stacks each group's
+    entries in its category's colour and the group's hatch, one legend item per group and category."""
+    stages = report["stages"]
+    if breakdown == "category" and not _grouped(stages):
+        return [{**_bar(name, STAGE_LABELS, [s["per_worker_bytes"][name] for s in stages], unit), **extra}
+                for name in stages[0]["per_worker_bytes"]]
+    categories = {e["name"]: e["category"] for e in report["ledger"]}
+    traces, seen = [], set()
+    names = list(stages[0]["per_worker_entry_bytes"])
+    order = sorted(names, key=lambda n: (list(GROUP_PATTERNS).index(split_entry(n)[0])
+                                         if split_entry(n)[0] in GROUP_PATTERNS else 99, split_entry(n)[0]))
+    for name in order:
+        group, base = split_entry(name)
+        category = categories.get(base, base)
+        if breakdown == "category":
+            label = f"{group}: {category}" if group else category
+            term = category
+        else:
+            label, term = name, ENTRY_SHADES.get(base, category)
+        traces.append(_bar(label, STAGE_LABELS, [s["per_worker_entry_bytes"][name] for s in stages], unit,
+                           term=term, group=group, legendgroup=label, showlegend=label not in seen))
+        seen.add(label)
+    return [{**trace, **extra} for trace in traces]
+
+
+def overview(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> go.Figure:
+    """The overview in one chart: at each ZeRO stage, the model states per worker (left bar, by category or
+    ledger entry) beside the peak per GPU (right bar, by component), against the GPU's capacity. One chart, not
+    two: the page updates faster, and the subtotal sits beside the peak it is a part of."""
+    traces = state_traces(report, unit, breakdown, offsetgroup="states", legendgroup="states",
+                          legendgrouptitle=dict(text="model states (left)"))
+    peaks = report["peak"]
+    tops = [p["phases"][p["peak_phase"]] for p in peaks]
+    for name in _names(tops):
+        trace = _bar(name, STAGE_LABELS, [top.get(name, 0) for top in tops], unit)
+        trace.update(offsetgroup="peak", legendgroup="peak",
+                     legendgrouptitle=dict(text="peak (right)"))
+        traces.append(trace)
+    marks = None
+    if highlight is not None:
+        marks = [_marker(STAGE_LABELS[highlight], peaks[highlight]["peak_bytes"], unit,
+                         f"checked: {PHASE_LABELS[peaks[highlight]['peak_phase']]}")]
+    return _figure(traces, unit, "Model states and peak per GPU, by ZeRO stage",
+                   subtitle=capacity_title(report, unit), capacity=report["gpu"]["capacity_bytes"],
+                   annotations=marks, height=460)
 
 
 def cluster(report: dict, unit: str) -> go.Figure:
     """Cluster-wide bytes per stage, split into one copy and redundant copies."""
     stages = report["stages"]
-    traces = [_bar("one copy", STAGE_LABELS, [s["cluster_unique_bytes"] for s in stages], unit, COLORS["one copy"]),
-              _bar("redundant", STAGE_LABELS, [s["cluster_redundant_bytes"] for s in stages], unit,
-                   COLORS["redundant"])]
-    return _figure(traces, unit, f"Whole cluster ({report['workers']:,} workers)")
+    traces = [_bar("one copy", STAGE_LABELS, [s["cluster_unique_bytes"] for s in stages], unit),
+              _bar("redundant", STAGE_LABELS, [s["cluster_redundant_bytes"] for s in stages], unit)]
+    return _figure(traces, unit, f"Whole cluster, {report['workers']:,} workers",
+                   subtitle="one copy of every state vs redundant copies")
 
 
 def _names(parts_list) -> list:
@@ -65,14 +208,34 @@ def _names(parts_list) -> list:
     return names
 
 
-def peak(report: dict, unit: str) -> go.Figure:
-    """Each stage's peak phase, stacked by component, against the GPU's capacity."""
+def _band_trace(report: dict, ranges: dict, labels, unit: str):
+    """The low-high band of each stage's peak (zerocalc.ranges) as a vertical segment over each bar: drawn from
+    the core's two ends, no difference taken."""
+    x, y, data = [], [], []
+    for label, b in zip(labels, ranges["stages"]):
+        x += [label, label, None]
+        y += [b["low_bytes"] / UNIT_BYTES[unit], b["high_bytes"] / UNIT_BYTES[unit], None]
+        data += [b["low_bytes"], b["high_bytes"], None]
+    return dict(type="scatter", mode="lines+markers", name="assumption range", x=x, y=y,
+                customdata=data, line=dict(color="#222222", width=2), marker=dict(symbol="line-ew", size=12,
+                                                                                   line=dict(width=2)),
+                hovertemplate=f"range end: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
+
+
+def peak(report: dict, unit: str, ranges: dict = None, highlight: int = None) -> go.Figure:
+    """Each stage's peak phase, stacked by component, against the GPU's capacity (and the assumption band)."""
     peaks = report["peak"]
     tops = [p["phases"][p["peak_phase"]] for p in peaks]
-    labels = [f"{STAGE_LABELS[p['stage']]} ({PHASE_LABELS[p['peak_phase']]})" for p in peaks]
+    labels = [STAGE_LABELS[p["stage"]] for p in peaks]
     traces = [_bar(name, labels, [top.get(name, 0) for top in tops], unit) for name in _names(tops)]
-    return _figure(traces, unit, "Peak per GPU against its capacity",
-                   capacity=(report["gpu"]["capacity_bytes"], report["gpu"]["name"]))
+    top = peaks[highlight]["peak_bytes"] if highlight is not None else None
+    if ranges:
+        traces.append(_band_trace(report, ranges, labels, unit))
+        if highlight is not None:
+            top = ranges["stages"][highlight]["high_bytes"]
+    marks = None if highlight is None else [_marker(labels[highlight], top, unit)]
+    return _figure(traces, unit, "Peak per GPU", subtitle=capacity_title(report, unit),
+                   capacity=report["gpu"]["capacity_bytes"], annotations=marks)
 
 
 def timeline(report: dict, stage: int, unit: str) -> go.Figure:
@@ -82,7 +245,7 @@ def timeline(report: dict, stage: int, unit: str) -> go.Figure:
     traces = [_bar(name, [PHASE_LABELS[ph] for ph in phases], [p["phases"][ph].get(name, 0) for ph in phases], unit)
               for name in _names(p["phases"].values())]
     return _figure(traces, unit, f"Live memory over one step, {STAGE_LABELS[stage]}",
-                   capacity=(p["capacity_bytes"], report["gpu"]["name"]))
+                   subtitle=capacity_title(report, unit), capacity=p["capacity_bytes"])
 
 
 def ranks(report: dict, stage: int, unit: str) -> go.Figure:
@@ -94,8 +257,8 @@ def ranks(report: dict, stage: int, unit: str) -> go.Figure:
     outline = [3 if r["name"] == worst else 0 for r in rows]
     traces = [_bar(name, labels, [top.get(name, 0) for top in tops], unit, outline=outline)
               for name in _names(tops)]
-    return _figure(traces, unit, f"Peak per rank class, {STAGE_LABELS[stage]}",
-                   capacity=(report["gpu"]["capacity_bytes"], report["gpu"]["name"]))
+    return _figure(traces, unit, f"Peak per rank class, {STAGE_LABELS[stage]}", subtitle=capacity_title(report, unit),
+                   capacity=report["gpu"]["capacity_bytes"])
 
 
 def scaling(report: dict, unit: str) -> go.Figure:
@@ -110,3 +273,29 @@ def scaling(report: dict, unit: str) -> go.Figure:
                                          f"(%{{customdata:,}} bytes)<extra></extra>"))
     return _figure(traces, unit, "Model states per worker as the cluster grows", barmode="group",
                    xaxis=dict(type="log", title=dict(text="data-parallel workers")))
+
+
+def _pair_x(names=("A", "B")):
+    """A multicategory axis: each stage with plan A's bar and plan B's."""
+    return [[label for label in STAGE_LABELS for _ in names], [n for _ in STAGE_LABELS for n in names]]
+
+
+def compare_states(a: dict, b: dict, unit: str) -> go.Figure:
+    """Model states per worker by category, plan A and plan B side by side at each stage."""
+    x = _pair_x()
+    traces = []
+    for name in a["stages"][0]["per_worker_bytes"]:
+        values = [r[s]["per_worker_bytes"][name] for s in range(4) for r in (a["stages"], b["stages"])]
+        traces.append(_bar(name, x, values, unit))
+    return _figure(traces, unit, "Model states per worker: plan A | plan B", subtitle="persistent state only")
+
+
+def compare_peak(a: dict, b: dict, unit: str) -> go.Figure:
+    """Each stage's peak, plan A and plan B side by side, against each plan's GPU (dashed: A, dotted: B)."""
+    x = _pair_x()
+    tops = [r["peak"][s]["phases"][r["peak"][s]["peak_phase"]] for s in range(4) for r in (a, b)]
+    traces = [_bar(name, x, [top.get(name, 0) for top in tops], unit) for name in _names(tops)]
+    caps = [a["gpu"]["capacity_bytes"], b["gpu"]["capacity_bytes"]]
+    same = caps[0] == caps[1]
+    sub = capacity_title(a, unit) if same else f"A: {a['gpu']['name']}, dashed; B: {b['gpu']['name']}, dotted"
+    return _figure(traces, unit, "Peak per GPU: plan A | plan B", subtitle=sub, capacity=caps[:1] if same else caps)

@@ -1,19 +1,30 @@
-"""The main area's panels. Each draws one part of the core's report; none computes a byte."""
+"""The main area's panels. Each draws one part of the core's report; none computes a byte.
+
+Order of the page: the verdict (which stages fit on the chosen GPU, at what peak and headroom), what would make
+the checked stage fit, the share link, then tabs that run only when open: the overview (per-stage model-state bars
+and the peak against the GPU), model states, peak and step, layouts and ranks, scaling, compare, calibrate,
+framework configs, DeepSpeed's estimator, and how to read the page.
+"""
 
 from __future__ import annotations
 
+import html
 import json
+from pathlib import Path
 
 import streamlit as st
 
+from zerocalc.fixes import sentence as fix_sentence
 from zerocalc.units import format_bytes
 
 from . import figures, tables
-from .figures import STAGE_LABELS
-from .widgets import widget
-
+from .figures import PLOTLY_CONFIG, STAGE_LABELS
+from .state import PRECISION_FIELDS, default_for
+from .widgets import set_fields, widget
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOC_PAGES = ("peak-memory.md", "parallelism.md", "benchmarks.md")
 
 
 def escape_markdown(text: str) -> str:
@@ -31,90 +42,301 @@ def _csv(df) -> bytes:
     return df.to_csv(index=False).encode("utf-8")
 
 
-def table_with_csv(df, name: str, report: dict) -> None:
-    """A table and its CSV download, stamped with the package version and the convention."""
+def table_with_csv(df, name: str, report) -> None:
+    """A table (scrolling sideways when narrow) and its CSV download, stamped with the version and convention."""
     st.dataframe(df, hide_index=True, key=f"{name}_table")
-    stamp = f"zerocalc-{report['zerocalc_version']}-{report['convention']}"
+    stamp = "zerocalc" if report is None else f"zerocalc-{report['zerocalc_version']}-{report['convention']}"
     st.download_button(f"CSV: {name}", lambda: _csv(df), file_name=f"{stamp}-{name}.csv", mime="text/csv",
                        key=f"csv_{name}", on_click="ignore")   # built on click, not on every rerun
 
 
-def summary(report: dict, unit: str) -> None:
-    stages = report["stages"]
-    cols = st.columns(4)
-    for col, s in zip(cols, stages):
-        col.metric(f"{STAGE_LABELS[s['stage']]} per worker", format_bytes(s["per_worker_total_bytes"], unit),
-                   help="Persistent model state: parameters, gradients and optimizer state.")
+def chart(fig, key: str) -> None:
+    st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG, theme=None)
+
+
+# --- header, verdict, fixes ------------------------------------------------------------------------------------
+
+def ledger_caption(report: dict, state: dict) -> str:
+    """Bytes per parameter as the ledger has them (not as the convention names them)."""
+    parts = " + ".join(f"{e['bytes_per_param']:g} {e['name']}" for e in report["ledger"])
+    modified = [n for n in PRECISION_FIELDS if state[n] != default_for(n, state)]
+    convention = f"convention {report['convention']}" + (", modified" if modified else "")
+    return f"{convention}: {parts} = {report['bytes_per_param']:g} bytes per parameter"
+
+
+def header(report: dict, state: dict, model_name: str) -> None:
+    st.html(PAGE_CSS)
+    st.markdown("#### zerocalc · does it fit?")
     layout = report.get("layout")
     world = "" if layout is None or layout["world_size"] == layout["dp"] else \
         (f" · world {layout['world_size']:,} GPUs = dp {layout['dp']:,} x tp {layout['tp']} x pp {layout['pp']} "
          f"x cp {layout['cp']}; per-worker numbers are the worst rank's")
-    st.caption(f"{report['params']:,} parameters · {report['workers']:,} workers · shard group "
-               f"{report['shard_group']:,}{world} · convention {report['convention']}: {report['convention_summary']}")
+    arch = report.get("architecture")
+    params = f"{report['params']:,} parameters"
+    if arch and arch.get("expert_params"):
+        params += f" ({arch['active_params']:,} active per token)"
+    st.caption(f"{model_name} · {params} · {report['workers']:,} data-parallel workers · shard group "
+               f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. GB = 10^9 bytes, "
+               f"GiB = 2^30 bytes.")
 
 
-def model_states(report: dict, unit: str) -> None:
-    st.subheader("1 · Model states by ZeRO stage")
-    widget("breakdown")
-    left, right = st.columns(2)
-    left.plotly_chart(figures.per_worker(report, unit, st.session_state["breakdown"]), key="fig_per_worker")
-    right.plotly_chart(figures.cluster(report, unit), key="fig_cluster")
-    table_with_csv(tables.stage_table(report, unit), "stages", report)
-    st.markdown(f"**Ledger:** {report['bytes_per_param']:g} bytes per parameter. Each cell: elements "
-                f"(split across the shard group from the stage that shards it, rounded up) × width, for the "
-                f"stage chosen here (also the step timeline's below).")
-    widget("stage")
-    table_with_csv(tables.ledger_table(report, unit, st.session_state["stage"]), "ledger", report)
+RANGE_WORDS = {"fits even at the high end": ("across the assumptions' range", "ok"),
+               "fits": ("not at the high end of the assumptions' range", "warn"),
+               "fits at the low end only": ("fits at the low end only", "warn"),
+               "does not fit even at the low end": ("not even at the low end", "bad")}
+PAGE_CSS = """<style>
+[data-testid="stMainBlockContainer"] { padding-top: 2.2rem; }
+[data-testid="stSidebarContent"] [data-testid="stSidebarUserContent"] { padding-top: 0.5rem; }
+.st-key-zc_subtotals [data-testid="stMetricValue"] { font-size: 1.1rem; }
+.st-key-zc_subtotals [data-testid="stMetricLabel"] p { font-size: 0.8rem; }
+</style>"""
+CARD_CSS = """<style>
+.zc-cards { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 0.5rem; }
+@media (max-width: 640px) { .zc-cards { grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.35rem; } }
+.zc-card { border-radius: 0.5rem; padding: 0.45rem 0.6rem; border: 1px solid; line-height: 1.3; }
+.zc-fit { background: #e6f4ea; border-color: #7cbf8e; color: #14532d; }
+.zc-nofit { background: #fde8e8; border-color: #e29a9a; color: #7f1d1d; }
+.zc-checked { border-width: 3px; }
+.zc-stage { font-weight: 700; font-size: 0.95rem; }
+.zc-peak { font-size: 1.25rem; font-weight: 700; }
+.zc-sub, .zc-band { font-size: 0.8rem; }
+.zc-neg { color: #b91c1c; font-weight: 700; }
+.zc-pos { color: #15803d; font-weight: 700; }
+.zc-band.zc-warn { color: #92400e; font-weight: 600; }
+.zc-band.zc-bad { color: #7f1d1d; }
+@media (max-width: 640px) { .zc-peak { font-size: 1.05rem; } }
+</style>"""
 
 
-def peak(report: dict, unit: str) -> None:
-    st.subheader("2 · Peak memory against the GPU")
+def _card(p: dict, unit: str, checked: bool, band: dict = None) -> str:
+    fits = p["fits"]
+    head = "✓ fits" if fits else "✗ does not fit"
+    room = format_bytes(abs(p["headroom_bytes"]), unit)
+    headroom = (f'<span class="zc-pos">{room} headroom</span>' if fits else
+                f'<span class="zc-neg">−{room} over</span>')
+    band_html = ""
+    if band is not None:
+        words, tone = RANGE_WORDS.get(band["verdict"], (band["verdict"], "ok"))
+        if tone == "warn":      # only where the assumptions' range changes the answer
+            band_html = (f'<div class="zc-band zc-{tone}">{html.escape(words)}: '
+                         f'{format_bytes(band["low_bytes"], unit)} to {format_bytes(band["high_bytes"], unit)}</div>')
+    return (f'<div class="zc-card {"zc-fit" if fits else "zc-nofit"}{" zc-checked" if checked else ""}" '
+            f'data-stage="{p["stage"]}" data-fits="{str(fits).lower()}">'
+            f'<div class="zc-stage">{STAGE_LABELS[p["stage"]]}{" (checked)" if checked else ""} · {head}</div>'
+            f'<div class="zc-peak">{format_bytes(p["peak_bytes"], unit)} peak</div>'
+            f'<div class="zc-sub">{100 * p["utilisation"]:.0f}% of {format_bytes(p["capacity_bytes"], unit)} · '
+            f'{headroom}</div>{band_html}</div>')
+
+
+def subtotals(report: dict, unit: str, stage: int, label: str) -> None:
+    """The model-state subtotal per worker at each stage, labelled as such (a part of the peak, not the answer)."""
+    st.caption(label)
+    with st.container(horizontal=True, wrap=True, gap="small", key="zc_subtotals"):
+        for s in report["stages"]:
+            checked = " (checked)" if s["stage"] == stage else ""
+            st.metric(f"{STAGE_LABELS[s['stage']]}{checked} model states", format_bytes(s["per_worker_total_bytes"],
+                                                                                       unit),
+                      help="Model-state subtotal per worker: parameters, gradients and optimizer state (the "
+                           "ledger), persistent across the step. The peak adds the working set.", width=160)
+
+
+def _names(stages) -> str:
+    names = [STAGE_LABELS[s] for s in stages]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def verdict(report: dict, ranges: dict, stage: int, unit: str) -> None:
+    """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
+    the model-state subtotal beneath each, labelled as such."""
+    if "peak" not in report:
+        st.markdown("**No peak without an architecture**: pick a model, edit its fields, or load a config.json. "
+                    "Model states per worker:")
+        subtotals(report, unit, stage, "Model-state subtotal per worker (parameters + gradients + optimizer "
+                                       "state), by ZeRO stage:")
+        return
+    peaks, gpu = report["peak"], report["gpu"]["name"]
+    fit = [p["stage"] for p in peaks if p["fits"]]
+    nofit = [p["stage"] for p in peaks if not p["fits"]]
+    workers = f"{report['layout']['world_size']:,} x {gpu}"
+    if not nofit:
+        answer = "every ZeRO stage fits"
+    elif not fit:
+        answer = "no ZeRO stage fits"
+    else:
+        answer = f"{_names(fit)} fit{'s' if len(fit) == 1 else ''}; {_names(nofit)} do{'es' if len(nofit) == 1 else ''} not"
+    p = peaks[stage]
+    check = (f"Checking {STAGE_LABELS[stage]}: peak {format_bytes(p['peak_bytes'], unit)}, "
+             f"{100 * p['utilisation']:.0f}% of {format_bytes(p['capacity_bytes'], unit)} "
+             + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
+                                                                  if len(report["ranks"]) > 1 else ""))
+    st.markdown(f"**Does it fit on {escape_markdown(workers)}?** {answer}. {escape_markdown(check)}")
+    bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}
+    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"])) for p in peaks)
+    st.html(CARD_CSS + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>')
+    subtotals(report, unit, stage, "Beneath each peak: the model-state subtotal per worker (parameters + "
+                                   "gradients + optimizer state), a part of the peak:")
+
+
+FIELD_OF = {"shard_group": lambda v: 0 if v is None else v}
+
+
+def fix_fields(fix) -> dict:
+    """A fix's changes as widget values (no shard group -> 0, a catalogued GPU clears a custom capacity)."""
+    values = {"stage": fix.stage}
+    for part in (fix.scenario, fix.workload, fix.layout):
+        for name, value in part.items():
+            if name == "gpu_memory":
+                continue
+            values[name] = FIELD_OF[name](value) if name in FIELD_OF else value
+    return values
+
+
+def fixes(found: list, resolved, stage: int, unit: str, limit: int = 6) -> None:
+    """What would make the checked stage fit: the core's cheapest changes, each with its peak and what it holds,
+    and a button that applies it."""
+    if not found:
+        return
+    st.markdown(f"**What would make {STAGE_LABELS[stage]} fit** (cheapest first; each changes one thing and "
+                f"holds the rest):")
+    for i, fix in enumerate(found[:limit]):
+        left, right = st.columns([6, 1], vertical_alignment="center")
+        left.markdown(f"{i + 1}. {escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))}")
+        right.button("Apply", key=f"fix_apply_{i}", on_click=set_fields, args=(fix_fields(fix),),
+                     help="Sets these values in the sidebar.")
+    if len(found) > limit:
+        with st.expander(f"{len(found) - limit} more"):
+            for fix in found[limit:]:
+                st.markdown(f"- {escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))}")
+
+
+def import_message() -> None:
+    message = st.session_state.get("import_message")
+    if not message:
+        return
+    kind, text, details = message
+    (st.success if kind == "success" else st.error)(escape_markdown(text))
+    if details:
+        with st.expander(f"Details ({len(details)})"):
+            for line in details:
+                st.markdown(f"- {escape_markdown(line)}")
+
+
+# --- overview -------------------------------------------------------------------------------------------------
+
+@st.fragment
+def overview(report: dict, ranges: dict, unit: str, stage: int) -> None:
+    """The overview chart with its own "bars by" control: a change reruns this panel alone."""
+    if "peak" not in report:
+        chart(figures.per_worker(report, unit, st.session_state["breakdown"], stage), "fig_per_worker")
+    else:
+        chart(figures.overview(report, unit, st.session_state["breakdown"], stage), "fig_overview")
+    left, right = st.columns([1, 2], vertical_alignment="center")
+    with left:
+        widget("breakdown")
+    if st.session_state.get("_breakdown_synced") != st.session_state["breakdown"]:   # this fragment's own rerun
+        from .share import sync_url
+        from .widgets import read_state
+        sync_url(read_state())
+        st.session_state["_breakdown_synced"] = st.session_state["breakdown"]
+    notes = []
+    if "peak" in report:
+        notes.append("Left bar at each stage: the model states per worker (persistent); right bar: the peak per "
+                     "GPU at its peak phase, model states included, against the dashed capacity. One colour per "
+                     "term (see \"How to read it\"); the assumptions' range is under \"Peak and step\".")
+    groups = report["stages"][stage].get("per_worker_group_bytes")
+    if groups and len(groups) > 1:
+        notes.append(f"{STAGE_LABELS[stage]} model states per worker by parameter group: " +
+                     ", ".join(f"{g} {format_bytes(b, unit)}" for g, b in groups.items()) +
+                     " (hatched: experts; dotted: fp32 routers).")
+    elif report.get("architecture", {}).get("expert_params"):
+        notes.append("Hatched: the experts' entries (their ZeRO state lives on the expert-data-parallel group); "
+                     "dotted: routers kept in fp32.")
+    right.caption(" ".join(notes))
+
+
+# --- tabs -----------------------------------------------------------------------------------------------------
+
+@st.fragment
+def ledger(report: dict, unit: str, stage: int) -> None:
+    """The ledger's worked formulas with a stage picker of its own (a change reruns this panel alone)."""
+    if "ledger_stage" not in st.session_state:
+        st.session_state["ledger_stage"] = stage
+    chosen = st.radio("Ledger cells for", range(4), key="ledger_stage", horizontal=True,
+                      format_func=STAGE_LABELS.__getitem__, help="Defaults to the stage being checked.")
+    st.markdown(f"**Ledger:** {report['bytes_per_param']:g} bytes per parameter. Each cell: elements (split across "
+                f"the shard group from the stage that shards it, rounded up) × width.")
+    table_with_csv(tables.ledger_table(report, unit, chosen), "ledger", report)
+
+
+def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
+    chart(figures.cluster(report, unit), "fig_cluster")
+    s = report["stages"][stage]
+    st.caption(f"{STAGE_LABELS[stage]}: {format_bytes(s['cluster_redundant_bytes'], unit)} of the cluster's "
+               f"{format_bytes(s['cluster_total_bytes'], unit)} is redundant ({tables.redundancy_share(s)} of it; "
+               f"{s['redundancy_factor']:.2f}x one copy).")
+    table_with_csv(tables.stage_table(report, unit, stage, imported), "stages", report)
+    ledger(report, unit, stage)
+
+
+@st.fragment
+def step_timeline(report: dict, unit: str, stage: int) -> None:
+    """The step timeline with its stage picker beside it, defaulting to the stage being checked."""
+    if "timeline_stage" not in st.session_state:
+        st.session_state["timeline_stage"] = stage
+    left, right = st.columns([1, 4])
+    chosen = left.radio("Timeline stage", range(4), key="timeline_stage", format_func=STAGE_LABELS.__getitem__,
+                        help="Defaults to the stage being checked.")
+    with right:
+        chart(figures.timeline(report, chosen, unit), "fig_timeline")
+
+
+def peak_tab(report: dict, ranges: dict, unit: str, stage: int) -> None:
     if "peak" not in report:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
         return
-    st.plotly_chart(figures.peak(report, unit), key="fig_peak")
-    cols = st.columns(4)
-    several = len(report["ranks"]) > 1
-    for col, p in zip(cols, report["peak"]):
-        label = "fits" if p["fits"] else "does not fit"
-        col.metric(f"{STAGE_LABELS[p['stage']]}: {label}", f"{100 * p['utilisation']:.0f}% used",
-                   help=f"Worst rank: {p['rank']}." if several else None,
-                   delta=f"{format_bytes(p['headroom_bytes'], unit)} headroom",
-                   delta_color="normal" if p["fits"] else "inverse")
-    table_with_csv(tables.verdicts(report, unit), "peak", report)
+    chart(figures.peak(report, unit, ranges, stage), "fig_peak")
+    table_with_csv(tables.verdicts(report, unit, ranges), "peak", report)
     for sentence in tables.solver_sentences(report):
         st.markdown(f"- {sentence}")
-    st.plotly_chart(figures.timeline(report, st.session_state["stage"], unit), key="fig_timeline")
-    with st.expander("Activation terms (saved for backward)"):
-        st.caption(f"{report['activation_bits']}-bit activations: "
-                   f"{format_bytes(report['activation_bytes_per_layer'], unit)} per layer, "
-                   f"{format_bytes(report['activation_bytes'], unit)} in all.")
-        table_with_csv(tables.activation_table(report, unit), "activations", report)
+    step_timeline(report, unit, stage)
+    if ranges:
+        st.markdown("**Assumption ranges** (each alone, the others at their point values):")
+        table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)
+        for note in ranges.get("notes", []):
+            st.caption(escape_markdown(note))
+    st.markdown(f"**Activation terms** saved for backward ({report['activation_bits']}-bit activations; "
+                f"{format_bytes(report['activation_bytes_per_layer'], tables.SYSTEM[unit])} per layer, "
+                f"{format_bytes(report['activation_bytes'], tables.SYSTEM[unit])} in flight on "
+                f"{escape_markdown(report['activation_rank'])}). Formulas in bits: b micro-batch, s sequence, "
+                f"T = b·s tokens, h hidden, a heads, q / kv query / key-value widths, f FFN, V vocabulary, "
+                f"w activation bits.")
+    table_with_csv(tables.activation_table(report, unit), "activations", report)
     st.markdown("**Fits on** (the same job on each catalogued GPU):")
     table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
 
 
-def ranks(report: dict, unit: str) -> None:
-    """The per-rank view: only under a layout with more than one kind of rank."""
-    if "ranks" not in report or len(report["ranks"]) < 2:
+def ranks_tab(report: dict, unit: str, stage: int) -> None:
+    if "peak" not in report:
+        st.info("Ranks and layouts need an architecture: pick a model.")
         return
-    st.subheader("Per rank class (pipeline stages)")
-    stage = st.session_state["stage"]
-    st.caption(f"Ranks that hold the same bytes form a class; the verdict is the worst class's. Stage chosen above "
-               f"({STAGE_LABELS[stage]}).")
-    st.plotly_chart(figures.ranks(report, stage, unit), key="fig_ranks")
-    table_with_csv(tables.rank_table(report, unit, stage), "ranks", report)
+    if len(report["ranks"]) > 1:
+        st.caption(f"Ranks that hold the same bytes form a class; the verdict is the worst class's "
+                   f"({STAGE_LABELS[stage]}, the stage being checked).")
+        chart(figures.ranks(report, stage, unit), "fig_ranks")
+        table_with_csv(tables.rank_table(report, unit, stage), "ranks", report)
+    else:
+        st.caption("One rank class: every GPU holds the same bytes. Set tp, pp or cp under \"Model parallelism\" "
+                   "for a per-rank view.")
+    layouts(report, unit)
 
 
 def layouts(report: dict, unit: str) -> None:
     """Every layout of the same GPUs that fits: computed only when asked (it evaluates hundreds of plans)."""
-    if "peak" not in report:
-        return
     gpus = report["layout"]["world_size"]
-    st.subheader(f"Layouts of {gpus:,} GPUs that fit")
+    st.markdown(f"**Layouts of {gpus:,} GPUs that fit**")
     st.toggle("Search every tp x pp x cp x dp layout, ZeRO stage, recompute and offload", key="show_layouts",
               help="Tensor parallel within a node, dividing heads, KV heads and FFN; pp dividing the layers; the "
-                   "micro-batch and micro-batches per step held. Cheapest first: no offload, then the least time "
+                   "micro-batch and the global batch held. Cheapest first: no offload, then the least time "
                    "overhead (recompute and pipeline bubble), then the least communication.")
     if "layouts" not in report["solve"]:
         return
@@ -126,23 +348,21 @@ def layouts(report: dict, unit: str) -> None:
     table_with_csv(tables.layouts_table(report, unit), "layouts", report)
 
 
-def scaling(report: dict, unit: str) -> None:
-    st.subheader("3 · Scaling with the number of workers")
-    st.plotly_chart(figures.scaling(report, unit), key="fig_scaling")
+def scaling_tab(report: dict, unit: str) -> None:
+    chart(figures.scaling(report, unit), "fig_scaling")
 
 
-def deepspeed(report: dict, unit: str) -> None:
-    with st.expander("DeepSpeed's own estimator for the same inputs, and why it differs"):
-        if "deepspeed_estimator" not in report:
-            st.info("DeepSpeed's ZeRO-3 rows need the largest layer: pick a model with an architecture.")
-            return
-        ds = report["deepspeed_estimator"]["inputs"]
-        st.caption(f"estimate_zero2/3_model_states_mem_needs with {ds['params']:,} params, largest layer "
-                   f"{ds['largest_layer_params']:,}, {ds['nodes']} node(s) x {ds['gpus_per_node']} GPUs, "
-                   f"buffer factor {ds['buffer_factor']:g}.")
-        table_with_csv(tables.deepspeed_table(report, unit), "deepspeed", report)
-        for note in report["deepspeed_estimator"]["differences"]:
-            st.markdown(f"- {note}")
+def deepspeed_tab(report: dict, unit: str) -> None:
+    if "deepspeed_estimator" not in report:
+        st.info("DeepSpeed's ZeRO-3 rows need the largest layer: pick a model with an architecture.")
+        return
+    ds = report["deepspeed_estimator"]["inputs"]
+    st.caption(f"estimate_zero2/3_model_states_mem_needs with {ds['params']:,} params, largest layer "
+               f"{ds['largest_layer_params']:,}, {ds['nodes']} node(s) x {ds['gpus_per_node']} GPUs, "
+               f"buffer factor {ds['buffer_factor']:g}.")
+    table_with_csv(tables.deepspeed_table(report, unit), "deepspeed", report)
+    for note in report["deepspeed_estimator"]["differences"]:
+        st.markdown(f"- {note}")
 
 
 ASSUMPTIONS = """
@@ -152,28 +372,36 @@ real Hugging Face models within 10%; logits and the fp32 loss; ZeRO-3 gathered p
 small parameters; gradient reduce buckets (doubled with overlap_comm) and the all-gather bucket; the fp32 gradient
 copy at the optimizer step; one rebuilt block under full recompute; a CUDA context and an allocator reserve.
 
-**Assumed (editable).** CUDA context and framework overhead 1 GiB; allocator reserve 5%; DeepSpeed's defaults
-for bucket sizes, prefetch, live parameters and the persistence threshold; no KV cache during training.
+**Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve 5%
+(range 0-15%); DeepSpeed's defaults for bucket sizes, prefetch, live parameters and the persistence threshold;
+balanced expert routing; no KV cache during training.
 
-**Parallel layouts.** Tensor, sequence, context and pipeline parallelism per rank (docs/parallelism.md): each
-rank's split of every tensor, ZeRO over dp x cp, in-flight micro-batches per schedule, communication per kind.
+**Parallel layouts and experts.** Tensor, sequence, context, pipeline and expert parallelism per rank: each
+rank's split of every tensor, ZeRO over dp x cp (experts over the expert-data-parallel group), in-flight
+micro-batches per schedule, communication per kind.
 
-**Not modelled.** Expert parallelism; mixture-of-experts; zero-bubble pipeline schedules; optimizer temporaries
-other than the fp32 gradient copy; activation offload; allocator behaviour beyond a flat percentage. Capacities
-are what nvidia-smi / rocm-smi report, not the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
-Full list with formulas and sources: docs/peak-memory.md in the repository.
+**Not modelled.** Zero-bubble pipeline schedules; optimizer temporaries other than the fp32 gradient copy;
+activation offload; allocator behaviour beyond a flat percentage. Capacities are what nvidia-smi / rocm-smi
+report, not the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
 """
 
 
-def assumptions() -> None:
-    with st.expander("Assumptions and limits"):
-        st.markdown(ASSUMPTIONS)
-
-
-def share_and_download(report: dict, link: str) -> None:
-    st.subheader("Share and download")
-    st.caption("This link reproduces the exact view (it updates as you change any control):")
-    st.code(link, language=None)
+def about_tab(report: dict) -> None:
+    st.markdown("**One colour per memory term**, the same in every chart and every view:")
+    st.dataframe(tables.colour_table(), hide_index=True, key="colours_table",
+                 column_config={"colour": st.column_config.TextColumn("colour")})
+    swatches = "".join(f'<span style="display:inline-block;margin:0 0.5rem 0.3rem 0"><span style="display:inline-'
+                       f'block;width:0.9rem;height:0.9rem;background:{c};vertical-align:middle;margin-right:0.25rem">'
+                       f'</span>{html.escape(t)}</span>' for t, c in figures.TERM_COLORS.items())
+    st.html(f'<div data-testid="zc-swatches">{swatches}</div>')
+    st.markdown("Hatched bars: a parameter group (experts `/`, fp32 routers `.`) in its category's colour.")
+    st.markdown(ASSUMPTIONS)
+    st.markdown("Every term, formula, source and editable assumption is in docs/peak-memory.md, the parallel "
+                "layouts in docs/parallelism.md: read them here.")
+    page = st.selectbox("Read", DOC_PAGES, index=None, key="doc_page", placeholder="docs/... (choose a page)",
+                        format_func=lambda p: f"docs/{p}")
+    if page and (DOCS / page).exists():
+        st.markdown((DOCS / page).read_text(encoding="utf-8"))
     st.download_button("JSON: full report", lambda: json.dumps(report, indent=2).encode("utf-8"),
                        file_name=f"zerocalc-{report['zerocalc_version']}-{report['convention']}-report.json",
                        mime="application/json", key="json_report", on_click="ignore")

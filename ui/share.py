@@ -1,39 +1,76 @@
-"""URL <-> app state: read the link once per session, write it back after every change, show a copyable link."""
+"""URL <-> app state: read the link once per session, write it back after every change, show a copyable link.
+
+The link holds the current view's non-default fields as plain parameters (?model=llama-3-8b&workers=64) and, in
+compare mode, the pinned plan A's with an "a." prefix (?a.model=llama-3-8b&a.workers=8&workers=16): one URL
+carries both plans. Plan A's parameters go through the same field-by-field parsing as the view's.
+"""
 
 from __future__ import annotations
 
+import html
+import json
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import streamlit as st
 
 from zerocalc.units import parse_count
 
-from .state import FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query
+from .state import FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query
 from .widgets import seed
 
 SEEDED = "_seeded"
+PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
+A_PREFIX = "a."
 
 
 def _query() -> dict:
     return {key: st.query_params.get_all(key) for key in st.query_params}
 
 
+def split_query(query: dict):
+    """(the view's parameters, plan A's parameters without their prefix or None, warnings for plan A's keys that
+    are not fields)."""
+    view, plan, warnings = {}, {}, []
+    for key, values in query.items():
+        if str(key).startswith(A_PREFIX):
+            name = str(key)[len(A_PREFIX):]
+            if name in FIELD:
+                plan[name] = values
+            else:
+                warnings.append(f"Ignored unknown link parameter {str(key)[:40]!r}.")
+        else:
+            view[key] = values
+    return view, (plan or None), warnings
+
+
+def plan_from_query(plan: dict):
+    """(plan A's resolved state, warnings prefixed "Plan A: ")."""
+    state, warnings = from_query(plan)
+    resolved = resolve(state)
+    return resolved.state, [f"Plan A: {w}" for w in warnings + resolved.warnings]
+
+
 def start_session() -> list:
-    """On a session's first run, seed every widget from the link; return the link's warnings (once)."""
+    """On a session's first run, seed every widget (and plan A) from the link; return the link's warnings (once)."""
     if SEEDED in st.session_state:
-        # Keep the values of widgets not drawn this run (a collapsed choice) across reruns.
+        # Keep the values of widgets not drawn this run (a closed section) across reruns: Streamlit drops the
+        # state of a keyed widget that a run does not draw, unless the run sets it again.
         for f in FIELDS:
             if f.name in st.session_state:
                 st.session_state[f.name] = st.session_state[f.name]
         if "params_text" in st.session_state:
             st.session_state["params_text"] = st.session_state["params_text"]
         return []
-    state, warnings = from_query(_query())
+    view, plan, warnings = split_query(_query())
+    state, view_warnings = from_query(view)
     resolved = resolve(state)
     seed(resolved.state)
     st.session_state.setdefault("params_text", str(resolved.state["params"]))
+    if plan is not None:
+        st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
+        warnings += plan_warnings
     st.session_state[SEEDED] = True
-    return warnings + resolved.warnings
+    return view_warnings + resolved.warnings + warnings
 
 
 def params_from_text(state: dict) -> list:
@@ -53,9 +90,20 @@ def params_from_text(state: dict) -> list:
     return []
 
 
+def link_params(state: dict, plan_a: dict = None) -> dict:
+    """The link's parameters: the view's non-default fields, then plan A's (a.model always, so that a pinned
+    default plan still reads as compare mode)."""
+    params = to_query(canonical(state))
+    if plan_a is not None:
+        a = to_query(canonical(plan_a))
+        params[A_PREFIX + "model"] = a.pop("model", plan_a["model"])
+        params.update({A_PREFIX + k: v for k, v in a.items()})
+    return params
+
+
 def sync_url(state: dict) -> dict:
     """Write the state's link parameters to the address bar (only when they changed); return them."""
-    params = to_query(canonical(state))
+    params = link_params(state, st.session_state.get(PLAN_A))
     if _query() != {k: [v] for k, v in params.items()}:
         st.query_params.from_dict(params)
     return params
@@ -69,3 +117,36 @@ def share_link(params: dict) -> str:
     scheme, netloc, path, _, _ = urlsplit(base)
     query = urlencode(params)
     return urlunsplit((scheme, netloc, path or "/", query, "")) if netloc else f"?{query}"
+
+
+COPY_BUTTON = """<div class="zc-share"><span class="zc-share-label">Link to this view:</span>
+<a class="zc-share-link" href="{href}">{text}</a>
+<button class="zc-copy" id="zc-copy" type="button">Copy link</button>
+</div>
+<script>
+(() => {{
+  const button = document.getElementById("zc-copy");
+  if (!button) return;
+  button.onclick = () => navigator.clipboard.writeText(window.location.href).then(() => {{
+    button.textContent = "Copied";
+    setTimeout(() => {{ button.textContent = "Copy link"; }}, 1500);
+  }}, () => {{ button.textContent = "Select the link to copy it"; }});
+}})();
+</script>
+<style>
+.zc-share {{ display: flex; flex-wrap: wrap; align-items: center; gap: 0.4rem 0.6rem; font-size: 0.85rem; }}
+.zc-share-link {{ overflow-wrap: anywhere; word-break: break-all; min-width: 0; flex: 1 1 16rem; }}
+.zc-copy {{ flex: 0 0 auto; padding: 0.25rem 0.8rem; border-radius: 0.4rem; border: 1px solid #8a8a8a;
+           background: #f0f2f6; cursor: pointer; font-size: 0.85rem; }}
+</style>"""
+
+
+def copy_link(link: str) -> None:
+    """The link, wrapped (never cut off or covered), with a visible copy button that copies the address bar
+    (which sync_url keeps equal to the link)."""
+    st.html(COPY_BUTTON.format(href=html.escape(link, quote=True), text=html.escape(link)),
+            unsafe_allow_javascript=True)
+
+
+def plan_json(state: dict) -> str:
+    return json.dumps(to_query(canonical(state)), sort_keys=True)

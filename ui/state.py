@@ -14,7 +14,7 @@ from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from zerocalc.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
-from zerocalc.architecture import ACTIVATIONS, NORMS, POSITIONS, Architecture
+from zerocalc.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from zerocalc.model_presets import MODEL_PRESETS
@@ -29,6 +29,9 @@ MODEL_CHOICES = tuple(MODEL_PRESETS) + (CUSTOM, PARAMS_ONLY)
 DEFAULT_MODEL = "llama-2-7b"
 DTYPES = tuple(DTYPE_BITS)
 MAX_VALUE_CHARS = 64          # longer URL values are refused before parsing
+# A custom architecture's dense-MLP layer list (Qwen mlp_only_layers) lives in the state under this key, outside
+# FIELDS: a list has no short link form, so a link does not carry it (the page says so when it is set).
+DENSE_IDS = "dense_layer_ids"
 
 
 class Field(NamedTuple):
@@ -49,9 +52,18 @@ def _i(name, lo, hi, default, kind="int"):
 
 
 _W = WORKLOAD_LIMITS
-ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "context", "tied_embeddings",
-               "gated_mlp", "norm", "bias", "qkv_bias", "positions", "fused_qkv", "fused_gate_up", "activation",
-               "softmax_fp32", "attn_dropout", "resid_dropout", "embd_dropout")
+BASIC_ARCH_FIELDS = ("layers", "hidden", "heads", "kv_heads", "head_dim", "ffn", "vocab", "context",
+                     "tied_embeddings", "gated_mlp", "norm", "bias", "qkv_bias", "positions", "fused_qkv",
+                     "fused_gate_up", "activation", "softmax_fp32", "attn_dropout", "resid_dropout", "embd_dropout")
+# Attention variants, latent attention and mixture of experts: in the link so that an uploaded or fetched config
+# (a MoE model, MLA) is reproduced exactly; edited under "more architecture fields".
+VARIANT_ARCH_FIELDS = ("attn_bias", "mlp_bias", "qk_norm", "sandwich_norm", "attention_sinks", "attn_softcap",
+                       "final_softcap", "sliding_window", "sliding_pattern", "local_rope", "q_lora_rank",
+                       "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "experts", "experts_per_token",
+                       "expert_ffn", "shared_expert_ffn", "shared_expert_gate", "router", "norm_topk",
+                       "router_bias", "router_fp32", "route_weights_fp32", "expert_bias", "first_dense_layers",
+                       "moe_step")
+ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS
 PRECISION_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer",
                     "optimizer_dtype", "comm_dtype")
 
@@ -68,6 +80,17 @@ FIELDS: Tuple[Field, ...] = (
     Field("softmax_fp32", "bool", None),
     Field("attn_dropout", "prob", None, (), 0, 0.5), Field("resid_dropout", "prob", None, (), 0, 0.5),
     Field("embd_dropout", "prob", None, (), 0, 0.5),
+    *(Field(n, "bool", None) for n in ("attn_bias", "mlp_bias")), _c("qk_norm", QK_NORMS, None),
+    *(Field(n, "bool", None) for n in ("sandwich_norm", "attention_sinks")),
+    Field("attn_softcap", "factor", None, (), 0, 1e6), Field("final_softcap", "factor", None, (), 0, 1e6),
+    *(_i(n, *MOE_LIMITS[n], None) for n in ("sliding_window", "sliding_pattern")), Field("local_rope", "bool", None),
+    *(_i(n, *MOE_LIMITS[n], None) for n in ("q_lora_rank", "kv_lora_rank", "qk_nope_dim", "qk_rope_dim",
+                                            "v_head_dim", "experts", "experts_per_token", "expert_ffn",
+                                            "shared_expert_ffn")),
+    Field("shared_expert_gate", "bool", None), _c("router", ROUTERS, None),
+    *(Field(n, "bool", None) for n in ("norm_topk", "router_bias", "router_fp32", "route_weights_fp32",
+                                       "expert_bias")),
+    *(_i(n, *MOE_LIMITS[n], None) for n in ("first_dense_layers", "moe_step")),
     # precision (defaults: the chosen convention's)
     _c("convention", CONVENTIONS, DEFAULT_CONVENTION),
     _c("param_dtype", DTYPES, None), _c("grad_dtype", DTYPES, None), _c("master_dtype", DTYPES + ("none",), None),
@@ -80,8 +103,10 @@ FIELDS: Tuple[Field, ...] = (
     _i("tp", *LAYOUT_LIMITS["tp"], 1), _i("pp", *LAYOUT_LIMITS["pp"], 1), _c("schedule", SCHEDULES, "1f1b"),
     _i("vpp", *LAYOUT_LIMITS["vpp"], 1), _i("cp", *LAYOUT_LIMITS["cp"], 1), Field("sequence_parallel", "bool", False),
     Field("loss_parallel", "bool", True), _i("vocab_divisor", 0, 1_000_000, 0),
+    _i("ep", *LAYOUT_LIMITS["ep"], 1), _i("etp", *LAYOUT_LIMITS["etp"], 1),
     # the step
-    _i("micro_batch", 1, 256, 1), _i("micro_batches", *LAYOUT_LIMITS["micro_batches"], 1), _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
+    _i("micro_batch", 1, 4096, 1), _i("micro_batches", *LAYOUT_LIMITS["micro_batches"], 1),
+    _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
     _c("recompute", RECOMPUTE, "none"), _c("activation_dtype", ("auto",) + DTYPES, "auto"),
     _c("implementation", IMPLEMENTATIONS, "huggingface"),
     # working-set assumptions (DeepSpeed defaults, elements)
@@ -92,7 +117,9 @@ FIELDS: Tuple[Field, ...] = (
     _i("param_persistence_threshold", *_W["param_persistence_threshold"], 100_000, kind="count"),
     _c("overlap_comm", OVERLAP_CHOICES, "auto"),
     _i("cuda_context_bytes", *_W["cuda_context_bytes"], 2**30, kind="count"),
-    _i("fragmentation_percent", 0, 50, 5),
+    _i("fragmentation_percent", *_W["fragmentation_percent"], 5),
+    _i("moe_imbalance_percent", *_W["moe_imbalance_percent"], 100),
+    _i("moe_capacity_percent", *_W["moe_capacity_percent"], 0),
     _c("gpu", tuple(GPU_CATALOG) + (CUSTOM,), DEFAULT_GPU),
     _i("gpu_memory", *_W["gpu_memory"], 80 * 10**9, kind="count"),
     Field("buffer_factor", "factor", 1.5, (), 0.1, 100),
@@ -229,6 +256,9 @@ def architecture(state: dict) -> Optional[Architecture]:
     for name in ARCH_FIELDS:
         if state[name] != _arch_value(base, name):
             changes[_ARCH_ATTR.get(name, name)] = state[name] if name != "head_dim" else (state[name] or None)
+    ids = state.get(DENSE_IDS, ()) if state["model"] == CUSTOM else base.dense_layer_ids
+    if ids != base.dense_layer_ids:
+        changes["dense_layer_ids"] = ids
     if not changes:
         return base
     return Architecture(**{**{f.name: getattr(base, f.name) for f in dc_fields(Architecture)}, **changes})
@@ -241,15 +271,15 @@ def scenario_fields(state: dict, params: int) -> dict:
                 **{n: _none(state[n]) for n in PRECISION_FIELDS})
 
 
-LAYOUT_FIELDS = ("tp", "pp", "schedule", "vpp", "cp", "sequence_parallel", "loss_parallel", "vocab_divisor",
-                 "micro_batches")
+LAYOUT_FIELDS = ("tp", "pp", "schedule", "vpp", "cp", "sequence_parallel", "loss_parallel", "vocab_divisor", "ep",
+                 "etp", "micro_batches")
 
 
 def layout(state: dict) -> Layout:
     return Layout(tp=state["tp"], pp=state["pp"], vpp=state["vpp"], cp=state["cp"],
                   sequence_parallel=state["sequence_parallel"], micro_batches=state["micro_batches"],
                   schedule=state["schedule"], loss_parallel=state["loss_parallel"],
-                  vocab_divisor=state["vocab_divisor"] or None)
+                  vocab_divisor=state["vocab_divisor"] or None, ep=state["ep"], etp=state["etp"])
 
 
 def workload(state: dict, arch: Architecture) -> Workload:
@@ -262,7 +292,8 @@ def workload(state: dict, arch: Architecture) -> Workload:
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
         cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
-        gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state))
+        gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),
+        moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"])
 
 
 def canonical(state: dict) -> dict:
@@ -278,7 +309,8 @@ def canonical(state: dict) -> dict:
 _FROM_ARCH_ATTR = {v: k for k, v in _ARCH_ATTR.items()}
 # When the core refuses a field that is already at its default, the other field of the pair is the one to reset
 # (vpp 1 with the interleaved schedule: the schedule goes back to 1F1B).
-_PARTNER = {"vpp": "schedule", "schedule": "vpp"}
+_PARTNER = {"vpp": "schedule", "schedule": "vpp", "experts_per_token": "experts", "v_head_dim": "kv_lora_rank",
+            "etp": "ep"}
 
 
 class Resolved(NamedTuple):
@@ -293,6 +325,7 @@ def resolve(state: dict) -> Resolved:
     that do not divide the hidden size) is reset to its default with a warning naming it, and the rest is kept."""
     from zerocalc import FieldError, Scenario
     from zerocalc.architecture import param_count
+    from zerocalc.layout import check_experts
 
     state, warnings = dict(state), []
     for _ in range(len(FIELDS)):
@@ -303,7 +336,10 @@ def resolve(state: dict) -> Resolved:
             params = state["params"] if arch is None else param_count(arch)
             scenario = Scenario(**scenario_fields(state, params))
             stage = "workload"
-            return Resolved(state, scenario, None if arch is None else workload(state, arch), warnings)
+            work = None if arch is None else workload(state, arch)
+            if work is not None:
+                check_experts(work.layout, arch, scenario.workers)     # checked by the report, not the Workload
+            return Resolved(state, scenario, work, warnings)
         except FieldError as exc:
             name = _FROM_ARCH_ATTR.get(exc.field, exc.field) if stage == "architecture" else exc.field
             partner = _PARTNER.get(name)

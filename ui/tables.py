@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-import pandas as pd
+from zerocalc.units import format_bytes, in_unit
 
-from zerocalc.units import in_unit
+from .figures import PHASE_LABELS, STAGE_LABELS, TERM_COLORS, TERM_MEANING
 
-from .figures import PHASE_LABELS, STAGE_LABELS
+SYSTEM = {"GB": "decimal", "GiB": "binary"}
+
+
+def frame(rows):
+    """A DataFrame of rows; pandas is imported on the first table, not with the page (it costs 0.2 s a process)."""
+    import pandas as pd
+    return pd.DataFrame(rows)
 
 
 def short(n: int) -> str:
@@ -17,9 +23,29 @@ def short(n: int) -> str:
     return f"{mantissa}e{int(exponent)}"
 
 
-def stage_table(report: dict, unit: str) -> pd.DataFrame:
+def auto(nbytes: int, unit: str) -> str:
+    """Bytes in the largest unit of the chosen system that keeps the number >= 1: never '0.00 GB'."""
+    return format_bytes(nbytes, SYSTEM.get(unit, "decimal"))
+
+
+def signed(nbytes: int, unit: str) -> str:
+    """A difference with its sign (the minus sign a typographer uses)."""
+    text = format_bytes(abs(nbytes), unit)
+    return ("+" if nbytes > 0 else "−" if nbytes < 0 else "±") + text
+
+
+def redundancy_share(stage_row: dict) -> str:
+    """The share of the cluster's bytes that duplicates a copy held elsewhere (1 - 1 / factor)."""
+    factor = stage_row["redundancy_factor"]
+    return f"{100 * (1 - 1 / factor):.0f}%" if factor else "0%"
+
+
+def stage_table(report: dict, unit: str, checked: int = None, imported: str = None) -> "pandas.DataFrame":
     rows = []
     for s in report["stages"]:
+        mark = ""
+        if s["stage"] == checked:
+            mark = "◀ checked" + (f" (from {imported})" if imported else "")
         rows.append({
             "stage": STAGE_LABELS[s["stage"]],
             f"parameters ({unit})": in_unit(s["per_worker_bytes"]["parameters"], unit),
@@ -30,69 +56,118 @@ def stage_table(report: dict, unit: str) -> pd.DataFrame:
             f"cluster ({unit})": in_unit(s["cluster_total_bytes"], unit),
             f"redundant ({unit})": in_unit(s["cluster_redundant_bytes"], unit),
             "redundancy": f"{s['redundancy_factor']:.2f}x",
+            "redundant share": redundancy_share(s),
             f"comm/step ({unit})": in_unit(s["communication_bytes_per_step"], unit),
+            "plan": mark,
         })
-    return pd.DataFrame(rows)
+    return frame(rows)
 
 
-def ledger_table(report: dict, unit: str, stage: int) -> pd.DataFrame:
-    """Bytes per parameter by entry, which stage shards it, and its cell at `stage` as a worked formula."""
-    cells = {c["entry"]: c for c in report["ledger_cells"] if c["stage"] == stage}
+def ledger_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
+    """Bytes per parameter by entry, which stage shards it, and its cell at `stage` as a worked formula; the last
+    row is the total (the ledger's bytes per parameter and the stage's per-worker bytes, from the core)."""
+    cells = [c for c in report["ledger_cells"] if c["stage"] == stage]
+    sharded = {e["name"]: e for e in report["ledger"]}
     rows = []
-    for entry in report["ledger"]:
-        c = cells[entry["name"]]
+    for c in cells:
+        base = c["entry"].split(": ", 1)[-1]
+        entry = sharded.get(base, {})
         width = f"{c['bits'] / 8:g} B"
         per = f"⌈{short(c['elements'])} / {c['divisor']:,}⌉" if c["divisor"] > 1 else short(c["elements"])
         rows.append({
-            "entry": entry["name"], "category": entry["category"], "dtype": entry["dtype"],
-            "bytes/param": f"{entry['bytes_per_param']:g}", "sharded from": STAGE_LABELS[entry["sharded_from_stage"]],
+            "entry": c["entry"], "category": c["category"], "dtype": c["dtype"],
+            "bytes/param": f"{entry['bytes_per_param']:g}" if entry and c["entry"] == base else "",
+            "sharded from": STAGE_LABELS[entry["sharded_from_stage"]] if entry else "",
             f"{STAGE_LABELS[stage]} per worker": f"{per} × {width} = {in_unit(c['bytes'], unit)} {unit}",
             "where": c["location"],
         })
-    return pd.DataFrame(rows)
+    total = report["stages"][stage]["per_worker_total_bytes"]
+    rows.append({"entry": "total", "category": "", "dtype": "", "bytes/param": f"{report['bytes_per_param']:g}",
+                 "sharded from": "", f"{STAGE_LABELS[stage]} per worker": f"{in_unit(total, unit)} {unit}",
+                 "where": ""})
+    return frame(rows)
 
 
-def verdicts(report: dict, unit: str) -> pd.DataFrame:
+def verdicts(report: dict, unit: str, ranges: dict = None) -> "pandas.DataFrame":
+    bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}
     rows = []
     for p in report["peak"]:
-        rows.append({
+        row = {
             "stage": STAGE_LABELS[p["stage"]], "fits": "yes" if p["fits"] else "no",
             f"peak ({unit})": in_unit(p["peak_bytes"], unit), "phase": PHASE_LABELS[p["peak_phase"]],
             f"headroom ({unit})": in_unit(p["headroom_bytes"], unit), "used": f"{100 * p['utilisation']:.1f}%",
-        })
-    return pd.DataFrame(rows)
+        }
+        band = bands.get(p["stage"])
+        if band:
+            row[f"low ({unit})"] = in_unit(band["low_bytes"], unit)
+            row[f"high ({unit})"] = in_unit(band["high_bytes"], unit)
+            row["with the assumptions' range"] = band["verdict"]
+        rows.append(row)
+    return frame(rows)
 
 
-def fits_on_table(report: dict, unit: str) -> pd.DataFrame:
+def ranges_table(ranges: dict, unit: str) -> "pandas.DataFrame":
+    """Each varied assumption: its low, point and high values and what it alone moves at each stage."""
+    rows = []
+    for a in ranges["assumptions"]:
+        for field, v in a["fields"].items():
+            row = {"assumption": a["label"], "field": field, "low": f"{v['low']:,}", "point": f"{v['point']:,}",
+                   "high": f"{v['high']:,}"}
+            for b in ranges["stages"]:
+                swing = b["swing"][a["name"]]
+                row[f"{STAGE_LABELS[b['stage']]} peak ({unit})"] = \
+                    f"{in_unit(swing['low_bytes'], unit)} to {in_unit(swing['high_bytes'], unit)}"
+            row["source"] = a["source"]
+            rows.append(row)
+    return frame(rows)
+
+
+def fits_on_table(report: dict, unit: str) -> "pandas.DataFrame":
     rows = []
     for g in report["fits_on"]:
         row = {"GPU": g["name"], f"capacity ({unit})": in_unit(g["capacity_bytes"], unit)}
         for stage in range(4):
             row[STAGE_LABELS[stage]] = "fits" if g["fits"][str(stage)] else "—"
         rows.append(row)
-    return pd.DataFrame(rows)
+    return frame(rows)
+
+
+def _held(report: dict) -> dict:
+    w, lay = report["workload"], report["layout"]
+    mp = lay["world_size"] // lay["dp"]
+    return {"micro_batch": f"micro-batch {w['micro_batch']:,}", "seq_len": f"sequence {w['seq_len']:,}",
+            "recompute": "no recompute" if w["recompute"] == "none" else f"{w['recompute']} recompute",
+            "workers": f"{report['workers']:,} workers" + (f" ({lay['world_size']:,} GPUs)" if mp > 1 else ""),
+            "gpu": report["gpu"]["name"]}
 
 
 def solver_sentences(report: dict) -> list:
-    gpu, solve = report["gpu"]["name"], report["solve"]
+    """The solvers' answers, each naming what it holds fixed (the largest micro-batch holds the workers, the
+    fewest workers hold the micro-batch)."""
+    solve = report["solve"]
     parallel = report["layout"]["world_size"] != report["layout"]["dp"]
+    held = _held(report)
     out = []
     for stage in range(4):
         mb = solve["max_micro_batch"][str(stage)]
         mw, gpus = solve["min_workers"][str(stage)], solve["min_gpus"][str(stage)]
-        batch = f"largest micro-batch that fits on {gpu} at stage {stage}: {mb}" if mb else \
-            f"not even a micro-batch of 1 fits on {gpu} at stage {stage}"
+        keep_mb = ", ".join(held[k] for k in ("seq_len", "recompute", "workers"))
+        keep_mw = ", ".join(held[k] for k in ("micro_batch", "seq_len", "recompute"))
+        batch = f"largest micro-batch that fits: {mb:,}" if mb else "not even a micro-batch of 1 fits"
         if mw is None:
             workers = "no worker count up to 10,000,000 fits"
         else:
-            workers = f"fewest workers: {mw:,}" + (f" ({gpus:,} GPUs with this tp x pp x cp)" if parallel else "")
-        out.append(f"{batch}; {workers}.")
+            workers = f"fewest workers that fit: {mw:,}" + (f" ({gpus:,} GPUs with this tp x pp x cp)"
+                                                            if parallel else "")
+        out.append(f"**{STAGE_LABELS[stage]}** on {held['gpu']}: {batch} (at {keep_mb}); {workers} "
+                   f"(at {keep_mw}).")
     lowest = solve["lowest_stage"]
-    out.append(f"Lowest stage that fits: {lowest}." if lowest is not None else "No stage fits at these settings.")
+    out.append(f"Lowest stage that fits as set: {STAGE_LABELS[lowest]}." if lowest is not None else
+               "No stage fits as set.")
     return out
 
 
-def deepspeed_table(report: dict, unit: str) -> pd.DataFrame:
+def deepspeed_table(report: dict, unit: str) -> "pandas.DataFrame":
     ds = report["deepspeed_estimator"]
     rows = [{"estimator": "ZeRO-2", "options": f"offload_optimizer={r['offload_optimizer']}",
              f"per CPU ({unit})": in_unit(r["cpu_bytes"], unit), f"per GPU ({unit})": in_unit(r["gpu_bytes"], unit)}
@@ -101,20 +176,77 @@ def deepspeed_table(report: dict, unit: str) -> pd.DataFrame:
                                                   f"offload_optimizer={r['offload_optimizer']}, zero_init={int(r['zero_init'])}",
               f"per CPU ({unit})": in_unit(r["cpu_bytes"], unit), f"per GPU ({unit})": in_unit(r["gpu_bytes"], unit)}
              for r in ds["zero3"]]
-    return pd.DataFrame(rows)
+    return frame(rows)
 
 
-def activation_table(report: dict, unit: str) -> pd.DataFrame:
+# Activation terms: what each saves, in bits (bytes = ceil(bits / 8)). T: this rank's tokens (b x s / cp; outside
+# the tensor-parallel region / tp with sequence parallel), h: hidden, q = heads x head dim, kv = KV heads x head dim,
+# f: FFN width, a: heads, V: vocabulary columns of the logits, w: activation width in bits. Per tensor-parallel rank
+# heads, KV heads and the FFN are divided by tp. Checked against the core in tests/test_app_tables.py.
+NORM_FORMULAS = {"layernorm": "w·T·h + 2·32·T (input, mean and rstd)",
+                 "rmsnorm": "(32 + w)·T·h + 32·T (fp32 input copy, normalised copy, rsqrt)",
+                 "rmsnorm-gemma": "2·32·T·h + 32·T + 32·h (fp32 input and output, rsqrt, 1 + weight)",
+                 "megatron": "w·T·h + 32·T (fused RMSNorm: input, rstd)"}
+ACTIVATION_FORMULAS = {
+    "attention input": "w·T·h", "mlp input": "w·T·h", "output projection input": "w·T·h",
+    "attention logsumexp": "32·b·a·s (flash: fp32 log-sum-exp per head and token)",
+    "attention output": "w·T·q", "mlp fc2 input": "w·T·f", "mlp gate product": "2·w·T·f (act(gate) and up)",
+    "mlp fc1 output": "w·T·f (with a gated MLP: 2·w·T·f)",
+    "token ids": "64·T (int64)", "labels": "64·T (int64)", "position ids": "64·s (int64)",
+    "loss log-softmax (fp32)": "32·T·V", "block input (checkpoint)": "w·T·h",
+    "attention output dropout mask": "8·T·h (1-byte mask)", "mlp output dropout mask": "8·T·h (1-byte mask)",
+    "embedding dropout mask": "8·T·h (1-byte mask)", "attention dropout": "(8 + w)·a·s²·b (mask + dropped)",
+    "rotary cos/sin": "2·w·s·d (cos and sin tables, batch 1, d = rotary head dim; twice with local-layer tables)",
+    "logit soft-cap tanh": "w·T·V",
+}
+ACTIVATION_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_pytorch_tanh": 1, "silu": 1, "relu": 0}
+
+
+def activation_formula(term: str, report: dict) -> str:
+    arch, work = report["architecture"], report["workload"]
+    if term.endswith("norm") and term not in ("q, k norms",):
+        kind = "megatron" if work["implementation"] == "megatron" and arch["norm"] != "layernorm" else arch["norm"]
+        return NORM_FORMULAS.get(kind, "")
+    if term == "mlp activation":
+        return f"{ACTIVATION_SAVES.get(arch['activation'], '?')}·w·T·f ({arch['activation']} saves "\
+               f"{ACTIVATION_SAVES.get(arch['activation'], '?')} tensor(s) of the FFN width)"
+    if term == "q, k, v":
+        if work["implementation"] == "megatron":
+            return "w·T·(q + 2·kv)"
+        repeated = work["attention"] == "eager" and (arch["kv_heads"] or arch["heads"]) < arch["heads"]
+        if arch["positions"] == "rotary":
+            if repeated:
+                return "w·T·3q (rotated q and k, v repeated to every head)"
+            return "w·T·(2q + 3kv) (rotated q and k, fused projection output)" if arch["fused_qkv"] else \
+                "w·T·(q + 2·kv) (rotated q and k, v)"
+        return "w·T·3q (k and v repeated)" if repeated else "w·T·(q + 2·kv)"
+    if term == "attention softmax":
+        if arch["softmax_fp32"] and work["implementation"] == "huggingface":
+            if arch["attn_dropout"] > 0:
+                return "32·a·s²·b (fp32 softmax output)"
+            return "(32 + w)·a·s²·b (fp32 softmax output and its copy cast back)"
+        return "w·a·s²·b"
+    if term == "mlp fc1 output":
+        return "2·w·T·f (SwiGLU input: gate and up)" if arch["gated_mlp"] else "w·T·f (GeLU input)"
+    return ACTIVATION_FORMULAS.get(term, "see docs/peak-memory.md")
+
+
+def activation_table(report: dict, unit: str) -> "pandas.DataFrame":
     terms = report["activation_terms"]
-    rows = [{"where": "each layer", "term": k, unit: in_unit(v, unit)} for k, v in terms["per_layer"].items()]
-    rows += [{"where": "embedding end", "term": k, unit: in_unit(v, unit)} for k, v in terms["embedding_end"].items()]
-    rows += [{"where": "each pipeline stage", "term": k, unit: in_unit(v, unit)}
-             for k, v in terms.get("every_stage", {}).items()]
-    rows += [{"where": "output end", "term": k, unit: in_unit(v, unit)} for k, v in terms["output_end"].items()]
-    return pd.DataFrame(rows)
+    groups = (("each dense layer" if terms.get("per_moe_layer") else "each layer", terms["per_layer"]),
+              ("each MoE layer", terms.get("per_moe_layer", {})),
+              ("each local-attention layer (extra)", terms.get("per_sliding_layer", {})),
+              ("embedding end", terms["embedding_end"]), ("each pipeline stage", terms.get("every_stage", {})),
+              ("output end", terms["output_end"]))
+    rows = []
+    for where, parts in groups:
+        for k, v in parts.items():
+            rows.append({"where": where, "term": k, "size": auto(v, unit), "bytes": f"{v:,}",
+                         "formula (bits)": activation_formula(k, report)})
+    return frame(rows)
 
 
-def rank_table(report: dict, unit: str, stage: int) -> pd.DataFrame:
+def rank_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
     """Every rank class: how many ranks, what they hold, and their peak at each ZeRO stage."""
     rows = []
     for r in report["ranks"]:
@@ -128,13 +260,13 @@ def rank_table(report: dict, unit: str, stage: int) -> pd.DataFrame:
             row[f"peak {STAGE_LABELS[p['stage']]} ({unit})"] = in_unit(p["peak_bytes"], unit) + \
                 ("" if p["fits"] else " ✗")
         rows.append(row)
-    return pd.DataFrame(rows)
+    return frame(rows)
 
 
 OFFLOAD_LABELS = {("none", "none"): "none", ("cpu", "none"): "optimizer", ("cpu", "cpu"): "optimizer + params"}
 
 
-def layouts_table(report: dict, unit: str) -> pd.DataFrame:
+def layouts_table(report: dict, unit: str) -> "pandas.DataFrame":
     """The layouts of the same GPUs that fit, cheapest first (zerocalc.layout_search)."""
     rows = []
     for p in report["solve"]["layouts"]:
@@ -142,10 +274,54 @@ def layouts_table(report: dict, unit: str) -> pd.DataFrame:
             "dp x tp x pp x cp": f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}"
                                  + (f" (ep {p['ep']})" if p["ep"] > 1 else ""), "stage": STAGE_LABELS[p["stage"]],
             "micro-batches": p["micro_batches"], "recompute": p["recompute"],
-            "offload": OFFLOAD_LABELS[(p["offload_optimizer"], p["offload_params"])],
+            "offload": OFFLOAD_LABELS.get((p["offload_optimizer"], p["offload_params"]), "other"),
             "schedule": p["schedule"] + (f" (vpp {p['vpp']})" if p["vpp"] > 1 else ""),
             f"peak ({unit})": in_unit(p["peak_bytes"], unit), f"headroom ({unit})": in_unit(p["headroom_bytes"], unit),
             f"comm/step ({unit})": in_unit(p["communication_bytes"], unit), "bubble": f"{100 * p['bubble']:.0f}%",
             "time overhead": f"{100 * p['overhead']:.0f}%", "worst rank": p["worst_rank"],
         })
-    return pd.DataFrame(rows)
+    return frame(rows)
+
+
+def colour_table() -> "pandas.DataFrame":
+    return frame([{"term": t, "colour": c, "what it is": TERM_MEANING.get(t, "")}
+                         for t, c in TERM_COLORS.items()])
+
+
+def residual_table(calibration: dict, unit: str) -> "pandas.DataFrame":
+    rows = []
+    for r in calibration["residuals"]:
+        pct = r["residual_percent"]
+        rows.append({"measured": r["quantity"], "measured size": auto(r["measured_bytes"], unit),
+                     "estimated": auto(r["estimated_bytes"], unit),
+                     "residual (measured - estimated)": signed(r["residual_bytes"], SYSTEM.get(unit, "decimal")),
+                     "residual %": "" if pct is None else f"{pct:+.1f}%",
+                     "within the printed rounding": "yes" if r["within_rounding"] else "no",
+                     "estimate counts": r["estimate_covers"], "estimated phase": PHASE_LABELS.get(r["phase"],
+                                                                                                   r["phase"])})
+    return frame(rows)
+
+
+def phase_table(calibration: dict, unit: str) -> "pandas.DataFrame":
+    rows = []
+    for p in calibration["phases"]:
+        rows.append({"phase": PHASE_LABELS.get(p["phase"], p["phase"]),
+                     "measured allocated": "" if p["measured_allocated_bytes"] is None else
+                     auto(p["measured_allocated_bytes"], unit),
+                     "estimated tensors": auto(p["estimated_tensor_bytes"], unit),
+                     "measured reserved": "" if p["measured_reserved_bytes"] is None else
+                     auto(p["measured_reserved_bytes"], unit),
+                     "estimated reserved": auto(p["estimated_reserved_bytes"], unit)})
+    return frame(rows)
+
+
+def difference_table(rows: list, unit: str) -> "pandas.DataFrame":
+    """Compare mode: each field that differs, both values and what it alone moves (zerocalc.fixes.change_effect)."""
+    out = []
+    for r in rows:
+        out.append({"field": r["field"], "plan A": r["a"], "plan B": r["b"],
+                    "peak, changed alone": "not valid alone" if r.get("effect") is None else
+                    signed(r["effect"]["moved_peak_bytes"], unit),
+                    "model states per worker, changed alone": "" if r.get("effect") is None else
+                    signed(r["effect"]["moved_state_bytes"], unit)})
+    return frame(out)

@@ -1,50 +1,117 @@
 """Sidebar controls. Each widget's key is its state field's name, so st.session_state *is* the app state; the
-first run seeds it from the URL, and choosing a model or a convention resets the fields that follow from it."""
+first run seeds it from the URL, and choosing a model or a convention resets the fields that follow from it.
+
+The sidebar is light: the few controls every plan sets are always drawn; the rest live in sections (lazy
+expanders) whose widgets are drawn only while the section is open. Their values stay in the session state either
+way (share.start_session keeps them), so a closed section still counts and still reaches the link.
+"""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from zerocalc.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config
-from zerocalc.scenario import FieldError
+from zerocalc.architecture import counts
+from zerocalc.model_presets import MODEL_PRESETS
 
 from .figures import STAGE_LABELS
-from .state import (ARCH_FIELDS, CUSTOM, FIELD, FIELDS, PARAMS_ONLY, PRECISION_FIELDS, _arch_value, default_for)
+from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FIELDS, PARAMS_ONLY,
+                    PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
 
 LABELS = {
-    "model": "Model", "params": "Parameters (7B, 1.5T, 350M, 1e9 ...)", "layers": "Layers", "hidden": "Hidden size",
-    "heads": "Attention heads", "kv_heads": "KV heads (GQA)", "head_dim": "Head size (0: hidden / heads)",
-    "ffn": "FFN size", "vocab": "Vocabulary", "context": "Context length (learned positions)",
-    "tied_embeddings": "Tied embeddings", "gated_mlp": "Gated MLP (SwiGLU)", "norm": "Norm", "bias": "Linear biases",
-    "qkv_bias": "Q/K/V biases", "positions": "Positions", "fused_qkv": "Fused QKV module",
-    "fused_gate_up": "Fused gate/up module", "activation": "Activation", "softmax_fp32": "Softmax in fp32 (eager)",
-    "attn_dropout": "Attention dropout", "resid_dropout": "Residual dropout", "embd_dropout": "Embedding dropout",
-    "convention": "Convention", "param_dtype": "Parameters dtype", "grad_dtype": "Gradients dtype",
-    "master_dtype": "Master copy dtype", "grad_accum_dtype": "Extra gradient buffer", "optimizer": "Optimizer",
+    "model": "Model (type to search)", "params": "Parameters (7B, 1.5T, 350M, 1e9 ...)", "layers": "Layers",
+    "hidden": "Hidden size", "heads": "Attention heads", "kv_heads": "KV heads (GQA)",
+    "head_dim": "Head size (0: hidden / heads)", "ffn": "FFN size", "vocab": "Vocabulary",
+    "context": "Context length (learned positions)", "tied_embeddings": "Tied embeddings",
+    "gated_mlp": "Gated MLP (SwiGLU)", "norm": "Norm", "bias": "Linear biases", "qkv_bias": "Q/K/V biases",
+    "positions": "Positions", "fused_qkv": "Fused QKV module", "fused_gate_up": "Fused gate/up module",
+    "activation": "Activation", "softmax_fp32": "Softmax in fp32 (eager)", "attn_dropout": "Attention dropout",
+    "resid_dropout": "Residual dropout", "embd_dropout": "Embedding dropout",
+    "attn_bias": "Attention biases (q, k, v, o)", "mlp_bias": "MLP biases", "qk_norm": "Q/K norm",
+    "sandwich_norm": "Sandwich norms", "attention_sinks": "Attention sinks", "attn_softcap": "Attention soft-cap",
+    "final_softcap": "Final logit soft-cap", "sliding_window": "Sliding window (0: none)",
+    "sliding_pattern": "Every n-th layer global", "local_rope": "Own rotary tables for local layers",
+    "q_lora_rank": "MLA q_lora_rank", "kv_lora_rank": "MLA kv_lora_rank (0: not MLA)",
+    "qk_nope_dim": "MLA qk_nope_head_dim", "qk_rope_dim": "MLA qk_rope_head_dim", "v_head_dim": "MLA v_head_dim",
+    "experts": "Routed experts (0: dense)", "experts_per_token": "Experts per token (top-k)",
+    "expert_ffn": "Expert FFN size (0: FFN size)", "shared_expert_ffn": "Shared expert FFN size",
+    "shared_expert_gate": "Shared expert gate", "router": "Router", "norm_topk": "Renormalise top-k",
+    "router_bias": "Router bias", "router_fp32": "Router kept in fp32", "route_weights_fp32": "fp32 routing weights",
+    "expert_bias": "Expert biases", "first_dense_layers": "First dense layers", "moe_step": "MoE every n-th layer",
+    "convention": "Convention (bytes per parameter)", "param_dtype": "Parameters dtype",
+    "grad_dtype": "Gradients dtype", "master_dtype": "Master copy dtype",
+    "grad_accum_dtype": "Extra gradient buffer", "optimizer": "Optimizer",
     "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype",
-    "workers": "Data-parallel workers (dp)",
-    "shard_group": "Shard group (0: all workers)", "gpus_per_node": "Workers per node",
-    "offload_optimizer": "Offload optimizer", "offload_params": "Offload parameters (ZeRO-3)",
-    "micro_batch": "Micro-batch", "seq_len": "Sequence length", "attention": "Attention",
-    "recompute": "Recompute", "activation_dtype": "Activation dtype", "implementation": "Kernels (what is saved)",
+    "workers": "Data-parallel workers (dp)", "shard_group": "Shard group (0: all workers)",
+    "gpus_per_node": "Workers per node", "offload_optimizer": "Offload optimizer",
+    "offload_params": "Offload parameters (ZeRO-3)",
+    "micro_batch": "Micro-batch (sequences per GPU)", "seq_len": "Sequence length (± steps by powers of two)",
+    "attention": "Attention kernel", "recompute": "Activation recompute", "activation_dtype": "Activation dtype",
+    "implementation": "Kernels (what is saved)",
     "reduce_bucket_size": "reduce_bucket_size (elements)", "allgather_bucket_size": "allgather_bucket_size (elements)",
     "prefetch_bucket_size": "stage3_prefetch_bucket_size", "max_live_parameters": "stage3_max_live_parameters",
     "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
     "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
+    "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
+    "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "gpu": "GPU", "gpu_memory": "Custom capacity (bytes)", "buffer_factor": "DeepSpeed buffer factor",
-    "units": "Units", "breakdown": "Bars by", "stage": "Stage",
+    "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
     "vpp": "Virtual stages per rank (vpp)", "cp": "Context parallel (cp)", "sequence_parallel": "Sequence parallel",
     "loss_parallel": "Vocab-parallel logits and loss", "vocab_divisor": "Pad vocabulary to a multiple of (x tp; 0: auto)",
+    "ep": "Expert parallel (ep)", "etp": "Expert tensor parallel (etp)",
     "micro_batches": "Micro-batches per step (gradient accumulation)",
 }
 HELP = {
-    "convention": "Which tensors a framework keeps per parameter; each dtype below can then be changed.",
-    "units": "GB = 10^9 bytes, GiB = 2^30 bytes.",
-    "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ): state split within groups of this size.",
-    "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB.",
-    "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors.",
-    "workers": "The ZeRO / FSDP group. World size = dp x tp x pp x cp.",
+    "model": "Type to search the 36 presets (published parameter counts); custom: edit the architecture or load "
+             "a config.json / Hub model; params-only: model states from a parameter count alone.",
+    "params": "A count such as 7B or 124439808; the peak needs an architecture, so only model states are shown.",
+    "convention": "Which tensors a framework keeps per parameter (zero-paper 16 bytes, deepspeed 20, megatron 18, "
+                  "fsdp2 16, pure-bf16 8); each dtype under Precision can then be changed.",
+    "units": "GB = 10^9 bytes, GiB = 2^30 bytes (nvidia-smi's MiB is 2^20 bytes).",
+    "stage": "The ZeRO stage you plan to run: 0 plain data parallel, 1 shards the optimizer state, 2 also the "
+             "gradients, 3 also the parameters (FSDP FULL_SHARD). The verdict, the fixes and the step timeline "
+             "check this one.",
+    "gpu": "Capacities as nvidia-smi / rocm-smi report them (an H100 80GB has 81,559 MiB = 85.52 GB).",
+    "gpu_memory": "The GPU's total memory in bytes, as nvidia-smi reports it (MiB x 1,048,576).",
+    "workers": "The ZeRO / FSDP group: GPUs that each hold a replica (or a shard) of the model. "
+               "World size = dp x tp x pp x cp.",
+    "micro_batch": "Sequences each GPU processes per forward/backward (per_device_train_batch_size).",
+    "seq_len": "Tokens per sequence. The + and - buttons step through powers of two; any value can be typed.",
+    "recompute": "Activation checkpointing: selective recomputes eager attention's scores; full keeps only each "
+                 "block's input and runs the forward again in backward (about a third more compute).",
+    "attention": "flash / SDPA kernels save no s x s score matrix; eager attention does.",
+    "activation_dtype": "auto: the compute dtype (communication dtype, else the parameters').",
+    "implementation": "What the kernels save for backward: Hugging Face modules (validated within 10%) or "
+                      "Megatron's fused kernels (Korthikanti et al. 2022).",
+    "micro_batches": "Micro-batches per optimizer step (gradient accumulation); in flight on pipeline stages; "
+                     "ZeRO-2/3 reduce gradients after each one.",
+    "param_dtype": "dtype of the compute copy of the weights.", "grad_dtype": "dtype gradients are produced in.",
+    "master_dtype": "The optimizer's own copy of the weights (fp32 with mixed precision; none for pure bf16).",
+    "grad_accum_dtype": "An extra gradient accumulation buffer (DeepSpeed's fp32 gradients); none: no extra.",
+    "optimizer": "Adam / AdamW keep two moments per parameter; SGD with momentum one; Lion one; Adafactor "
+                 "factored moments; 8-bit Adam quantised moments.",
+    "optimizer_dtype": "dtype of the optimizer's moments.",
+    "comm_dtype": "dtype gradients and gathered parameters travel in (FSDP mixed precision); none: their own.",
+    "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ, MiCS): state split within groups of this "
+                   "size and replicated across groups.",
+    "gpus_per_node": "Workers on one machine: for DeepSpeed's estimator and offload per node.",
+    "offload_optimizer": "ZeRO-Offload: optimizer state (and its step) on the CPU or NVMe (stages 1-3).",
+    "offload_params": "ZeRO-Infinity: parameters on the CPU or NVMe, gathered to the GPU per layer (stage 3).",
+    "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB (0.5-1.5 GiB "
+                          "in the range shown).",
+    "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors (0-15% in "
+                             "the range shown).",
+    "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",
+    "allgather_bucket_size": "DeepSpeed's bucket for gathering updated parameters at stages 1-2, in elements.",
+    "prefetch_bucket_size": "ZeRO-3 parameters fetched ahead of use, in elements.",
+    "max_live_parameters": "ZeRO-3: most gathered parameters alive at once, in elements.",
+    "param_persistence_threshold": "ZeRO-3 keeps parameters this small (elements) whole on every worker.",
+    "overlap_comm": "auto: on for stage 3 only, as DeepSpeed; on doubles the reduce buckets.",
+    "buffer_factor": "The factor DeepSpeed's estimate_zero*_model_states_mem_needs multiplies by.",
+    "moe_imbalance_percent": "Under expert parallelism, the routed tokens the busiest rank's experts receive, as "
+                             "a share of a balanced load (100: balanced routing).",
+    "moe_capacity_percent": "A capacity factor drops tokens above it (125: 1.25x a balanced share); 0: dropless "
+                            "(Megatron's default).",
     "tp": "Splits heads and the FFN across GPUs of a node (Megatron, torchtitan); must divide heads, KV heads, FFN.",
     "pp": "Splits the layers into stages; the first stage also holds the embedding, the last the head.",
     "schedule": "1F1B holds up to pp micro-batches on the first stage; interleaved adds virtual stages; "
@@ -54,10 +121,44 @@ HELP = {
     "sequence_parallel": "Also splits norms, dropout and the residual stream over tp (Korthikanti et al. 2022).",
     "loss_parallel": "Off: every tensor-parallel rank gathers the full logits (Hugging Face's colwise_rep head).",
     "vocab_divisor": "Megatron's make_vocab_size_divisible_by (128 with megatron kernels; 0 picks it).",
-    "micro_batches": "Micro-batches per optimizer step; in flight on pipeline stages; ZeRO-2/3 reduce each one.",
+    "ep": "Splits the routed experts over ep ranks; their ZeRO state shards over the expert-data-parallel group "
+          "(dp x tp x cp / (ep x etp), Megatron-Core's parallel folding).",
+    "etp": "Splits each expert's FFN over etp ranks (Megatron-Core expert tensor parallel).",
+    "breakdown": "Stack the bars by category (parameters, gradients, optimizer) or by ledger entry.",
+    "kv_heads": "Grouped-query attention: heads that share one key/value head (multi-query = 1).",
+    "head_dim": "Per-head width when it is not hidden / heads (Gemma, Qwen3).",
+    "ffn": "Intermediate size of the MLP.", "context": "Learned position table size (GPT-2's n_positions).",
+    "tied_embeddings": "The output head shares the input embedding's weights.",
+    "gated_mlp": "gate, up and down projections (SwiGLU) instead of two.",
+    "norm": "LayerNorm, RMSNorm, or Gemma's fp32 RMSNorm.", "positions": "rotary or learned position embeddings.",
+    "fused_qkv": "One module for q, k, v (GPT-2 c_attn): ZeRO-3 gathers it at once.",
+    "fused_gate_up": "One module for gate and up (Phi-3).", "activation": "The MLP's activation function.",
+    "softmax_fp32": "Eager attention's softmax computed and saved in fp32 (Hugging Face's Llama family).",
+    "qk_norm": "Norms on queries and keys: per head (Qwen3, Gemma 3) or over all heads (OLMo 2).",
+    "sandwich_norm": "Norms before and after the attention and the MLP (Gemma 2/3).",
+    "attention_sinks": "One learned sink logit per head (gpt-oss).",
+    "sliding_window": "Local attention window (tokens); with flash it changes the saved tensors only for long "
+                      "sequences.",
+    "kv_lora_rank": "Multi-head latent attention (DeepSeek-V2/V3): the compressed KV width.",
+    "experts": "Routed experts per mixture-of-experts layer.",
+    "experts_per_token": "Experts each token is routed to (top-k): active parameters = dense + top-k / experts.",
+    "shared_expert_ffn": "Total FFN width of the shared expert(s) that every token runs (DeepSeek, Qwen2-MoE).",
+    "router_fp32": "DeepSeek keeps its router weights in fp32: stored and trained as fp32.",
+    "first_dense_layers": "DeepSeek first_k_dense_replace: the first layers keep a dense MLP.",
+    "moe_step": "Qwen decoder_sparse_step: layer i is MoE when (i + 1) is a multiple of this.",
 }
-SLIDERS = {"micro_batch", "fragmentation_percent", "attn_dropout", "resid_dropout", "embd_dropout"}
 RADIOS = {"units", "attention", "breakdown"}
+SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
+# The fields of each lazy section (drawn only while it is open; values kept in the state). The Fine-tuning section
+# is the place for issue 10's training-mode fields (LoRA / QLoRA): name them in FINETUNE_FIELDS once they are in
+# ui/state.FIELDS and the section appears between the step and the assumptions.
+FINETUNE_FIELDS: tuple = ()
+CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params")
+STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
+ASSUMPTION_FIELDS = ("cuda_context_bytes", "fragmentation_percent", "reduce_bucket_size", "allgather_bucket_size",
+                     "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
+                     "moe_imbalance_percent", "moe_capacity_percent", "buffer_factor")
+SEQ_PREVIOUS = "_seq_len_previous"
 
 
 def seed(state: dict) -> None:
@@ -68,8 +169,18 @@ def seed(state: dict) -> None:
             st.session_state[name] = value
 
 
+def set_fields(values: dict) -> None:
+    """Set widget values from a callback (imports, fixes, compare): the next run draws them."""
+    for name, value in values.items():
+        st.session_state[name] = value
+    if "seq_len" in values:
+        st.session_state[SEQ_PREVIOUS] = values["seq_len"]
+
+
 def _on_model_change():
     model = st.session_state["model"]
+    st.session_state.pop(DENSE_IDS, None)
+    st.session_state.pop("import_message", None)
     if model not in (CUSTOM, PARAMS_ONLY):
         current = {"model": model}
         for name in ARCH_FIELDS:
@@ -88,30 +199,62 @@ def _on_convention_change():
         st.session_state[name] = default_for(name, current)
 
 
-def _on_config_upload():
-    upload = st.session_state.get("config_upload")
-    st.session_state.pop("config_error", None)
-    if upload is None:
-        return
-    try:
-        data = upload.getvalue()
-        if len(data) > MAX_CONFIG_BYTES:
-            raise ConfigError("config", f"{len(data):,} bytes", f"at most {MAX_CONFIG_BYTES:,} bytes")
-        arch = architecture_from_config(data)
-    except (ConfigError, FieldError) as exc:  # every refusal names the config key and what is allowed
-        st.session_state["config_error"] = f"config.json refused: {exc}"
-        return
-    st.session_state["model"] = CUSTOM
-    for name in ARCH_FIELDS:
-        st.session_state[name] = _arch_value(arch, name)
+def _on_seq_len_change():
+    """The + / - buttons (one step of 1) move to the next / previous power of two; a typed value is kept."""
+    new, old = st.session_state["seq_len"], st.session_state.get(SEQ_PREVIOUS)
+    f = FIELD["seq_len"]
+    if old is not None and new == old + 1:
+        power = 1
+        while power <= old:
+            power *= 2
+        new = min(power, int(f.hi))
+    elif old is not None and new == old - 1 and old > 1:
+        power = 1
+        while power * 2 < old:
+            power *= 2
+        new = max(power, int(f.lo))
+    st.session_state["seq_len"] = st.session_state[SEQ_PREVIOUS] = new
+
+
+CALLBACKS = {"model": _on_model_change, "schedule": _on_schedule_change, "convention": _on_convention_change,
+             "seq_len": _on_seq_len_change}
+
+
+def _billions(n: int) -> str:
+    return f"{n / 1e9:,.2f}B" if n >= 10**9 else f"{n / 1e6:,.0f}M"
+
+
+_PRESET_COUNTS: dict = {}
+
+
+def preset_counts(model: str) -> dict:
+    """The core's parameter counts of a preset (computed once per process)."""
+    if model not in _PRESET_COUNTS:
+        _PRESET_COUNTS[model] = counts(MODEL_PRESETS[model][0])
+    return _PRESET_COUNTS[model]
+
+
+def model_label(model: str) -> str:
+    if model == CUSTOM:
+        return "custom (edit the architecture or load a config)"
+    if model == PARAMS_ONLY:
+        return "params-only (a parameter count)"
+    c = preset_counts(model)
+    if c["expert_params"]:
+        return f"{model} · {_billions(c['params'])} total, {_billions(c['active_params'])} active"
+    return f"{model} · {_billions(c['params'])}"
 
 
 def widget(name: str, container=st, **extra):
     f = FIELD[name]
     label, help_text = LABELS[name], HELP.get(name)
+    if name in CALLBACKS and "on_change" not in extra:
+        extra["on_change"] = CALLBACKS[name]
     if name == "stage":
         return container.radio(label, range(4), key=name, horizontal=True, format_func=STAGE_LABELS.__getitem__,
-                               **extra)
+                               help=help_text, **extra)
+    if name == "model":
+        return container.selectbox(label, f.choices, key=name, help=help_text, format_func=model_label, **extra)
     if f.kind == "choice":
         if name in RADIOS:
             return container.radio(label, f.choices, key=name, help=help_text, horizontal=True, **extra)
@@ -121,59 +264,104 @@ def widget(name: str, container=st, **extra):
     if f.kind == "prob":
         return container.slider(label, float(f.lo), float(f.hi), step=0.01, key=name, help=help_text, **extra)
     if f.kind == "factor":
+        if isinstance(st.session_state.get(name), int):     # a preset's whole number (a soft-cap of 30)
+            st.session_state[name] = float(st.session_state[name])
         return container.number_input(label, float(f.lo), float(f.hi), step=0.1, key=name, help=help_text, **extra)
     if name in SLIDERS:
         return container.slider(label, int(f.lo), int(f.hi), step=1, key=name, help=help_text, **extra)
     return container.number_input(label, int(f.lo), int(f.hi), step=1, key=name, help=help_text, **extra)
 
 
-def sidebar() -> None:
-    """Every input control, grouped as a user plans: model, precision, cluster, step, GPU, assumptions."""
-    sb = st.sidebar
-    sb.header("Model")
-    widget("model", sb, on_change=_on_model_change)
-    if st.session_state["model"] == PARAMS_ONLY:
-        sb.text_input(LABELS["params"], key="params_text", help="The peak panel needs an architecture.")
+def _section(sb, key: str, label: str):
+    """A lazy sidebar section: its content runs only while it is open."""
+    return sb.expander(label, key=key, on_change="rerun")
+
+
+def _architecture(box) -> None:
+    for name in BASIC_ARCH_FIELDS:
+        widget(name, box)
+    if box.toggle("More: attention variants, latent attention, experts", key="edit_variants"):
+        for name in VARIANT_ARCH_FIELDS:
+            widget(name, box)
+    ids = st.session_state.get(DENSE_IDS)
+    if ids:
+        box.caption(f"Dense-MLP layers from the loaded config (mlp_only_layers): {', '.join(map(str, ids))}. "
+                    "Kept in this session; a link does not carry them.")
+
+
+def _parallel(box) -> None:
+    widget("tp", box)
+    widget("sequence_parallel", box)
+    widget("pp", box)
+    widget("schedule", box)
+    if st.session_state["schedule"] == "interleaved":
+        widget("vpp", box)
+    for name in ("cp", "loss_parallel", "vocab_divisor"):
+        widget(name, box)
+    if st.session_state.get("experts"):
+        widget("ep", box)
+        widget("etp", box)
     else:
-        # Drawn only on demand: two dozen idle widgets would slow every rerun (their values persist regardless).
-        if sb.toggle("Edit the architecture", key="edit_arch"):
-            for name in ARCH_FIELDS:
-                widget(name, sb)
-        sb.file_uploader("…or load a Hugging Face config.json", type=["json"], key="config_upload",
-                         on_change=_on_config_upload, help="Parsed as JSON, never executed. 1 MB at most.")
-    sb.header("Precision")
-    widget("convention", sb, on_change=_on_convention_change)
-    for name in PRECISION_FIELDS:
-        widget(name, sb)
-    sb.header("Cluster")
-    for name in ("workers", "shard_group", "gpus_per_node", "offload_optimizer", "offload_params"):
-        widget(name, sb)
-    if st.session_state["model"] != PARAMS_ONLY and sb.toggle("Model parallelism (tp, pp, cp)", key="edit_layout"):
-        widget("tp", sb)
-        widget("sequence_parallel", sb)
-        widget("pp", sb)
-        widget("schedule", sb, on_change=_on_schedule_change)
-        if st.session_state["schedule"] == "interleaved":
-            widget("vpp", sb)
-        for name in ("cp", "loss_parallel", "vocab_divisor"):
-            widget(name, sb)
-    sb.header("Training step")
-    for name in ("micro_batch", "micro_batches", "seq_len", "attention", "recompute", "activation_dtype",
-                 "implementation"):
-        widget(name, sb)
-    sb.header("GPU")
+        box.caption("Expert parallelism (ep, etp) applies to mixture-of-experts models.")
+
+
+def sidebar(loaders=None) -> None:
+    """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders."""
+    sb = st.sidebar
+    model = st.session_state["model"]
+    widget("model", sb)
+    if model == PARAMS_ONLY:
+        sb.text_input(LABELS["params"], key="params_text", help=HELP["params"])
+    elif model in MODEL_PRESETS:
+        c, source = preset_counts(model), MODEL_PRESETS[model][2]
+        moe = (f"; {c['active_params']:,} active per token ({c['expert_params']:,} in experts)"
+               if c["expert_params"] else "")
+        sb.caption(f"{c['params']:,} parameters{moe} · {source}")
     widget("gpu", sb)
     if st.session_state["gpu"] == CUSTOM:
         widget("gpu_memory", sb)
-    if sb.toggle("Edit working-set assumptions", key="edit_assumptions"):
-        for name in ("reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
-                     "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
-                     "buffer_factor"):
-            widget(name, sb)
-    sb.header("Display")
-    widget("units", sb)
+    widget("workers", sb)
+    widget("stage", sb)
+    for name in ("micro_batch", "seq_len", "recompute", "convention", "units"):
+        widget(name, sb)
+    box = _section(sb, "sec_load", "Load a config.json, a Hub model or a training config")
+    if box.open and loaders is not None:
+        loaders(box)
+    if model != PARAMS_ONLY:
+        box = _section(sb, "sec_arch", "Architecture")
+        if box.open:
+            _architecture(box)
+    box = _section(sb, "sec_precision", "Precision and optimizer")
+    if box.open:
+        for name in PRECISION_FIELDS:
+            widget(name, box)
+    box = _section(sb, "sec_cluster", "Sharding, nodes and offload")
+    if box.open:
+        for name in CLUSTER_FIELDS:
+            widget(name, box)
+    if model != PARAMS_ONLY:
+        box = _section(sb, "sec_parallel", "Model parallelism (tp, pp, cp, ep)")
+        if box.open:
+            _parallel(box)
+        box = _section(sb, "sec_step", "Step details (accumulation, kernels, dtype)")
+        if box.open:
+            for name in STEP_FIELDS:
+                widget(name, box)
+    if FINETUNE_FIELDS:
+        box = _section(sb, "sec_finetune", "Fine-tuning (LoRA / QLoRA)")
+        if box.open:
+            for name in FINETUNE_FIELDS:
+                widget(name, box)
+    box = _section(sb, "sec_assumptions", "Working-set assumptions")
+    if box.open:
+        for name in ASSUMPTION_FIELDS:
+            widget(name, box)
 
 
 def read_state() -> dict:
     """The state as the widgets hold it now (params typed as text is parsed by the caller)."""
-    return {f.name: st.session_state[f.name] for f in FIELDS}
+    state = {f.name: st.session_state[f.name] for f in FIELDS}
+    if DENSE_IDS in st.session_state:
+        state[DENSE_IDS] = st.session_state[DENSE_IDS]
+    st.session_state[SEQ_PREVIOUS] = state["seq_len"]
+    return state

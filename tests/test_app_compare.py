@@ -1,0 +1,127 @@
+"""Compare mode and calibration through AppTest: pin plan A, change anything, both plans side by side and in the
+link; every calibration format pasted (the fixtures of tests/fixtures/calibration), garbage, and the suggestion
+buttons."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.test_app import core_report, dataframe_with, figure, open_tab, run_app, text_of, traces
+from ui.share import split_query
+from zerocalc.calibrate import parse
+from zerocalc.scenario import FieldError
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "calibration"
+CALIBRATION_FILES = sorted(p for p in FIXTURES.iterdir() if p.suffix in (".txt", ".json", ".log"))
+
+
+def test_pin_change_and_compare_two_plans_in_one_link():
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, tab="Compare")
+    assert "Pin a plan" in " ".join(c.value for c in at.caption)
+    at.button(key="pin_a").click().run()
+    assert dict(at.query_params) == {"model": "llama-3-8b", "workers": "8", "a.model": "llama-3-8b"} or \
+        dict(at.query_params) == {"model": "llama-3-8b", "a.model": "llama-3-8b"}
+    at.number_input(key="workers").set_value(32).run()
+    at.number_input(key="micro_batch").set_value(2).run()
+    query = dict(at.query_params)
+    assert query == {"model": "llama-3-8b", "workers": "32", "micro_batch": "2", "a.model": "llama-3-8b"}
+    a, b = core_report({"model": "llama-3-8b"}), core_report({"model": "llama-3-8b", "workers": "32",
+                                                              "micro_batch": "2"})
+    states = figure(at, "fig_compare_states")
+    params = traces(states)["parameters"]
+    assert params["customdata"] == [r["stages"][s]["per_worker_bytes"]["parameters"] for s in range(4) for r in (a, b)]
+    peak = figure(at, "fig_compare_peak")
+    for i, (s, r) in enumerate((s, r) for s in range(4) for r in (a, b)):
+        assert sum(t["customdata"][i] for t in peak["data"]) == r["peak"][s]["peak_bytes"]
+    diff = dataframe_with(at, "plan A")
+    assert diff["field"].tolist() == ["Data-parallel workers (dp)", "Micro-batch (sequences per GPU)"]
+    assert diff["plan A"].tolist() == ["8 (default)", "1 (default)"] and diff["plan B"].tolist() == ["32", "2"]
+    workers_alone = core_report({"model": "llama-3-8b", "workers": "32"})
+    moved = workers_alone["stages"][3]["per_worker_total_bytes"] - a["stages"][3]["per_worker_total_bytes"]
+    from zerocalc.units import format_bytes
+    assert diff["model states per worker, changed alone"].tolist()[0] == "−" + format_bytes(-moved, "GB")
+    assert diff["peak, changed alone"].tolist()[1].startswith("+")                # a bigger micro-batch
+
+
+def test_a_compare_link_restores_both_plans():
+    link = {"model": "llama-3-8b", "workers": "32", "a.model": "llama-3-8b", "a.workers": "16", "a.stage": "2"}
+    at = run_app(link, tab="Compare")
+    assert not at.warning
+    assert dict(at.query_params) == link
+    assert at.session_state["plan_a"]["workers"] == 16 and at.session_state["plan_a"]["stage"] == 2
+    text = text_of(at)
+    assert "Plan A: ZeRO-2" in text and "Plan B (this view): ZeRO-3" in text
+    diff = dataframe_with(at, "plan A")
+    assert set(diff["field"]) == {"Data-parallel workers (dp)", "ZeRO stage to check"}
+    at.button(key="swap_ab").click().run()
+    assert at.number_input(key="workers").value == 16 and at.session_state["plan_a"]["workers"] == 32
+    at.button(key="unpin_a").click().run()
+    assert not any(k.startswith("a.") for k in dict(at.query_params))
+
+
+def test_bad_plan_a_parameters_are_named_and_fall_back():
+    at = run_app({"a.model": "gpt2", "a.workers": "lots", "a.bogus": "1"})
+    shown = " ".join(re.sub(r"\\(.)", r"\1", w.value) for w in at.warning)
+    assert "Plan A: Link parameter workers='lots' is not allowed" in shown and "'a.bogus'" in shown
+    view, plan, warnings = split_query({"a.model": ["gpt2"], "workers": ["4"]})
+    assert view == {"workers": ["4"]} and plan == {"model": ["gpt2"]} and warnings == []
+
+
+# --- calibration ------------------------------------------------------------------------------------------------
+
+def paste(at, text):
+    at.text_area(key="calib_text").set_value(text).run()
+    assert not at.exception, at.exception
+    return at
+
+
+@pytest.fixture(scope="module")
+def calibrate_page():
+    return run_app({"model": "llama-3-8b", "workers": "8", "micro_batch": "2", "seq_len": "4096", "stage": "3"},
+                   tab="Calibrate")
+
+
+@pytest.mark.parametrize("path", CALIBRATION_FILES, ids=lambda p: p.name)
+def test_each_pasted_format_is_read_and_compared(calibrate_page, path):
+    at = calibrate_page
+    text = path.read_text()
+    paste(at, text)
+    try:
+        measurement = parse(text)
+    except FieldError as exc:        # every value [N/A]: a clear refusal, not a number
+        assert "Could not read the pasted text" in " ".join(e.value for e in at.error), path.name
+        assert exc.field == "calibration"
+        return
+    success = " ".join(s.value for s in at.success)
+    assert f"Read as {measurement.source_format}" in success, (path.name, success, [e.value for e in at.error])
+    residuals = dataframe_with(at, "residual (measured - estimated)")
+    assert len(residuals) >= 1
+    names = set(residuals["measured"])
+    assert names <= {"allocated", "reserved", "nvidia-smi used"}
+    if measurement.allocated_peak_bytes is not None:
+        assert "allocated" in names
+
+
+def test_garbage_gets_a_clear_message(calibrate_page):
+    at = calibrate_page
+    for garbage in ("hello world", "{\"x\": [1, 2", "max_memory_allocated: lots", "\x00\x01", "9" * 500):
+        paste(at, garbage)
+        error = " ".join(e.value for e in at.error)
+        assert "Could not read the pasted text" in error and "calibration" in error, (garbage, error)
+    paste(at, "")
+    assert not at.error and "Formats understood" in " ".join(c.value for c in at.caption)
+
+
+def test_a_suggestion_sets_the_assumption_it_names():
+    at = run_app({"model": "llama-3-8b", "micro_batch": "2", "seq_len": "4096"}, tab="Calibrate")
+    paste(at, (FIXTURES / "probe_two_ranks.txt").read_text())
+    buttons = [b for b in at.button if b.key and b.key.startswith("calib_apply_")]
+    labels = [b.proto.label for b in buttons]
+    assert "Set fragmentation_percent" in labels and "Set cuda_context_bytes" in labels
+    for label in ("Set fragmentation_percent", "Set cuda_context_bytes"):
+        at.button(key=buttons[labels.index(label)].key).click().run()
+    assert dict(at.query_params)["fragmentation_percent"] == "7"
+    assert dict(at.query_params)["cuda_context_bytes"] == "1594834944"
+    assert at.session_state["calib_stage"] == 3
+    assert "zerocalc_probe.py" in " ".join(b.proto.label for b in at.get("download_button"))

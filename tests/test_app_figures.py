@@ -1,0 +1,105 @@
+"""The figures and tables the app draws: every figure is valid Plotly (the app skips Plotly's validation for speed),
+one colour per memory term across charts and views, and the activation formulas shown agree with the core."""
+
+import math
+import random
+
+import plotly.graph_objects as go
+import pytest
+
+from tests.test_app import core_report
+from ui import figures, tables
+from ui.figures import TERM_COLORS
+from ui.state import from_query, resolve
+from zerocalc.ranges import ranges, ranges_dict
+
+VIEWS = [{}, {"model": "mixtral-8x7b", "workers": "16"}, {"model": "params-only"},
+         {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "sequence_parallel": "true",
+          "micro_batches": "8", "seq_len": "4096"},
+         {"model": "deepseek-v3", "workers": "64", "ep": "64"}, {"convention": "pure-bf16", "units": "GiB"}]
+
+
+def band(query):
+    r = resolve(from_query(query)[0])
+    return None if r.workload is None else ranges_dict(ranges(r.scenario, r.workload))
+
+
+def built(query):
+    report, unit = core_report(query), from_query(query)[0]["units"]
+    out = [figures.per_worker(report, unit, "category", 3), figures.per_worker(report, unit, "entry"),
+           figures.cluster(report, unit), figures.scaling(report, unit), figures.compare_states(report, report, unit)]
+    if "peak" in report:
+        out += [figures.overview(report, unit, "category", 1), figures.overview(report, unit, "entry"),
+                figures.peak(report, unit, band(query), 2), figures.timeline(report, 1, unit),
+                figures.ranks(report, 3, unit), figures.compare_peak(report, report, unit)]
+    return out
+
+
+@pytest.mark.parametrize("query", VIEWS, ids=str)
+def test_every_figure_is_valid_plotly(query):
+    for fig in built(query):
+        go.Figure(fig.to_dict())            # full validation: raises on any unknown or ill-typed property
+
+
+def colours_by_term(fig) -> dict:
+    out = {}
+    for t in fig.to_dict()["data"]:
+        if t["type"] == "bar":
+            name = t["name"].split(": ", 1)[-1]
+            out.setdefault(name, set()).add(t["marker"]["color"])
+    return out
+
+
+def test_each_term_keeps_its_colour_across_charts_and_views():
+    seen = {}
+    for query in ({}, {"convention": "pure-bf16"}, {"master_dtype": "none", "gpu": "L4-24GB"},
+                  {"model": "mixtral-8x7b"}, {"stage": "0", "recompute": "full"}):
+        for fig in built(query):
+            for term, colours in colours_by_term(fig).items():
+                assert len(colours) == 1, (term, colours)
+                seen.setdefault(term, set()).update(colours)
+    for term, colours in seen.items():
+        if term in TERM_COLORS:
+            assert colours == {TERM_COLORS[term]}, term
+        else:
+            assert len(colours) == 1, term
+    assert {"parameters", "gradients", "optimizer", "activations", "model states", "CUDA context"} <= set(seen)
+    assert len(set(TERM_COLORS.values())) == len(TERM_COLORS)          # no two terms share a colour
+
+
+def bits_of(formula: str, env: dict) -> int:
+    expr = formula.split(" (")[0].replace("·", "*").replace("²", "**2")
+    return eval(expr, {"__builtins__": {}}, env)             # noqa: S307 - our own formula strings, in a test
+
+
+ACTIVATION_VIEWS = [{}, {"attention": "eager"}, {"model": "gpt2", "attention": "eager"},
+                    {"implementation": "megatron"}, {"model": "llama-3-8b", "micro_batch": "2", "seq_len": "1024"},
+                    {"model": "gpt2", "resid_dropout": "0.1"}, {"activation_dtype": "fp32"}]
+
+
+@pytest.mark.parametrize("query", ACTIVATION_VIEWS, ids=str)
+def test_activation_formulas_agree_with_the_core(query):
+    report = core_report(query)
+    a, w = report["architecture"], report["workload"]
+    d = a["head_dim"] or a["hidden"] // a["heads"]
+    env = {"w": report["activation_bits"], "b": w["micro_batch"], "s": w["seq_len"],
+           "T": w["micro_batch"] * w["seq_len"], "h": a["hidden"], "a": a["heads"], "q": a["heads"] * d,
+           "kv": (a["kv_heads"] or a["heads"]) * d, "f": a["ffn"], "V": report["layout"]["padded_vocab"], "d": d}
+    checked = 0
+    terms = report["activation_terms"]
+    for group in ("per_layer", "embedding_end", "every_stage", "output_end"):
+        for term, nbytes in terms[group].items():
+            formula = tables.activation_formula(term, report)
+            if formula.startswith("see "):
+                continue
+            assert math.ceil(bits_of(formula, env) / 8) == nbytes, (term, formula)
+            checked += 1
+    assert checked >= 8
+
+
+def test_activation_sizes_are_never_zero_in_the_chosen_system():
+    rng = random.Random(5)
+    for _ in range(50):
+        n = rng.randrange(1, 10**12)
+        for unit in ("GB", "GiB"):
+            assert not tables.auto(n, unit).startswith("0.00")

@@ -1,0 +1,102 @@
+"""Calibrate: paste what a real run printed and see it against the estimate (zerocalc.calibrate): measured vs
+estimated per quantity (allocated, reserved, nvidia-smi's used), the residual, and the assumption that would absorb
+it, with a button that sets it. The probe script users run in their loop (tools/zerocalc_probe.py) downloads here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from zerocalc.scenario import FieldError
+
+from . import tables
+from .figures import STAGE_LABELS
+from .state import CUSTOM, FIELD
+from .widgets import set_fields
+
+PROBE = Path(__file__).resolve().parents[1] / "tools" / "zerocalc_probe.py"
+PROBE_USAGE = """Copy `zerocalc_probe.py` next to your training script, then:
+
+```python
+from zerocalc_probe import Probe
+probe = Probe()
+for step, batch in enumerate(loader):
+    with probe.phase("forward"):
+        loss = model(**batch).loss
+    with probe.phase("backward"):
+        loss.backward()
+    with probe.phase("optimizer_step"):
+        optimizer.step(); optimizer.zero_grad(set_to_none=True)
+    if step == 3:
+        probe.report()          # prints one line: paste it here
+        break
+```
+`python zerocalc_probe.py --fake` prints a line from made-up numbers, to try the paste."""
+
+
+def _apply(field: str, value: int) -> None:
+    if field == "gpu_memory":
+        set_fields({"gpu": CUSTOM, "gpu_memory": value})
+        return
+    f = FIELD[field]
+    set_fields({field: max(int(f.lo), min(int(f.hi), value))})
+
+
+def panel(resolved, unit: str) -> None:
+    from zerocalc.calibrate import FORMAT_HELP, compare_stage, parse   # imported when the tab first opens
+    st.markdown("Paste what a real run printed: `torch.cuda.max_memory_allocated()` / `max_memory_reserved()`, "
+                "the JSON of `torch.cuda.memory_stats()`, `torch.cuda.memory_summary()`, `nvidia-smi "
+                "--query-gpu=memory.used,memory.total --format=csv` lines, DeepSpeed's `see_memory_usage` lines, "
+                "a CUDA out-of-memory message, or the probe's line. Several pasted together are merged.")
+    with st.expander("The probe: per-phase peaks from your own training loop"):
+        st.markdown(PROBE_USAGE)
+        if PROBE.exists():
+            st.download_button("Download zerocalc_probe.py", PROBE.read_bytes, file_name="zerocalc_probe.py",
+                               mime="text/x-python", key="probe_download", on_click="ignore")
+        st.caption("Source: tools/zerocalc_probe.py in the zerocalc repository (torch only; not imported by the "
+                   "core).")
+    if resolved.workload is None:
+        st.info("Calibration compares a run with the peak estimate, which needs an architecture: pick a model.")
+        return
+    text = st.text_area("Measured output", key="calib_text", height=150,
+                        placeholder="max_memory_allocated: 61290913792\nmax_memory_reserved: 66 GiB",
+                        help="Read as text, never executed. At most 1,000,000 characters.")
+    left, right = st.columns(2)
+    if "calib_stage" not in st.session_state:
+        st.session_state["calib_stage"] = resolved.state["stage"]
+    stage = left.radio("Compare with", range(4), key="calib_stage", horizontal=True,
+                       format_func=STAGE_LABELS.__getitem__, help="The ZeRO stage the run used.")
+    gb = right.radio("\"GB\" in plain labelled numbers means", ("decimal", "binary"), key="calib_gb",
+                     horizontal=True, format_func={"decimal": "10^9 bytes", "binary": "2^30 bytes (GiB)"}.get,
+                     help="Many scripts divide by 1024**3 and print GB; the other formats say what they mean.")
+    if not text or not text.strip():
+        st.caption("Formats understood: " + "; ".join(f"**{k}**: {v}" for k, v in FORMAT_HELP.items()) + ".")
+        return
+    try:
+        measurement = parse(text, gb=gb)
+        calibration = compare_stage(measurement, resolved.scenario, resolved.workload, stage).to_dict()
+    except FieldError as exc:          # CalibrationError names the formats understood
+        from .panels import escape_markdown
+        st.error(escape_markdown(f"Could not read the pasted text: {exc}"))
+        return
+    m = calibration["measurement"]
+    st.success(f"Read as {m['source_format']}" + (f" ({m['gpu_name']})" if m.get("gpu_name") else "") +
+               f"; compared with {STAGE_LABELS[stage]} of this view.")
+    from .panels import table_with_csv
+    table_with_csv(tables.residual_table(calibration, unit), "calibration", None)
+    if calibration["phases"]:
+        st.markdown("**Per phase** (the probe's phases against the estimate's):")
+        table_with_csv(tables.phase_table(calibration, unit), "calibration-phases", None)
+    for sentence in calibration["sentences"]:
+        st.markdown(f"- {sentence}")
+    for i, s in enumerate(calibration["suggestions"]):
+        cols = st.columns([4, 1])
+        cols[0].markdown(f"- {s['sentence']}")
+        cols[1].button(f"Set {s['field']}", key=f"calib_apply_{i}", on_click=_apply, args=(s["field"], s["suggested"]),
+                       help=f"Sets {s['field']} to {s['suggested']:,} in the view.")
+    if m["notes"]:
+        with st.expander(f"How it was read ({len(m['notes'])} notes)"):
+            for note in m["notes"]:
+                st.markdown(f"- {note}")

@@ -1,0 +1,330 @@
+"""Loading a model or a job: a Hugging Face config.json upload, a Hub model id, and a framework config (DeepSpeed
+ds_config.json, accelerate YAML, torchtitan TOML). Each success sets the widgets' values and leaves a line saying
+what was loaded; each refusal says why and which model is still shown, keeps the previous view and clears the
+uploader (an uploader's file cannot be unset, so its key moves on).
+
+A Hub token typed here lives only in st.session_state["hub_token"]: it is never a state field (so never in the
+link or the JSON report), never in a message, a log line or a download.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import fields as dc_fields
+
+import streamlit as st
+
+from zerocalc.architecture import counts, param_count
+from zerocalc.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
+from zerocalc.scenario import FieldError
+
+from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
+                    format_value, parse_value, resolve)
+from .widgets import read_state, set_fields
+
+HUB_ENDPOINT_ENV = "ZEROCALC_HUB_ENDPOINT"   # another Hub (a mirror, or the tests' local server); unset: the Hub
+HUB_CACHE_ENV = "ZEROCALC_HUB_CACHE"         # huggingface_hub's cache folder; unset: its own default
+MESSAGE = "import_message"                   # (kind, text, details) shown in the main area
+
+
+def upload_key(name: str) -> str:
+    return f"{name}_{st.session_state.get(name + '_n', 0)}"
+
+
+def clear_upload(name: str) -> None:
+    st.session_state[name + "_n"] = st.session_state.get(name + "_n", 0) + 1
+
+
+def _say(kind: str, text: str, details=()) -> None:
+    st.session_state[MESSAGE] = (kind, text, tuple(details))
+
+
+def describe(value, allowed: str = "") -> str:
+    """A refused value, with its type where a number was asked for (so "got '2048'" says it was text)."""
+    numeric = any(w in allowed for w in ("integer", "number", "true or false"))
+    if not numeric:
+        return repr(value)
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (true/false, not a number)"
+    if isinstance(value, str):
+        return f"the text {value!r} (a string in quotes: write it without quotes)"
+    if isinstance(value, float):
+        return f"{value!r} (a decimal number, not a whole number)"
+    if value is None:
+        return "null"
+    if isinstance(value, (list, dict)):
+        return f"a {'list' if isinstance(value, list) else 'JSON object'}"
+    return repr(value)
+
+
+def refusal(exc: FieldError) -> str:
+    line = getattr(exc, "line", None)
+    where = f" (line {exc.line}, column {exc.column})" if line else ""
+    return f"{exc.field}{where}: got {describe(exc.value, str(exc.allowed))}; allowed: {exc.allowed}"
+
+
+def shown_model() -> str:
+    """What the page shows now, for "still showing ..." after a refusal."""
+    state = read_state()
+    model = state["model"]
+    if model == PARAMS_ONLY:
+        return f"params-only, {state['params']:,} parameters"
+    try:
+        arch = architecture(state)
+    except FieldError:
+        return model
+    name = "the custom architecture" if model == CUSTOM else model
+    return f"{name} ({param_count(arch):,} parameters, {arch.layers:,} layers)"
+
+
+def model_summary(arch) -> str:
+    c = counts(arch)
+    moe = (f"; {arch.experts} experts, top-{arch.experts_per_token}: {c['active_params']:,} active per token"
+           if arch.experts else "")
+    return f"{c['params']:,} parameters, {arch.layers:,} layers{moe}"
+
+
+def set_architecture(arch) -> None:
+    """The model becomes custom with every architecture field from `arch` (the config.json upload's path)."""
+    values = {"model": CUSTOM, **{name: _arch_value(arch, name) for name in ARCH_FIELDS}}
+    set_fields(values)
+    if arch.dense_layer_ids:
+        st.session_state[DENSE_IDS] = tuple(arch.dense_layer_ids)
+    else:
+        st.session_state.pop(DENSE_IDS, None)
+
+
+def _config_name(cfg: dict) -> str:
+    arch = cfg.get("architectures")
+    name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else None
+    parts = [str(cfg.get("model_type", "?"))[:40]] + ([name[:60]] if name else [])
+    return " / ".join(parts)
+
+
+def on_config_upload() -> None:
+    key = upload_key("config_upload")
+    upload = st.session_state.get(key)
+    if upload is None:
+        return
+    try:
+        data = upload.getvalue()
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError("config", f"{len(data):,} bytes", f"at most {MAX_CONFIG_BYTES:,} bytes")
+        cfg = parse_config(data)
+        arch = architecture_from_config(cfg)
+    except (ConfigError, FieldError) as exc:  # every refusal names the config key and what is allowed
+        _say("error", f"{upload.name[:80]} refused: {refusal(exc)}. Still showing {shown_model()}.")
+        clear_upload("config_upload")
+        return
+    set_architecture(arch)
+    _say("success", f"Loaded {upload.name[:80]}: {_config_name(cfg)}, {model_summary(arch)}.")
+
+
+def hub_fetch():
+    """zerocalc.hub.fetch_config with the token from the session, the endpoint and cache from the environment."""
+    from zerocalc.hub import fetch_config
+    return fetch_config(st.session_state.get("hub_id", "").strip(),
+                        revision=(st.session_state.get("hub_revision") or "").strip() or None,
+                        token=st.session_state.get("hub_token") or None, timeout_s=10,
+                        endpoint=os.environ.get(HUB_ENDPOINT_ENV) or None,
+                        cache_dir=os.environ.get(HUB_CACHE_ENV) or None)
+
+
+def on_hub_fetch() -> None:
+    from zerocalc.hub import HubError
+    try:
+        hub = hub_fetch()
+        arch = architecture_from_config(hub.config)
+    except (HubError, ConfigError, FieldError) as exc:   # hub.py keeps the token out of every message
+        _say("error", f"Hub model refused: {refusal(exc)}. Still showing {shown_model()}.")
+        return
+    set_architecture(arch)
+    ours = param_count(arch)
+    details = []
+    if hub.safetensors_total_size is not None:
+        details.append(f"Published safetensors: {hub.safetensors_total_size:,} bytes of tensors; ours: "
+                       f"{ours:,} parameters.")
+    elif hub.safetensors_file_size is not None:
+        details.append(f"Published model.safetensors: {hub.safetensors_file_size:,} bytes (header included); "
+                       f"ours: {ours:,} parameters.")
+    if hub.published_dtype_note:
+        details.append(hub.published_dtype_note[:1].upper() + hub.published_dtype_note[1:] + ".")
+    details += [str(n) for n in hub.notes]
+    commit = f" (commit {hub.commit[:12]})" if hub.commit else ""
+    _say("success", f"Fetched {hub.repo_id}@{hub.revision}{commit}: {_config_name(hub.config)}, "
+                    f"{model_summary(arch)}.", details)
+
+
+# --- framework configs --------------------------------------------------------------------------------------
+
+FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accelerate config YAML",
+                   "torchtitan": "torchtitan TOML"}
+
+
+def _ui_value(name: str, value):
+    """A core value as the widget holds it (None dtype -> "none", no shard group -> 0, auto activation dtype)."""
+    if value is None:
+        return {"shard_group": 0, "activation_dtype": "auto", "vocab_divisor": 0}.get(name, "none")
+    return value
+
+
+def _check(name: str, value, source: str):
+    """The value if the field's widget can hold it, else a refusal naming the file's key."""
+    from zerocalc.frameworks import FrameworkConfigError
+    f = FIELD[name]
+    try:
+        if parse_value(f, format_value(f, value)) == value:
+            return value
+    except (ValueError, ArithmeticError, TypeError):
+        pass
+    raise FrameworkConfigError(source, value, f"a value zerocalc's {name} field allows ({allowed(f)})")
+
+
+def framework_fields(imported, applied, state: dict) -> dict:
+    """The widget values an import sets: its scenario, workload and layout fields (world size -> workers)."""
+    from zerocalc.frameworks import FrameworkConfigError
+    out = {}
+    s, w = applied.scenario, applied.workload
+    for name in imported.scenario:
+        if name in FIELD:
+            out[name] = _check(name, _ui_value(name, getattr(s, name)), imported.sources.get(f"scenario.{name}",
+                                                                                           name))
+    for name in imported.workload:
+        if name in FIELD and w is not None:
+            out[name] = _check(name, _ui_value(name, getattr(w, name)), imported.sources.get(f"workload.{name}",
+                                                                                           name))
+        elif name == "gpu_memory" and getattr(w, "gpu_memory", None):
+            out["gpu"] = CUSTOM
+    layout = dict(applied.layout)
+    gpus = layout.pop("gpus", None)
+    for name, value in layout.items():
+        if name in FIELD:
+            out[name] = _check(name, _ui_value(name, value), imported.sources.get(f"layout.{name}", name))
+    if out.get("schedule") == "interleaved" and "vpp" not in out and state["vpp"] < 2:
+        out["vpp"] = 2
+    if gpus and "workers" not in imported.scenario:
+        merged = {**state, **out}
+        mp = merged["tp"] * merged["pp"] * merged["cp"]
+        if gpus % mp:
+            raise FrameworkConfigError(imported.sources.get("layout.gpus", "gpus"), gpus,
+                                       f"a multiple of tp x pp x cp ({mp:,})")
+        out["workers"], out["shard_group"] = gpus // mp, 0
+    return out
+
+
+def on_framework_upload() -> None:
+    from zerocalc.cli_frameworks import apply_import, context_for
+    from zerocalc.frameworks import FrameworkConfigError, guess_format, import_config
+
+    key = upload_key("framework_upload")
+    upload = st.session_state.get(key)
+    if upload is None:
+        return
+    name = upload.name[:80]
+    fmt = guess_format(upload.name) or "deepspeed"
+    state = read_state()
+    before = resolve(state)
+    try:
+        arch = architecture(before.state) if before.state["model"] != PARAMS_ONLY else None
+        lay = {f.name: getattr(before.workload.layout, f.name) for f in dc_fields(before.workload.layout)} \
+            if before.workload is not None else {}
+        lay["gpus"] = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
+        context = context_for(before.scenario, before.workload, arch, lay)
+        data = upload.getvalue()
+        imported = import_config(fmt, data, context)
+        applied = apply_import(imported, before.scenario, before.workload)
+        values = framework_fields(imported, applied, before.state)
+        if imported.selected_stage is not None:
+            values["stage"] = imported.selected_stage
+        after = resolve({**before.state, **values})
+        if after.warnings:        # a layout the model cannot take: named by the file's key that set it
+            bad = next((k for k in values if after.state[k] != values[k]), None)
+            source = imported.sources.get(f"layout.{bad}") or imported.sources.get(f"scenario.{bad}") or bad
+            raise FrameworkConfigError(source or "config", values.get(bad), after.warnings[0])
+    except (FrameworkConfigError, FieldError) as exc:
+        _say("error", f"{name} refused ({FRAMEWORK_NAMES[fmt]}): {refusal(exc)}. The view is unchanged: still "
+                      f"showing {shown_model()}.")
+        clear_upload("framework_upload")
+        return
+    set_fields(values)
+    st.session_state["framework_import"] = {"name": name, "format": fmt, "stage": imported.selected_stage}
+    stage = "" if imported.selected_stage is None else f" ZeRO-{imported.selected_stage} selected;"
+    changed = ", ".join(f"{k} = {v}" for k, v in values.items() if k != "stage")
+    details = [f"Set: {changed or 'nothing beyond the stage'}."]
+    details += [f"\"auto\" {a['key']} = {a['value']}: {a['how']}" for a in imported.auto_keys]
+    details += [f"Ignored {i['key']}: {i['reason']}" for i in imported.ignored_keys]
+    details += list(imported.notes)
+    _say("success", f"Imported {name} ({FRAMEWORK_NAMES[fmt]}):{stage} {len(imported.auto_keys)} \"auto\" "
+                    f"key(s) resolved, {len(imported.ignored_keys)} key(s) ignored.", details)
+
+
+def loaders(box) -> None:
+    """The loaders, drawn inside the sidebar's "Load" section."""
+    box.file_uploader("Hugging Face config.json", type=["json"], key=upload_key("config_upload"),
+                      on_change=on_config_upload, help="Parsed as JSON, never executed. 1 MB at most. The model "
+                                                       "becomes custom with the config's architecture.")
+    box.text_input("Hub model id (ORG/NAME)", key="hub_id", placeholder="meta-llama/Llama-3.1-8B",
+                   help="Fetches config.json (and the safetensors index for the published size) from the Hugging "
+                        "Face Hub: no weights, no remote code.")
+    box.text_input("Revision (optional)", key="hub_revision", placeholder="main",
+                   help="A branch, tag or 40-hex commit.")
+    box.text_input("Access token (optional, gated models)", key="hub_token", type="password",
+                   help="Kept in this browser session only: never in the link, the report, a download or a "
+                        "message. Empty: HF_TOKEN from the server's environment, if any.")
+    box.button("Fetch from the Hub", key="hub_fetch", on_click=on_hub_fetch)
+    box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML",
+                      type=["json", "yaml", "yml", "toml"], key=upload_key("framework_upload"),
+                      on_change=on_framework_upload,
+                      help="Read as data, never executed: sets the stage, precision, offload, buckets, batch and "
+                           "parallel degrees the file states (\"auto\" resolved as the Hugging Face integration "
+                           "does). The model stays as chosen.")
+
+
+# --- export ---------------------------------------------------------------------------------------------------
+
+EXPORTS = (("deepspeed", "ds_config.json", "application/json", "json"),
+           ("accelerate", "accelerate_fsdp.yaml", "application/x-yaml", "yaml"),
+           ("torchtitan", "torchtitan.toml", "application/toml", "toml"))
+
+
+def export_inputs(resolved) -> tuple:
+    """(scenario, workload, layout, stage) as the exporters take them (cli_frameworks.export_from_args's dicts)."""
+    s = {f.name: getattr(resolved.scenario, f.name) for f in dc_fields(resolved.scenario)}
+    w = {} if resolved.workload is None else {f.name: getattr(resolved.workload, f.name)
+                                             for f in dc_fields(resolved.workload)}
+    lay = {}
+    if resolved.workload is not None:
+        layout = resolved.workload.layout
+        lay = {f.name: getattr(layout, f.name) for f in dc_fields(layout)}
+        lay["gpus"] = layout.world(resolved.scenario.workers)
+    return s, w, lay, resolved.state["stage"]
+
+
+def exports_tab(resolved) -> None:
+    from zerocalc.frameworks import FrameworkConfigError
+    from zerocalc.frameworks.export import export_caveats, export_config
+
+    from .panels import escape_markdown
+    from .widgets import STAGE_LABELS
+
+    s, w, lay, stage = export_inputs(resolved)
+    imported = st.session_state.get("framework_import")
+    if imported:
+        st.caption(f"Imported {escape_markdown(imported['name'])}; its stage "
+                   f"({'none' if imported['stage'] is None else STAGE_LABELS[imported['stage']]}) is marked in "
+                   f"the stage table and checked in the verdict.")
+    st.markdown(f"The current view ({STAGE_LABELS[stage]}, the stage being checked) as each framework's config. "
+                "Importing a download gives back every field the format can express.")
+    for fmt, filename, mime, language in EXPORTS:
+        try:
+            text = export_config(fmt, s, w, lay, stage)
+            caveats = export_caveats(fmt, s, w, lay, stage)
+        except (FrameworkConfigError, FieldError) as exc:
+            st.warning(escape_markdown(f"{filename}: this view cannot be written as {FRAMEWORK_NAMES[fmt]}: {exc}"))
+            continue
+        st.download_button(f"Download {filename}", text.encode("utf-8"), file_name=filename, mime=mime,
+                           key=f"export_{fmt}", on_click="ignore")
+        with st.expander(f"{filename}: contents and what it cannot express ({len(caveats)})"):
+            st.code(text, language=language, wrap_lines=True)
+            for c in caveats:
+                st.markdown(f"- {escape_markdown(c)}")
