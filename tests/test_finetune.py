@@ -182,3 +182,20 @@ def test_only_gradients_narrower_than_the_master_get_an_fp32_copy_at_the_step():
     fp16 = view(FineTune(mode="lora", adapter_dtype="fp16"), workers=1)
     trainable = trainable_counts(fp16)["trainable_params"]
     assert fp16.peaks[0].phases["optimizer_step"]["fp32 gradient copy"] == 4 * trainable
+
+
+def test_each_group_ledger_shows_which_entries_vanish():
+    # The ledger view: a frozen group keeps only its stored weight, a trained one every entry of the
+    # convention except a master copy it does not need (fp32 adapters are their own master).
+    from zerocalc.report import group_ledgers
+    out = group_ledgers(view(FineTune(mode="qlora", lora_targets=("all-linear",)), convention="megatron"))
+    by = {g["group"]: g for g in out["groups"]}
+    nf4 = by["nf4, frozen"]["bytes_per_param"]
+    assert [k for k, v in nf4.items() if v is not None] == ["parameters"]
+    # nf4, block 64, double quantization: 1/2 packed + 1/64 absmax + tiny scales and code tables (bitsandbytes)
+    assert 0.5 + 1 / 64 < nf4["parameters"] < 0.5 + 1 / 64 + 0.001
+    trained = by["fp32"]["bytes_per_param"]
+    assert trained == {"parameters": 4.0, "gradients": 4.0, "master parameters": None, "exp_avg": 4.0,
+                       "exp_avg_sq": 4.0}
+    full = group_ledgers(view())["groups"]
+    assert len(full) == 1 and full[0]["total_bytes_per_param"] == 16.0     # zero-paper: 2 + 2 + 12

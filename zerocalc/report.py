@@ -145,6 +145,28 @@ def group_label(group: str) -> str:
     return " ".join(words) + (f" ({dtypes[0]})" if dtypes else "")
 
 
+def group_ledgers(report: LayoutReport) -> dict:
+    """Which ledger entries each parameter group keeps, in bytes per parameter of that group (None: the entry
+    vanishes), for the rank class holding the most parameters: how frozen weights drop their gradient, master copy
+    and optimizer state, and what a quantized base stores instead of its weights."""
+    view = max(report.ranks, key=lambda v: v.shape.params)
+    names = [e.name for e in report.ledger]
+    groups = []
+    for g in view.shape.groups:
+        kept = {}
+        for row in view.rows:
+            group, _, entry = row.entry.name.rpartition(": ")
+            if group != g.name:
+                continue
+            key = entry if entry in names else "parameters"       # a quantized weight's parts are its parameters
+            kept[key] = kept.get(key, 0) + Fraction(row.entry.nbytes(row.elements)) / max(1, g.params)
+        groups.append({"group": g.name or "dense", "label": group_label(g.name), "params": g.params,
+                       "trainable": not g.name.endswith("frozen"),
+                       "bytes_per_param": {n: (float(kept[n]) if n in kept else None) for n in names},
+                       "total_bytes_per_param": float(sum(kept.values()))})
+    return {"rank": view.rank.name, "entries": names, "groups": groups}
+
+
 def trainable_counts(report: LayoutReport) -> dict:
     """Stored parameters that train and that do not (adapters and trained copies included), one copy each."""
     w, s = report.workload, report.scenario
@@ -199,6 +221,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
     if layouts:
         from .layout_search import search_dict
         out["solve"].update(search_dict(s, workload))
+    out["group_ledgers"] = group_ledgers(report)
     if workload.finetune.quantized:
         out["finetune_comparison"] = quantized_vs_plain(report)
     return out

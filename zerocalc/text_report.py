@@ -7,7 +7,7 @@ from .finetune import describe
 from .layout_search import search_layouts
 from .ledger import bytes_per_param
 from .model_states import workers_per_node
-from .report import group_bytes, group_label, ledger_rows, trainable_counts
+from .report import group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
 from .solve import solve
 from .tables import CONVENTIONS
 from .units import format_bytes, in_unit, resolve_unit
@@ -191,6 +191,12 @@ def finetune_text(report, unit) -> list:
              f"({100 * c['trainable_params'] / stored:.2f}%; adapters {c['adapter_params']:,}).",
              f"  stage 0 model states by group ({worst.rank.name}): " +
              "; ".join(f"{group_label(g)} {format_bytes(b, unit)}" for g, b in groups.items())]
+    ledgers = group_ledgers(report)
+    lines += [f"  bytes per parameter each group keeps ({ledgers['rank']}; - : the entry vanishes):",
+              "  " + _table(["entry"] + [g["label"] for g in ledgers["groups"]],
+                            [[name] + ["-" if g["bytes_per_param"][name] is None else f"{g['bytes_per_param'][name]:.4g}"
+                                       for g in ledgers["groups"]] for name in ledgers["entries"]]
+                            ).replace("\n", "\n  ")]
     if ft.quantized:
         q = quantized_vs_plain(report)
         lines.append(f"  against the same adapters on a {ft.base_dtype or s.param_dtype} base: peak "
