@@ -18,8 +18,8 @@ from zerocalc.report import full_report
 from zerocalc.units import UNIT_BYTES, format_bytes
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Scaling", "Compare", "Calibrate",
-        "Framework configs", "DeepSpeed estimator", "How to read it")
+TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
+        "Framework configs", "How to read it")
 SECTIONS = ("sec_load", "sec_arch", "sec_precision", "sec_cluster", "sec_parallel", "sec_step", "sec_assumptions")
 ISSUE_13 = {"model": "llama-3-8b", "gpu": "A100-40GB", "micro_batch": "4", "seq_len": "4096", "stage": "2"}
 
@@ -208,7 +208,6 @@ def test_tabs_draw_their_charts_and_tables_against_the_core():
     stages = table(at, "stage_table")
     assert stages["plan"].tolist()[2].startswith("◀ checked")
     assert stages["redundant share"].tolist()[0] == "94%"            # 16 copies: 15 of 16 redundant
-    open_tab(at, "Scaling")
     assert traces(figure(at, "fig_scaling"))["ZeRO-3"]["customdata"] == report["scaling"]["stage_3"]
     open_tab(at, "Peak and step")
     timeline = traces(figure(at, "fig_timeline"))
@@ -511,7 +510,7 @@ def test_expert_parallel_controls_reach_the_link_and_the_ranks():
 def test_downloads_are_stamped_with_version_and_convention():
     query = {"convention": "deepspeed"}
     labels = []
-    for tab in ("Model states", "Peak and step", "DeepSpeed estimator", "How to read it"):
+    for tab in ("Model states", "Peak and step", "How to read it"):
         at = run_app(query, tab=tab)
         labels += [b.proto.label for b in at.get("download_button")]
     assert "JSON: full report" in labels
@@ -521,8 +520,8 @@ def test_downloads_are_stamped_with_version_and_convention():
     assert report["convention"] == "deepspeed" and report["zerocalc_version"]
 
 
-def test_deepspeed_tab_and_how_to_read_it():
-    at = run_app(tab="DeepSpeed estimator")
+def test_deepspeed_estimator_and_how_to_read_it():
+    at = run_app(tab="Model states")
     ds = table(at, "deepspeed_table")
     assert len(ds) == 8 and ds["estimator"].tolist().count("ZeRO-3") == 6
     at = open_tab(at, "How to read it")

@@ -1,10 +1,11 @@
-"""The core's answers for one state, computed once per distinct state (a fragment's rerun, a tab switch and a
-second session asking the same reuse them): the full report, the assumption ranges and what would make the checked
-stage fit. Cached results are shared and never modified by the views."""
+"""The core's answers for one state, each computed once per distinct state (a fragment's rerun, a tab switch and a
+second session asking the same reuse them) and only when a view asks for it: the full report, the assumption
+ranges, and what would make the checked stage fit. Cached results are shared and never modified by the views."""
 
 from __future__ import annotations
 
 import json
+import threading
 
 import streamlit as st
 
@@ -24,22 +25,48 @@ def state_key(state: dict) -> str:
     return json.dumps(core, sort_keys=True, default=str)
 
 
+_LAST = threading.local()              # per script thread: (state dict, its key), computed once per resolved state
+
+
+def _key(resolved) -> str:
+    last = getattr(_LAST, "pair", None)
+    if last is None or last[0] is not resolved.state:
+        last = _LAST.pair = (resolved.state, state_key(resolved.state))
+    return last[1]
+
+
 @st.cache_resource(max_entries=256, show_spinner=False)
-def _view(key: str, layouts: bool, _resolved) -> dict:
+def _report(key: str, layouts: bool, _resolved) -> dict:
     r = _resolved
-    report = full_report(r.scenario, r.workload, r.state["buffer_factor"], layouts=layouts)
+    return full_report(r.scenario, r.workload, r.state["buffer_factor"], layouts=layouts)
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _ranges(key: str, _resolved):
+    r = _resolved
+    return None if r.workload is None else ranges_dict(ranges(r.scenario, r.workload))
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _fixes(key: str, layouts: bool, _resolved) -> list:
+    r = _resolved
     if r.workload is None:
-        return {"report": report, "ranges": None, "fixes": []}
+        return []
+    report = _report(key, False, r)
     stage = r.state["stage"]
+    if report["peak"][stage]["fits"]:
+        return []
     world = report["layout"]["world_size"]
-    found = [] if report["peak"][stage]["fits"] else \
-        fixes(r.scenario, r.workload, stage, layouts=layouts or world <= LAYOUT_FIX_GPUS)
-    return {"report": report, "ranges": ranges_dict(ranges(r.scenario, r.workload)), "fixes": found}
+    return fixes(r.scenario, r.workload, stage, layouts=layouts or world <= LAYOUT_FIX_GPUS)
 
 
-def view(resolved, layouts: bool = False) -> dict:
-    return _view(state_key(resolved.state), layouts, resolved)
+def report_of(resolved, layouts: bool = False) -> dict:
+    return _report(_key(resolved), layouts, resolved)
 
 
-def report_of(resolved) -> dict:
-    return view(resolved)["report"]
+def ranges_of(resolved):
+    return _ranges(_key(resolved), resolved)
+
+
+def fixes_of(resolved, layouts: bool = False) -> list:
+    return _fixes(_key(resolved), layouts, resolved)

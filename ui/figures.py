@@ -187,9 +187,43 @@ def overview(report: dict, unit: str, breakdown: str = "category", highlight: in
     if highlight is not None:
         marks = [_marker(STAGE_LABELS[highlight], peaks[highlight]["peak_bytes"], unit,
                          f"checked: {PHASE_LABELS[peaks[highlight]['peak_phase']]}")]
-    return _figure(traces, unit, "Model states and peak per GPU, by ZeRO stage",
-                   subtitle=capacity_title(report, unit), capacity=report["gpu"]["capacity_bytes"],
-                   annotations=marks, height=460)
+    fig = _figure(traces, unit, "Model states and peak per GPU, by ZeRO stage",
+                  subtitle=capacity_title(report, unit), capacity=report["gpu"]["capacity_bytes"],
+                  annotations=marks, height=400)
+    fig.layout.showlegend = False       # legend_html draws it: lighter to render, and it wraps on a phone
+    fig._zc_traces = traces             # the plain traces, for legend_html (Plotly's own objects are slow to read)
+    return fig
+
+
+PATTERN_CSS = {"/": "repeating-linear-gradient(135deg, rgba(255,255,255,.75) 0 2px, transparent 2px 5px)",
+               ".": "radial-gradient(rgba(255,255,255,.8) 1px, transparent 1.2px) 0 0 / 4px 4px",
+               "x": "repeating-linear-gradient(45deg, rgba(255,255,255,.7) 0 1px, transparent 1px 4px), "
+                    "repeating-linear-gradient(135deg, rgba(255,255,255,.7) 0 1px, transparent 1px 4px)"}
+
+
+def legend_html(fig: go.Figure) -> str:
+    """The figure's legend as HTML: one swatch per term (its fixed colour, its group's hatch), grouped as the bars
+    are (model states on the left bar, the peak on the right)."""
+    import html
+    groups = {"states": "left bar, model states per worker:", "peak": "right bar, peak per GPU:"}
+    seen, parts = set(), {}
+    for t in getattr(fig, "_zc_traces", None) or [d.to_plotly_json() for d in fig.data]:
+        name, group = t["name"], t.get("offsetgroup")
+        key = (group, name)
+        if key in seen or t["type"] != "bar":
+            continue
+        seen.add(key)
+        shape = (t["marker"].get("pattern") or {}).get("shape")
+        hatch = PATTERN_CSS.get(shape or "", "")
+        style = f"background:{t['marker']['color']};" + (f"background-image:{hatch};" if hatch else "")
+        parts.setdefault(group, []).append(
+            f'<span class="zc-key"><span class="zc-swatch" style="{style}"></span>{html.escape(name)}</span>')
+    rows = "".join(f'<div class="zc-legend-row"><span class="zc-legend-group">{groups.get(g, "")}</span>'
+                   f'{"".join(items)}</div>' for g, items in parts.items())
+    return ('<style>.zc-legend-row{font-size:.8rem;line-height:1.6;margin:.1rem 0}.zc-legend-group{color:#555;'
+            'margin-right:.5rem}.zc-key{display:inline-block;margin-right:.8rem;white-space:nowrap}.zc-swatch{'
+            'display:inline-block;width:.8rem;height:.8rem;vertical-align:-.1rem;margin-right:.3rem;'
+            f'border-radius:2px}}</style><div data-testid="zc-legend">{rows}</div>')
 
 
 def cluster(report: dict, unit: str) -> go.Figure:

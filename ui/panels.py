@@ -1,9 +1,9 @@
 """The main area's panels. Each draws one part of the core's report; none computes a byte.
 
 Order of the page: the verdict (which stages fit on the chosen GPU, at what peak and headroom), what would make
-the checked stage fit, the share link, then tabs that run only when open: the overview (per-stage model-state bars
-and the peak against the GPU), model states, peak and step, layouts and ranks, scaling, compare, calibrate,
-framework configs, DeepSpeed's estimator, and how to read the page.
+the checked stage fit, the share link, then tabs that run only when open: the overview (per-stage model states
+beside the peak against the GPU), model states (cluster, scaling, ledger, DeepSpeed's estimator), peak and step,
+layouts and ranks, compare, calibrate, framework configs, and how to read the page.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ RANGE_WORDS = {"fits even at the high end": ("across the assumptions' range", "o
                "fits at the low end only": ("fits at the low end only", "warn"),
                "does not fit even at the low end": ("not even at the low end", "bad")}
 PAGE_CSS = """<style>
-[data-testid="stMainBlockContainer"] { padding-top: 2.2rem; }
+[data-testid="stMainBlockContainer"] { padding-top: 3.6rem; }
 [data-testid="stSidebarContent"] [data-testid="stSidebarUserContent"] { padding-top: 0.5rem; }
 .st-key-zc_subtotals [data-testid="stMetricValue"] { font-size: 1.1rem; }
 .st-key-zc_subtotals [data-testid="stMetricLabel"] p { font-size: 0.8rem; }
@@ -133,11 +133,8 @@ def subtotals(report: dict, unit: str, stage: int, label: str) -> None:
     st.caption(label)
     with st.container(horizontal=True, wrap=True, gap="small", key="zc_subtotals"):
         for s in report["stages"]:
-            checked = " (checked)" if s["stage"] == stage else ""
-            st.metric(f"{STAGE_LABELS[s['stage']]}{checked} model states", format_bytes(s["per_worker_total_bytes"],
-                                                                                       unit),
-                      help="Model-state subtotal per worker: parameters, gradients and optimizer state (the "
-                           "ledger), persistent across the step. The peak adds the working set.", width=160)
+            st.metric(f"{STAGE_LABELS[s['stage']]} model states", format_bytes(s["per_worker_total_bytes"], unit),
+                      width=160)
 
 
 def _names(stages) -> str:
@@ -169,7 +166,8 @@ def verdict(report: dict, ranges: dict, stage: int, unit: str) -> None:
              f"{100 * p['utilisation']:.0f}% of {format_bytes(p['capacity_bytes'], unit)} "
              + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
                                                                   if len(report["ranks"]) > 1 else ""))
-    st.markdown(f"**Does it fit on {escape_markdown(workers)}?** {answer}. {escape_markdown(check)}")
+    st.markdown(f"**Does it fit on {escape_markdown(workers)}?** {answer[:1].upper()}{answer[1:]}. "
+                f"{escape_markdown(check)}")
     bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}
     cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"])) for p in peaks)
     st.html(CARD_CSS + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>')
@@ -224,15 +222,15 @@ def import_message() -> None:
 # --- overview -------------------------------------------------------------------------------------------------
 
 @st.fragment
-def overview(report: dict, ranges: dict, unit: str, stage: int) -> None:
+def overview(report: dict, unit: str, stage: int) -> None:
     """The overview chart with its own "bars by" control: a change reruns this panel alone."""
     if "peak" not in report:
         chart(figures.per_worker(report, unit, st.session_state["breakdown"], stage), "fig_per_worker")
     else:
-        chart(figures.overview(report, unit, st.session_state["breakdown"], stage), "fig_overview")
-    left, right = st.columns([1, 2], vertical_alignment="center")
-    with left:
-        widget("breakdown")
+        fig = figures.overview(report, unit, st.session_state["breakdown"], stage)
+        chart(fig, "fig_overview")
+        st.html(figures.legend_html(fig))
+    widget("breakdown")
     if st.session_state.get("_breakdown_synced") != st.session_state["breakdown"]:   # this fragment's own rerun
         from .share import sync_url
         from .widgets import read_state
@@ -251,7 +249,7 @@ def overview(report: dict, ranges: dict, unit: str, stage: int) -> None:
     elif report.get("architecture", {}).get("expert_params"):
         notes.append("Hatched: the experts' entries (their ZeRO state lives on the expert-data-parallel group); "
                      "dotted: routers kept in fp32.")
-    right.caption(" ".join(notes))
+    st.caption(" ".join(notes))
 
 
 # --- tabs -----------------------------------------------------------------------------------------------------
@@ -269,13 +267,21 @@ def ledger(report: dict, unit: str, stage: int) -> None:
 
 
 def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
-    chart(figures.cluster(report, unit), "fig_cluster")
+    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas,
+    the scaling sweep and DeepSpeed's own estimator."""
+    left, right = st.columns(2)
+    with left:
+        chart(figures.cluster(report, unit), "fig_cluster")
+    with right:
+        chart(figures.scaling(report, unit), "fig_scaling")
     s = report["stages"][stage]
     st.caption(f"{STAGE_LABELS[stage]}: {format_bytes(s['cluster_redundant_bytes'], unit)} of the cluster's "
                f"{format_bytes(s['cluster_total_bytes'], unit)} is redundant ({tables.redundancy_share(s)} of it; "
                f"{s['redundancy_factor']:.2f}x one copy).")
     table_with_csv(tables.stage_table(report, unit, stage, imported), "stages", report)
     ledger(report, unit, stage)
+    with st.expander("DeepSpeed's own estimator for the same inputs, and why it differs"):
+        deepspeed_tab(report, unit)
 
 
 @st.fragment
@@ -346,10 +352,6 @@ def layouts(report: dict, unit: str) -> None:
         return
     st.caption(f"{solve['layouts_count']:,} fit; the cheapest {len(solve['layouts'])} are listed.")
     table_with_csv(tables.layouts_table(report, unit), "layouts", report)
-
-
-def scaling_tab(report: dict, unit: str) -> None:
-    chart(figures.scaling(report, unit), "fig_scaling")
 
 
 def deepspeed_tab(report: dict, unit: str) -> None:
