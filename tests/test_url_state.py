@@ -12,6 +12,8 @@ def value_for(f):
         return st.sampled_from(f.choices)
     if f.kind == "bool":
         return st.booleans()
+    if f.kind == "multi":
+        return st.lists(st.sampled_from(f.choices), unique=True).map(tuple)
     if f.kind in ("prob", "factor"):
         return st.floats(f.lo, f.hi, allow_nan=False)
     return st.integers(int(f.lo), int(f.hi))

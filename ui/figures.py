@@ -66,9 +66,22 @@ def split_entry(name: str) -> tuple:
 
 
 def pattern(group: str) -> str:
+    """A group's hatch: frozen crossed, experts hatched, fp32 dotted, whatever else the group also is ("nf4, frozen"
+    is frozen first); a group of none of these gets a spare one from its name."""
     if group in GROUP_PATTERNS:
         return GROUP_PATTERNS[group]
+    parts = group.split(", ")
+    for known in ("frozen", "experts", "fp32"):
+        if known in parts:
+            return GROUP_PATTERNS[known]
     return SPARE_PATTERNS[zlib.crc32(group.encode("utf-8")) % len(SPARE_PATTERNS)]
+
+
+def _group_rank(group: str) -> tuple:
+    """Stacking order: dense first, then experts, fp32 and frozen groups, then the rest by name."""
+    known = list(GROUP_PATTERNS)
+    first = next((p for p in (group, *group.split(", ")) if p in GROUP_PATTERNS), None)
+    return (known.index(first) if first is not None else 99, group)
 
 
 def _scaled(values, unit):
@@ -145,29 +158,41 @@ def per_worker(report: dict, unit: str, breakdown: str = "category", highlight: 
 
 
 def state_traces(report: dict, unit: str, breakdown: str = "category", **extra) -> list:
-    """The model-state bars' traces. A model with parameter groups (experts, fp32 routers) stacks each group's
-    entries in its category's colour and the group's hatch, one legend item per group and category."""
+    """The model-state bars' traces. A model with parameter groups (experts, fp32 routers, a frozen base beside
+    trained adapters) stacks each group's entries in its category's colour and the group's hatch, one legend item
+    per group and category. A fine-tuning view names its groups as the report does ("frozen (nf4)")."""
     stages = report["stages"]
     if breakdown == "category" and not _grouped(stages):
         return [{**_bar(name, STAGE_LABELS, [s["per_worker_bytes"][name] for s in stages], unit), **extra}
                 for name in stages[0]["per_worker_bytes"]]
     categories = {e["name"]: e["category"] for e in report["ledger"]}
-    traces, seen = [], set()
-    names = list(stages[0]["per_worker_entry_bytes"])
-    order = sorted(names, key=lambda n: (list(GROUP_PATTERNS).index(split_entry(n)[0])
-                                         if split_entry(n)[0] in GROUP_PATTERNS else 99, split_entry(n)[0]))
-    for name in order:
+    labels = group_names(report)
+    rows = {}                                   # legend label -> (term, group, bytes per stage)
+    for name in sorted(stages[0]["per_worker_entry_bytes"], key=lambda n: _group_rank(split_entry(n)[0])):
         group, base = split_entry(name)
-        category = categories.get(base, base)
-        if breakdown == "category":
-            label = f"{group}: {category}" if group else category
-            term = category
-        else:
-            label, term = name, ENTRY_SHADES.get(base, category)
-        traces.append(_bar(label, STAGE_LABELS, [s["per_worker_entry_bytes"][name] for s in stages], unit,
-                           term=term, group=group, legendgroup=label, showlegend=label not in seen))
-        seen.add(label)
+        category = categories.get(base, "parameters")        # a quantized weight's parts are its parameters
+        shown = labels.get(group, group)
+        term = category if breakdown == "category" else ENTRY_SHADES.get(base, category)
+        label = category if breakdown == "category" else base
+        label = f"{shown}: {label}" if shown else label
+        values = [s["per_worker_entry_bytes"][name] for s in stages]
+        if label in rows:                       # one bar per group and category: entries of a category add up
+            values = [a + b for a, b in zip(rows[label][2], values)]
+        rows[label] = (term, group, values)
+    traces = [_bar(label, STAGE_LABELS, values, unit, term=term, group=group)
+              for label, (term, group, values) in rows.items()]
     return [{**trace, **extra} for trace in traces]
+
+
+def group_names(report: dict) -> dict:
+    """Group key -> the name a bar shows: the report's label in a fine-tuning view ("frozen (nf4)", "trained
+    (fp32)"), the key itself otherwise ("experts", "fp32")."""
+    if report.get("finetune", {}).get("mode", "full") == "full":
+        return {}
+    names = {g["group"]: g["label"] for g in report.get("group_ledgers", {}).get("groups", [])}
+    if "dense" in names:                      # the ungrouped entries: "" in the bars, "dense" in group bytes
+        names[""] = names["dense"]
+    return names
 
 
 def overview(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> go.Figure:

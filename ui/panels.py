@@ -17,7 +17,7 @@ import streamlit as st
 from zerocalc.fixes import sentence as fix_sentence
 from zerocalc.units import format_bytes
 
-from . import figures, tables
+from . import figures, finetune, tables
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
 from .widgets import set_fields, widget
@@ -75,7 +75,9 @@ def header(report: dict, state: dict, model_name: str) -> None:
     params = f"{report['params']:,} parameters"
     if arch and arch.get("expert_params"):
         params += f" ({arch['active_params']:,} active per token)"
-    st.caption(f"{model_name} · {params} · {report['workers']:,} data-parallel workers · shard group "
+    training = finetune.summary(report)
+    training = f" · {training}; the ledger applies to what trains" if training else ""
+    st.caption(f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
                f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. GB = 10^9 bytes, "
                f"GiB = 2^30 bytes.")
 
@@ -173,6 +175,7 @@ def verdict(report: dict, ranges: dict, stage: int, unit: str) -> None:
     st.html(CARD_CSS + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>')
     subtotals(report, unit, stage, "Beneath each peak: the model-state subtotal per worker (parameters + "
                                    "gradients + optimizer state), a part of the peak:")
+    finetune.qlora_line(report, stage, unit)
 
 
 FIELD_OF = {"shard_group": lambda v: 0 if v is None else v}
@@ -243,9 +246,12 @@ def overview(report: dict, unit: str, stage: int) -> None:
                      "term (see \"How to read it\"); the assumptions' range is under \"Peak and step\".")
     groups = report["stages"][stage].get("per_worker_group_bytes")
     if groups and len(groups) > 1:
+        labels = figures.group_names(report)
+        hatches = "crossed: frozen; dotted: fp32 adapters or copies" if labels else \
+            "hatched: experts; dotted: fp32 routers"
         notes.append(f"{STAGE_LABELS[stage]} model states per worker by parameter group: " +
-                     ", ".join(f"{g} {format_bytes(b, unit)}" for g, b in groups.items()) +
-                     " (hatched: experts; dotted: fp32 routers).")
+                     "; ".join(f"{labels.get(g, g)} {format_bytes(b, unit)}" for g, b in groups.items()) +
+                     f" ({hatches}).")
     elif report.get("architecture", {}).get("expert_params"):
         notes.append("Hatched: the experts' entries (their ZeRO state lives on the expert-data-parallel group); "
                      "dotted: routers kept in fp32.")
@@ -280,6 +286,10 @@ def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) 
                f"{s['redundancy_factor']:.2f}x one copy).")
     table_with_csv(tables.stage_table(report, unit, stage, imported), "stages", report)
     ledger(report, unit, stage)
+    heading = finetune.group_ledgers_heading(report)
+    if heading:
+        st.markdown(heading)
+        table_with_csv(finetune.group_ledger_table(report), "group_ledgers", report)
     with st.expander("DeepSpeed's own estimator for the same inputs, and why it differs"):
         deepspeed_tab(report, unit)
 

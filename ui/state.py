@@ -15,6 +15,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from zerocalc.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
+from zerocalc.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
+                               FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from zerocalc.model_presets import MODEL_PRESETS
@@ -36,7 +38,7 @@ DENSE_IDS = "dense_layer_ids"
 
 class Field(NamedTuple):
     name: str
-    kind: str                 # "choice" | "int" | "count" | "bool" | "prob" | "factor"
+    kind: str                 # "choice" | "int" | "count" | "bool" | "prob" | "factor" | "multi" (a tuple of choices)
     default: object           # a value, or None when it comes from the convention / model (see default_for)
     choices: tuple = ()
     lo: float = 0
@@ -64,6 +66,12 @@ VARIANT_ARCH_FIELDS = ("attn_bias", "mlp_bias", "qk_norm", "sandwich_norm", "att
                        "router_bias", "router_fp32", "route_weights_fp32", "expert_bias", "first_dense_layers",
                        "moe_step")
 ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS
+# Fine-tuning (zerocalc.finetune.FineTune): which fields each training mode reads; the others do not matter for it.
+_LORA = ("lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save", "base_dtype")
+FINETUNE_MODE_FIELDS = {"full": (), "freeze": ("train_last_layers", "train_modules", "base_dtype"), "lora": _LORA,
+                        "dora": _LORA,
+                        "qlora": _LORA + ("quant_type", "quant_block_size", "double_quant", "kbit_prepare")}
+FINETUNE_FIELDS = ("finetune",) + tuple(dict.fromkeys(n for names in FINETUNE_MODE_FIELDS.values() for n in names))
 PRECISION_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer",
                     "optimizer_dtype", "comm_dtype")
 
@@ -109,6 +117,14 @@ FIELDS: Tuple[Field, ...] = (
     _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
     _c("recompute", RECOMPUTE, "none"), _c("activation_dtype", ("auto",) + DTYPES, "auto"),
     _c("implementation", IMPLEMENTATIONS, "huggingface"),
+    # fine-tuning (FineTune's defaults; peft's adapter dtype and the base's dtype when "auto")
+    _c("finetune", MODES, "full"), _i("lora_rank", 1, 4096, 8),
+    Field("lora_targets", "multi", ("q", "v"), TARGETS + (ALL_LINEAR,)),
+    Field("lora_dropout", "prob", 0.0, (), 0, 0.9), _c("adapter_dtype", ("auto",) + DTYPES, "auto"),
+    Field("modules_to_save", "multi", (), SAVEABLE), _i("train_last_layers", 0, 10_000, 0),
+    Field("train_modules", "multi", (), TRAINABLE_MODULES), _c("base_dtype", ("auto",) + DTYPES, "auto"),
+    _c("quant_type", QUANT_TYPES, "nf4"), _c("quant_block_size", tuple(str(b) for b in QUANT_BLOCKS), "64"),
+    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True),
     # working-set assumptions (DeepSpeed defaults, elements)
     _i("reduce_bucket_size", *_W["reduce_bucket_size"], 500_000_000, kind="count"),
     _i("allgather_bucket_size", *_W["allgather_bucket_size"], 500_000_000, kind="count"),
@@ -167,6 +183,8 @@ def allowed(f: Field) -> str:
         return "one of " + ", ".join(f.choices)
     if f.kind == "bool":
         return "true or false"
+    if f.kind == "multi":
+        return "a comma-separated list of " + ", ".join(f.choices) + " (or nothing)"
     if f.kind in ("prob", "factor"):
         return f"a number from {f.lo:g} to {f.hi:g}"
     return f"an integer from {f.lo:,} to {f.hi:,}"
@@ -185,6 +203,11 @@ def parse_value(f: Field, text: str):
         if text.lower() not in ("true", "false", "1", "0"):
             raise ValueError(text)
         return text.lower() in ("true", "1")
+    if f.kind == "multi":
+        items = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
+        if any(t not in f.choices for t in items):
+            raise ValueError(text)
+        return items
     if f.kind in ("prob", "factor"):
         value = float(text)
         if not math.isfinite(value) or not f.lo <= value <= f.hi:
@@ -199,6 +222,8 @@ def parse_value(f: Field, text: str):
 def format_value(f: Field, value) -> str:
     if f.kind == "bool":
         return "true" if value else "false"
+    if f.kind == "multi":
+        return ",".join(value)
     if f.kind in ("prob", "factor"):
         return repr(float(value))
     return str(value)
@@ -209,8 +234,9 @@ def _significant(state: dict) -> List[str]:
     chosen: model parallelism splits tensors, so it needs them)."""
     names = [f.name for f in FIELDS]
     if state["model"] == PARAMS_ONLY:
-        return [n for n in names if n not in ARCH_FIELDS and n not in LAYOUT_FIELDS[:-1]]
-    return [n for n in names if n != "params"]
+        return [n for n in names if n not in ARCH_FIELDS and n not in LAYOUT_FIELDS[:-1] and n not in FINETUNE_FIELDS]
+    idle = set(FINETUNE_FIELDS[1:]) - set(FINETUNE_MODE_FIELDS.get(state.get("finetune"), ()))
+    return [n for n in names if n != "params" and n not in idle]
 
 
 def to_query(state: dict) -> Dict[str, str]:
@@ -293,7 +319,23 @@ def workload(state: dict, arch: Architecture) -> Workload:
         cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),
-        moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"])
+        moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"],
+        finetune=finetune(state))
+
+
+def finetune(state: dict) -> FineTune:
+    """The training mode; "auto" dtypes are peft's adapter default and the base's own dtype (None in the core)."""
+    return FineTune(
+        mode=state["finetune"], lora_rank=state["lora_rank"], lora_targets=tuple(state["lora_targets"]),
+        lora_dropout=state["lora_dropout"], adapter_dtype=_auto(state["adapter_dtype"]),
+        modules_to_save=tuple(state["modules_to_save"]), train_last_layers=state["train_last_layers"],
+        train_modules=tuple(state["train_modules"]), base_dtype=_auto(state["base_dtype"]),
+        quant_type=state["quant_type"], quant_block_size=int(state["quant_block_size"]),
+        double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"])
+
+
+def _auto(value):
+    return None if value == "auto" else value
 
 
 def canonical(state: dict) -> dict:

@@ -14,8 +14,8 @@ from zerocalc.architecture import counts
 from zerocalc.model_presets import MODEL_PRESETS
 
 from .figures import STAGE_LABELS
-from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FIELDS, PARAMS_ONLY,
-                    PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
+from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FIELDS, FINETUNE_MODE_FIELDS,
+                    PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
 
 LABELS = {
     "model": "Model (type to search)", "params": "Parameters (7B, 1.5T, 350M, 1e9 ...)", "layers": "Layers",
@@ -60,6 +60,12 @@ LABELS = {
     "loss_parallel": "Vocab-parallel logits and loss", "vocab_divisor": "Pad vocabulary to a multiple of (x tp; 0: auto)",
     "ep": "Expert parallel (ep)", "etp": "Expert tensor parallel (etp)",
     "micro_batches": "Micro-batches per step (gradient accumulation)",
+    "finetune": "What trains", "lora_rank": "Adapter rank (r)", "lora_targets": "Adapted modules",
+    "lora_dropout": "Adapter dropout", "adapter_dtype": "Adapter dtype", "modules_to_save": "Also trained in full",
+    "train_last_layers": "Train the last k blocks", "train_modules": "Also train", "base_dtype": "Frozen base dtype",
+    "quant_type": "Base quantization", "quant_block_size": "4-bit block size",
+    "double_quant": "Double quantization (quantize the scales)",
+    "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
 }
 HELP = {
     "model": "Type to search the 36 presets (published parameter counts); custom: edit the architecture or load "
@@ -146,13 +152,31 @@ HELP = {
     "router_fp32": "DeepSeek keeps its router weights in fp32: stored and trained as fp32.",
     "first_dense_layers": "DeepSeek first_k_dense_replace: the first layers keep a dense MLP.",
     "moe_step": "Qwen decoder_sparse_step: layer i is MoE when (i + 1) is a multiple of this.",
+    "finetune": "full: every weight trains. freeze: only the last k blocks and / or named modules train. LoRA / "
+                "DoRA: low-rank adapters beside a frozen base (peft). QLoRA: adapters on a 4-bit (nf4 / fp4) or "
+                "8-bit base (bitsandbytes). Frozen weights keep no gradient, master copy or optimizer state.",
+    "lora_rank": "r: lora_A is r x in, lora_B is out x r for every adapted linear.",
+    "lora_targets": "peft's target_modules; all-linear adapts every linear of the blocks (not the head). Experts "
+                    "and routers are not adapted (they are not nn.Linear modules in transformers 5).",
+    "lora_dropout": "Above 0, each adapter saves a 1-byte dropout mask of its input.",
+    "adapter_dtype": "auto: peft's default, fp32 adapters on a 16-bit base (autocast_adapter_dtype). DeepSpeed "
+                     "casts the whole model to bf16 / fp16: choose that dtype to describe it.",
+    "modules_to_save": "peft's modules_to_save: a trained copy beside the frozen original.",
+    "base_dtype": "The frozen base weights' dtype; auto: the parameters dtype.",
+    "quant_type": "bitsandbytes: nf4 / fp4 pack two weights per byte with an absmax per block; int8 is LLM.int8 "
+                  "(a scale per output row). Only the blocks' linears are quantized.",
+    "quant_block_size": "Weights per absmax (bnb_4bit_blocksize, 64 by default).",
+    "double_quant": "bnb_4bit_use_double_quant: the absmax values stored in 8 bits, with fp32 scales per 256 "
+                    "blocks.",
+    "kbit_prepare": "peft's prepare_model_for_kbit_training upcasts every non-quantized weight (embedding, head, "
+                    "norms) to fp32, so activations are fp32 too.",
+    "train_last_layers": "Freeze every block before the last k; they save no activations either.",
+    "train_modules": "Modules trained in full beside the last k blocks (the rest stay frozen).",
 }
 RADIOS = {"units", "attention", "breakdown"}
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
-# The fields of each lazy section (drawn only while it is open; values kept in the state). The Fine-tuning section
-# is the place for issue 10's training-mode fields (LoRA / QLoRA): name them in FINETUNE_FIELDS once they are in
-# ui/state.FIELDS and the section appears between the step and the assumptions.
-FINETUNE_FIELDS: tuple = ()
+# The fields of each lazy section (drawn only while it is open; values kept in the state). The fine-tuning section
+# draws the training mode and then only the fields that mode reads (state.FINETUNE_MODE_FIELDS).
 CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params")
 STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
 ASSUMPTION_FIELDS = ("cuda_context_bytes", "fragmentation_percent", "reduce_bucket_size", "allgather_bucket_size",
@@ -216,8 +240,16 @@ def _on_seq_len_change():
     st.session_state["seq_len"] = st.session_state[SEQ_PREVIOUS] = new
 
 
+def _on_targets_change():
+    """all-linear stands alone: choosing it replaces the named modules, naming a module replaces it."""
+    chosen = list(st.session_state["lora_targets"])
+    if "all-linear" in chosen and len(chosen) > 1:
+        added_all = chosen[-1] == "all-linear"
+        st.session_state["lora_targets"] = ["all-linear"] if added_all else [t for t in chosen if t != "all-linear"]
+
+
 CALLBACKS = {"model": _on_model_change, "schedule": _on_schedule_change, "convention": _on_convention_change,
-             "seq_len": _on_seq_len_change}
+             "seq_len": _on_seq_len_change, "lora_targets": _on_targets_change}
 
 
 def _billions(n: int) -> str:
@@ -261,6 +293,9 @@ def widget(name: str, container=st, **extra):
         return container.selectbox(label, f.choices, key=name, help=help_text, **extra)
     if f.kind == "bool":
         return container.checkbox(label, key=name, help=help_text, **extra)
+    if f.kind == "multi":
+        st.session_state[name] = list(st.session_state[name])       # a link's tuple; the widget keeps a list
+        return container.multiselect(label, f.choices, key=name, help=help_text, **extra)
     if f.kind == "prob":
         return container.slider(label, float(f.lo), float(f.hi), step=0.01, key=name, help=help_text, **extra)
     if f.kind == "factor":
@@ -305,6 +340,23 @@ def _parallel(box) -> None:
         box.caption("Expert parallelism (ep, etp) applies to mixture-of-experts models.")
 
 
+RANK_SLIDER_MAX = 256
+
+
+def _finetune(box) -> None:
+    widget("finetune", box)
+    names = FINETUNE_MODE_FIELDS[st.session_state["finetune"]]
+    for name in names:
+        if name in ("quant_block_size", "double_quant") and st.session_state["quant_type"] == "int8":
+            continue                                   # LLM.int8 keeps a scale per row: no blocks to quantize
+        if name == "lora_rank" and st.session_state[name] <= RANK_SLIDER_MAX:
+            box.slider(LABELS[name], 1, RANK_SLIDER_MAX, key=name, help=HELP[name])
+        else:                                          # a larger rank (from a link) keeps a number box
+            widget(name, box)
+    if not names:
+        box.caption("Every parameter trains: the ledger applies to all of them.")
+
+
 def sidebar(loaders=None) -> None:
     """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders."""
     sb = st.sidebar
@@ -347,11 +399,9 @@ def sidebar(loaders=None) -> None:
         if box.open:
             for name in STEP_FIELDS:
                 widget(name, box)
-    if FINETUNE_FIELDS:
-        box = _section(sb, "sec_finetune", "Fine-tuning (LoRA / QLoRA)")
+        box = _section(sb, "sec_finetune", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)")
         if box.open:
-            for name in FINETUNE_FIELDS:
-                widget(name, box)
+            _finetune(box)
     box = _section(sb, "sec_assumptions", "Working-set assumptions")
     if box.open:
         for name in ASSUMPTION_FIELDS:
@@ -360,7 +410,8 @@ def sidebar(loaders=None) -> None:
 
 def read_state() -> dict:
     """The state as the widgets hold it now (params typed as text is parsed by the caller)."""
-    state = {f.name: st.session_state[f.name] for f in FIELDS}
+    state = {f.name: (tuple(st.session_state[f.name]) if f.kind == "multi" else st.session_state[f.name])
+             for f in FIELDS}
     if DENSE_IDS in st.session_state:
         state[DENSE_IDS] = st.session_state[DENSE_IDS]
     st.session_state[SEQ_PREVIOUS] = state["seq_len"]

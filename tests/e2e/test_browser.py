@@ -350,3 +350,27 @@ def test_readme_screenshots(page, server, which):
     expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(1, timeout=30_000)
     page.wait_for_timeout(800)
     screenshot(page, f"readme-{which}", height=1500 if which == "desktop" else 1700)
+
+
+def test_choosing_qlora_splits_the_bars_and_explains_the_saving(page, server):
+    open_app(page, server, "?model=llama-3-8b&gpu=RTX-4090-24GB&workers=1&recompute=full")
+    open_section(page, "Fine-tuning (freeze, LoRA, DoRA, QLoRA)")
+    mode = page.get_by_label("What trains", exact=True)
+    expect(mode).to_be_visible(timeout=30_000)                     # the section's rerun has drawn it
+    wait_ready(page)
+    mode.click()                                                   # Streamlit's selectbox: open, then pick
+    page.get_by_role("option", name="qlora", exact=True).click()
+    expect(page).to_have_url(re.compile(r"finetune=qlora"), timeout=30_000)
+    wait_ready(page)
+    report = core_report({"model": "llama-3-8b", "gpu": "RTX-4090-24GB", "workers": "1", "recompute": "full",
+                          "finetune": "qlora"})
+    cmp = report["finetune_comparison"]
+    stage = report["solve"]["lowest_stage"] if report["solve"]["lowest_stage"] is not None else 3
+    assert cmp["quantized_peak_bytes"][stage] < cmp["plain_peak_bytes"][stage]
+    expect(page.get_by_text("QLoRA saves", exact=False)).to_be_visible(timeout=30_000)
+    expect(page.get_by_text(f"{report['architecture']['trainable_params']:,} of", exact=False)).to_be_visible()
+    names = [name for chart in page.evaluate(CHART_DATA) for name, _ in chart]
+    assert "frozen (nf4): parameters" in names, names
+    assert not any(n.startswith("frozen") and n.endswith("optimizer") for n in names)     # frozen: no optimizer
+    screenshot(page, "qlora")
+    assert page.console_errors == []
