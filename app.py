@@ -35,7 +35,7 @@ with tabs["Model states"]:
         panels.model_states_tab(report, unit, stage, imported)
 with tabs["Peak and step"]:
     if tabs["Peak and step"].open:
-        panels.peak_tab(report, compute.ranges_of(resolved), unit, stage)
+        panels.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved))
 with tabs["Layouts and ranks"]:
     if tabs["Layouts and ranks"].open:
         panels.ranks_tab(report, unit, stage)

@@ -355,7 +355,9 @@ def test_activation_terms_have_a_formula_and_never_round_to_zero():
     assert not any(size.startswith("0.00 ") for size in acts["size"])
     assert (acts["formula (bits)"] != "").all()
     assert acts.loc[acts["term"] == "token ids", "size"].tolist() == ["16.38 KB"]
-    assert acts.loc[acts["term"] == "mlp gate product", "formula (bits)"].tolist()[0].startswith("2·w·T·f")
+    # Hugging Face's SwiGLU saves act(gate) and up for their product: 2 tensors of the FFN width (w·b·s·f each).
+    assert acts.loc[acts["term"] == "mlp gate product", "formula (bits)"].tolist() == ["2·w·b·s·f"]
+    assert acts.loc[acts["term"] == "token ids", "values (bits)"].tolist() == ["64·1·2,048"]
 
 
 def test_every_sidebar_control_reaches_the_link_without_an_exception():

@@ -1,7 +1,6 @@
 """The figures and tables the app draws: every figure is valid Plotly (the app skips Plotly's validation for speed),
 one colour per memory term across charts and views, and the activation formulas shown agree with the core."""
 
-import math
 import random
 
 import plotly.graph_objects as go
@@ -65,36 +64,6 @@ def test_each_term_keeps_its_colour_across_charts_and_views():
             assert len(colours) == 1, term
     assert {"parameters", "gradients", "optimizer", "activations", "model states", "CUDA context"} <= set(seen)
     assert len(set(TERM_COLORS.values())) == len(TERM_COLORS)          # no two terms share a colour
-
-
-def bits_of(formula: str, env: dict) -> int:
-    expr = formula.split(" (")[0].replace("·", "*").replace("²", "**2")
-    return eval(expr, {"__builtins__": {}}, env)             # noqa: S307 - our own formula strings, in a test
-
-
-ACTIVATION_VIEWS = [{}, {"attention": "eager"}, {"model": "gpt2", "attention": "eager"},
-                    {"implementation": "megatron"}, {"model": "llama-3-8b", "micro_batch": "2", "seq_len": "1024"},
-                    {"model": "gpt2", "resid_dropout": "0.1"}, {"activation_dtype": "fp32"}]
-
-
-@pytest.mark.parametrize("query", ACTIVATION_VIEWS, ids=str)
-def test_activation_formulas_agree_with_the_core(query):
-    report = core_report(query)
-    a, w = report["architecture"], report["workload"]
-    d = a["head_dim"] or a["hidden"] // a["heads"]
-    env = {"w": report["activation_bits"], "b": w["micro_batch"], "s": w["seq_len"],
-           "T": w["micro_batch"] * w["seq_len"], "h": a["hidden"], "a": a["heads"], "q": a["heads"] * d,
-           "kv": (a["kv_heads"] or a["heads"]) * d, "f": a["ffn"], "V": report["layout"]["padded_vocab"], "d": d}
-    checked = 0
-    terms = report["activation_terms"]
-    for group in ("per_layer", "embedding_end", "every_stage", "output_end"):
-        for term, nbytes in terms[group].items():
-            formula = tables.activation_formula(term, report)
-            if formula.startswith("see "):
-                continue
-            assert math.ceil(bits_of(formula, env) / 8) == nbytes, (term, formula)
-            checked += 1
-    assert checked >= 8
 
 
 def test_activation_sizes_are_never_zero_in_the_chosen_system():

@@ -1,6 +1,7 @@
 """The core's answers for one state, each computed once per distinct state (a fragment's rerun, a tab switch and a
 second session asking the same reuse them) and only when a view asks for it: the full report, the assumption
-ranges, and what would make the checked stage fit. Cached results are shared and never modified by the views."""
+ranges, what would make the checked stage fit, and the activation formulas. Cached results are shared and never
+modified by the views."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 
 import streamlit as st
 
+from zerocalc.activation_formulas import formulas_for
 from zerocalc.fixes import fixes
 from zerocalc.ranges import ranges, ranges_dict
 from zerocalc.report import full_report
@@ -48,6 +50,12 @@ def _ranges(key: str, _resolved):
 
 
 @st.cache_resource(max_entries=256, show_spinner=False)
+def _formulas(key: str, _resolved) -> dict:
+    r = _resolved
+    return {} if r.workload is None else formulas_for(r.scenario, r.workload)
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
 def _fixes(key: str, layouts: bool, _resolved) -> list:
     r = _resolved
     if r.workload is None:
@@ -66,6 +74,11 @@ def report_of(resolved, layouts: bool = False) -> dict:
 
 def ranges_of(resolved):
     return _ranges(_key(resolved), resolved)
+
+
+def formulas_of(resolved) -> dict:
+    """Each activation term's formula with its values (zerocalc.activation_formulas), for the Peak tab."""
+    return _formulas(_key(resolved), resolved)
 
 
 def fixes_of(resolved, layouts: bool = False) -> list:

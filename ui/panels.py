@@ -14,6 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from zerocalc.activation_formulas import LEGEND
 from zerocalc.fixes import sentence as fix_sentence
 from zerocalc.units import format_bytes
 
@@ -306,7 +307,7 @@ def step_timeline(report: dict, unit: str, stage: int) -> None:
         chart(figures.timeline(report, chosen, unit), "fig_timeline")
 
 
-def peak_tab(report: dict, ranges: dict, unit: str, stage: int) -> None:
+def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict = None) -> None:
     if "peak" not in report:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
         return
@@ -323,10 +324,9 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int) -> None:
     st.markdown(f"**Activation terms** saved for backward ({report['activation_bits']}-bit activations; "
                 f"{format_bytes(report['activation_bytes_per_layer'], tables.SYSTEM[unit])} per layer, "
                 f"{format_bytes(report['activation_bytes'], tables.SYSTEM[unit])} in flight on "
-                f"{escape_markdown(report['activation_rank'])}). Formulas in bits: b micro-batch, s sequence, "
-                f"T = b·s tokens, h hidden, a heads, q / kv query / key-value widths, f FFN, V vocabulary, "
-                f"w activation bits.")
-    table_with_csv(tables.activation_table(report, unit), "activations", report)
+                f"{escape_markdown(report['activation_rank'])}). Each formula in bits, then with the values "
+                f"plugged in, as the core computes it: {escape_markdown(LEGEND)}.")
+    table_with_csv(tables.activation_table(report, unit, formulas or {}), "activations", report)
     st.markdown("**Fits on** (the same job on each catalogued GPU):")
     table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
 

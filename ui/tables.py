@@ -183,66 +183,22 @@ def deepspeed_table(report: dict, unit: str) -> "pandas.DataFrame":
 # the tensor-parallel region / tp with sequence parallel), h: hidden, q = heads x head dim, kv = KV heads x head dim,
 # f: FFN width, a: heads, V: vocabulary columns of the logits, w: activation width in bits. Per tensor-parallel rank
 # heads, KV heads and the FFN are divided by tp. Checked against the core in tests/test_app_tables.py.
-NORM_FORMULAS = {"layernorm": "w·T·h + 2·32·T (input, mean and rstd)",
-                 "rmsnorm": "(32 + w)·T·h + 32·T (fp32 input copy, normalised copy, rsqrt)",
-                 "rmsnorm-gemma": "2·32·T·h + 32·T + 32·h (fp32 input and output, rsqrt, 1 + weight)",
-                 "megatron": "w·T·h + 32·T (fused RMSNorm: input, rstd)"}
-ACTIVATION_FORMULAS = {
-    "attention input": "w·T·h", "mlp input": "w·T·h", "output projection input": "w·T·h",
-    "attention logsumexp": "32·b·a·s (flash: fp32 log-sum-exp per head and token)",
-    "attention output": "w·T·q", "mlp fc2 input": "w·T·f", "mlp gate product": "2·w·T·f (act(gate) and up)",
-    "mlp fc1 output": "w·T·f (with a gated MLP: 2·w·T·f)",
-    "token ids": "64·T (int64)", "labels": "64·T (int64)", "position ids": "64·s (int64)",
-    "loss log-softmax (fp32)": "32·T·V", "block input (checkpoint)": "w·T·h",
-    "attention output dropout mask": "8·T·h (1-byte mask)", "mlp output dropout mask": "8·T·h (1-byte mask)",
-    "embedding dropout mask": "8·T·h (1-byte mask)", "attention dropout": "(8 + w)·a·s²·b (mask + dropped)",
-    "rotary cos/sin": "2·w·s·d (cos and sin tables, batch 1, d = rotary head dim; twice with local-layer tables)",
-    "logit soft-cap tanh": "w·T·V",
-}
-ACTIVATION_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_pytorch_tanh": 1, "silu": 1, "relu": 0}
-
-
-def activation_formula(term: str, report: dict) -> str:
-    arch, work = report["architecture"], report["workload"]
-    if term.endswith("norm") and term not in ("q, k norms",):
-        kind = "megatron" if work["implementation"] == "megatron" and arch["norm"] != "layernorm" else arch["norm"]
-        return NORM_FORMULAS.get(kind, "")
-    if term == "mlp activation":
-        return f"{ACTIVATION_SAVES.get(arch['activation'], '?')}·w·T·f ({arch['activation']} saves "\
-               f"{ACTIVATION_SAVES.get(arch['activation'], '?')} tensor(s) of the FFN width)"
-    if term == "q, k, v":
-        if work["implementation"] == "megatron":
-            return "w·T·(q + 2·kv)"
-        repeated = work["attention"] == "eager" and (arch["kv_heads"] or arch["heads"]) < arch["heads"]
-        if arch["positions"] == "rotary":
-            if repeated:
-                return "w·T·3q (rotated q and k, v repeated to every head)"
-            return "w·T·(2q + 3kv) (rotated q and k, fused projection output)" if arch["fused_qkv"] else \
-                "w·T·(q + 2·kv) (rotated q and k, v)"
-        return "w·T·3q (k and v repeated)" if repeated else "w·T·(q + 2·kv)"
-    if term == "attention softmax":
-        if arch["softmax_fp32"] and work["implementation"] == "huggingface":
-            if arch["attn_dropout"] > 0:
-                return "32·a·s²·b (fp32 softmax output)"
-            return "(32 + w)·a·s²·b (fp32 softmax output and its copy cast back)"
-        return "w·a·s²·b"
-    if term == "mlp fc1 output":
-        return "2·w·T·f (SwiGLU input: gate and up)" if arch["gated_mlp"] else "w·T·f (GeLU input)"
-    return ACTIVATION_FORMULAS.get(term, "see docs/peak-memory.md")
-
-
-def activation_table(report: dict, unit: str) -> "pandas.DataFrame":
+def activation_table(report: dict, unit: str, formulas: dict) -> "pandas.DataFrame":
+    """Every saved-activation term: where, its size, and its formula in bits with the values plugged in
+    (zerocalc.activation_formulas: the same code that counts the bytes, run on symbols)."""
     terms = report["activation_terms"]
-    groups = (("each dense layer" if terms.get("per_moe_layer") else "each layer", terms["per_layer"]),
-              ("each MoE layer", terms.get("per_moe_layer", {})),
-              ("each local-attention layer (extra)", terms.get("per_sliding_layer", {})),
-              ("embedding end", terms["embedding_end"]), ("each pipeline stage", terms.get("every_stage", {})),
-              ("output end", terms["output_end"]))
+    groups = (("each dense layer" if terms.get("per_moe_layer") else "each layer", "per_layer"),
+              ("each MoE layer", "per_moe_layer"), ("each local-attention layer (extra)", "per_sliding_layer"),
+              ("embedding end", "embedding_end"), ("each pipeline stage", "every_stage"),
+              ("output end", "output_end"))
     rows = []
-    for where, parts in groups:
+    for where, key in groups:
+        parts = terms.get(key) or {}
         for k, v in parts.items():
+            f = formulas.get(key, {}).get(k, {})
             rows.append({"where": where, "term": k, "size": auto(v, unit), "bytes": f"{v:,}",
-                         "formula (bits)": activation_formula(k, report)})
+                         "formula (bits)": f.get("formula", ""), "values (bits)": f.get("values", ""),
+                         "what": f.get("note", "")})
     return frame(rows)
 
 

@@ -233,11 +233,16 @@ def _bytes(terms: Dict[str, int]) -> Dict[str, int]:
     return {k: -(-v // 8) for k, v in terms.items() if v}
 
 
-@lru_cache(maxsize=256)
 def tp_local(a: Architecture, tp: int) -> Architecture:
     """The block one tensor-parallel rank runs: heads, KV heads and the FFN split over tp, hidden size whole."""
     if tp == 1:
         return a
+    split = getattr(a, "tp_split", None)       # activation_formulas' symbolic stand-in splits itself, uncached
+    return split(tp) if split is not None else _tp_local(a, tp)
+
+
+@lru_cache(maxsize=256)
+def _tp_local(a: Architecture, tp: int) -> Architecture:
     return replace(a, heads=a.heads // tp, kv_heads=None if a.mla else a.n_kv_heads // tp, head_dim=a.d_head,
                    ffn=a.ffn // tp, shared_expert_ffn=a.shared_expert_ffn // tp)
 

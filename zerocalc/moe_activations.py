@@ -32,6 +32,8 @@ class Routing(NamedTuple):
 
 
 def routed_pairs(tokens: int, experts_per_token: int, routing: Routing) -> int:
+    if routing.load_percent == 100:                 # balanced: the same number, and a cleaner formula on the page
+        return tokens * experts_per_token
     return -(-tokens * experts_per_token * routing.load_percent // 100)
 
 

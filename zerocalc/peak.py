@@ -79,18 +79,25 @@ class StepShape(NamedTuple):
     dequantized: int = 0         # QLoRA: bytes of the largest 4-bit weight dequantized while it runs
 
 
-def rank_shape(scenario, workload, rank) -> StepShape:
-    """The step shape of one rank class (placement.RankClass) of the workload's layout."""
-    layout, a, ft = workload.layout, workload.arch, workload.finetune
-    compute = scenario.comm_dtype or scenario.param_dtype
-    bits = DTYPE_BITS[workload.activation_dtype or compute]
+def activation_args(scenario, workload) -> tuple:
+    """activations.activations()'s arguments for one rank of the workload (every rank runs the same block)."""
+    layout, ft = workload.layout, workload.finetune
+    bits = DTYPE_BITS[workload.activation_dtype or scenario.comm_dtype or scenario.param_dtype]
     if ft.quantized and ft.kbit_prepare and not workload.activation_dtype:
         bits = 32                 # prepare_model_for_kbit_training's fp32 norms and embedding: an fp32 stream
-    vocab_cols = workload.vocab_columns
-    training = training_for(ft, a, workload.recompute, scenario.param_dtype, DTYPE_BITS)
-    act = activations(a, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
-                      workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, vocab_cols,
-                      workload.routing, training)
+    training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
+    return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
+            workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
+            workload.routing, training)
+
+
+def rank_shape(scenario, workload, rank) -> StepShape:
+    """The step shape of one rank class (placement.RankClass) of the workload's layout."""
+    layout, a = workload.layout, workload.arch
+    compute = scenario.comm_dtype or scenario.param_dtype
+    args = activation_args(scenario, workload)
+    bits, vocab_cols = args[3], workload.vocab_columns
+    act = activations(*args)
     frozen = act.frozen_blocks
     counts = [_live_blocks(a, span, frozen) for span in rank.spans] if frozen else list(rank.chunks)
     holds_first = any(frozen in span for span in rank.spans) and act.frozen_blocks < a.layers
