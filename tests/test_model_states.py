@@ -71,6 +71,9 @@ def test_a_single_worker_communicates_nothing_and_holds_no_redundancy():
     ("params", 0, "an integer from 1 to"),
     ("workers", -1, "an integer from 1 to"),
     ("workers", 2.5, "an integer from 1 to"),
+    ("workers", 2.5, "not a number with a fraction"),       # issue 13: a type error says what type was given
+    ("workers", "4", "not a string"),
+    ("workers", True, "not a boolean"),
     ("param_dtype", "fp12", "one of fp64, fp32"),
     ("master_dtype", "x", "none"),
     ("optimizer", "adamax", "one of adam, adamw"),

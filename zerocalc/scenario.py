@@ -33,9 +33,21 @@ def _choices(options) -> str:
     return "one of " + ", ".join(str(o) for o in options)
 
 
+KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a number with a fraction"), (str, "a string"),
+         (type(None), "nothing (None)"))
+
+
+def kind_of(value) -> str:
+    """The type of a value in words, for messages ("a string"): the first matching entry (bool before int)."""
+    return next((name for t, name in KINDS if isinstance(value, t)), f"a {type(value).__name__}")
+
+
 def require_int(field: str, value, lo: int, hi: int, error=FieldError) -> None:
-    """An int (not a bool, not a float) within [lo, hi], or `error` naming the field and the range."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+    """An int (not a bool, not a float) within [lo, hi], or `error` naming the field and the range (and the type
+    given, when it is not an integer)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error(field, value, f"an integer from {lo:,} to {hi:,}, not {kind_of(value)}")
+    if not lo <= value <= hi:
         raise error(field, value, f"an integer from {lo:,} to {hi:,}")
 
 
