@@ -87,6 +87,7 @@ class _Reader:
                 self.b.ignore(key, "a SageMaker setting")
             return self.b.build()
         kind = choice("distributed_type", self.doc.get("distributed_type"), DISTRIBUTED_TYPES)
+        self.kind = kind
         precision = self.precision()
         world = self.processes(kind)
         if kind == "FSDP":
@@ -98,15 +99,20 @@ class _Reader:
         else:
             self.b.note(f"distributed_type {kind} is not modelled (zerocalc counts GPU data parallelism, FSDP "
                         "and DeepSpeed); only the process counts were read.")
-        if self.doc.has("parallelism_config") and self.doc.get("parallelism_config") and not self.fsdp2:
+        # doc.data, not doc.get: reading the whole section here would hide its unread keys from the leftovers
+        if self.doc.data.get("parallelism_config") and not self.parallel_ok:
+            # parallelism_config.py ParallelismConfig._validate_accelerator: "only compatible DistributedType.FSDP
+            # (version 2) or DistributedType.Multi{Device} or DistributedType.DEEPSPEED"
             raise FrameworkConfigError("parallelism_config", self.doc.data["parallelism_config"],
-                                       "absent or empty unless distributed_type is FSDP with fsdp_version 2 "
-                                       "(accelerate launch refuses it otherwise)")
+                                       "absent or empty unless distributed_type is FSDP with fsdp_version 2, "
+                                       "DEEPSPEED or a MULTI_* type (accelerate ParallelismConfig."
+                                       "_validate_accelerator refuses it otherwise)")
         for key in self.doc.leftovers():
             self.b.ignore(key, "no effect on the bytes zerocalc counts")
         return self.b.build()
 
     fsdp2 = False
+    parallel_ok = False         # parallelism_config is read: FSDP2, DDP types (MULTI_*) and DEEPSPEED
 
     # --- common ----------------------------------------------------------------------------------------------
     def precision(self) -> str:
@@ -127,6 +133,12 @@ class _Reader:
             raise FrameworkConfigError("num_processes", 0, "a positive process count, or -1 (given at launch)")
         machines = strict_int("num_machines", self.doc.get("num_machines", default=1), 1, 10**6)
         self.machines = machines
+        if kind == "NO" and n != 1:
+            # commands/launch.py launch_command: NO runs simple_launcher, a single process, whatever num_processes
+            # says (only without a config file does launch turn num_processes > 1 into multi-GPU)
+            self.b.note(f"distributed_type NO runs one process (accelerate launch's simple_launcher): num_processes "
+                        f"{n} is not used. Set distributed_type MULTI_GPU to run {n} processes.")
+            n = 1
         if n == -1:
             if self.ctx.gpus is None:
                 self.b.auto_key("num_processes", None, "-1: given at launch (accelerate launch --num_processes); "
@@ -156,11 +168,34 @@ class _Reader:
         self.fp32_ledger(f"distributed_type {kind}: fp32 weights under torch.autocast", None)
         for field in ("offload_params", "offload_optimizer"):
             self.b.set("scenario", field, "none", f"distributed_type {kind}: DDP keeps everything on the GPU")
+        if kind != "NO":
+            self._ddp_parallelism(world)
         if precision != "no":
             act = "bf16" if precision == "fp8" else precision
             self.b.set("workload", "activation_dtype", act, "mixed_precision (torch.autocast compute dtype)")
             self.b.note(f"mixed_precision {precision} with DDP is autocast: fp32 parameters, gradients and "
                         f"optimizer state (the fsdp2 ledger, 16 bytes), {act} activations.")
+
+    def _ddp_parallelism(self, world):
+        """parallelism_config under DDP (ParallelismConfig._validate_accelerator accepts multi-device types): the
+        data-parallel ranks are dp_replicate x dp_shard (DDP shards nothing), beside tp and cp."""
+        sizes = self._parallel_sizes()
+        if sizes is None:
+            return
+        rep, shard, tp, cp, sp = (sizes[n] for n in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size",
+                                                     "sp_size"))
+        total = rep * shard * tp * cp * sp
+        if total == 1:
+            return
+        if world is not None and total != world:
+            raise FrameworkConfigError("parallelism_config", f"total size {total}",
+                                       f"dp_replicate x dp_shard x tp x cp x sp = num_processes ({world})")
+        src = "parallelism_config.parallelism_config_"
+        self.b.set("scenario", "workers", rep * shard, f"{src}dp_replicate_size x dp_shard_size (DDP replicas)")
+        for name, value in (("tp", tp), ("cp", cp * sp)):
+            if value > 1:
+                self.b.set("layout", name, value, f"{src}{name}_size" if name == "tp" else f"{src}cp_size/sp_size")
+        self.b.set("layout", "gpus", total, "parallelism_config total size")
 
     # --- FSDP ------------------------------------------------------------------------------------------------
     def fsdp(self, world, precision):
@@ -173,7 +208,7 @@ class _Reader:
         version = choice(self._k(keys, "fsdp_version"), str(version) if isinstance(version, int) and
                          not isinstance(version, bool) else version, ("1", "2"))
         version = int(version)
-        self.fsdp2 = version == 2
+        self.fsdp2 = self.parallel_ok = version == 2
         if version == 1:
             stage, hybrid = self._fsdp1_strategy(keys, get)
         else:
@@ -274,10 +309,12 @@ class _Reader:
             else:
                 self.b.note("HYBRID_SHARD on one machine shards over all processes (one node: no replicas).")
 
-    def _parallelism(self, world):
+    def _parallel_sizes(self):
+        """parallelism_config's five sizes (ParallelismConfig.__post_init__ checks), or None when absent/empty."""
         cfg = self.doc.section("parallelism_config")
         if not cfg:
             return None
+        self.parallel_ok = self.parallel_ok or self.kind in DDP_TYPES + ("DEEPSPEED",)
         sizes = {}
         for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
             key = PARALLELISM_PREFIX + name
@@ -291,6 +328,14 @@ class _Reader:
         if (tp > 1 or cp > 1) and rep > 1 and shard == 1:
             raise FrameworkConfigError("parallelism_config.parallelism_config_dp_shard_size", shard,
                                        "above 1 with tp/cp and dp_replicate_size > 1 (accelerate ParallelismConfig)")
+        return sizes
+
+    def _parallelism(self, world):
+        sizes = self._parallel_sizes()
+        if sizes is None:
+            return None
+        rep, shard, tp, cp, sp = (sizes[n] for n in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size",
+                                                     "sp_size"))
         total = rep * shard * tp * cp * sp
         if total == 1:
             return None
@@ -311,8 +356,32 @@ class _Reader:
         return sizes
 
     # --- DeepSpeed -------------------------------------------------------------------------------------------
+    def _deepspeed_sp(self, world) -> int:
+        """parallelism_config under DEEPSPEED: accelerator.py _prepare_deepspeed runs DeepSpeed-Ulysses over sp_size
+        ranks (UlyssesSPAttentionHF, sequence_parallel_size=sp_size) and sets train_batch_size from the data-parallel
+        size; ParallelismConfig._validate_accelerator skips the total-size check then. tp and cp sizes are not
+        applied on this path (only the DeepSpeed config's tensor_parallel.autotp_size is)."""
+        sizes = self._parallel_sizes()
+        if sizes is None:
+            return 1
+        src = "parallelism_config.parallelism_config_"
+        for name in ("tp_size", "cp_size"):
+            if sizes[name] > 1:
+                self.b.ignore(f"{src}{name}", "accelerate's DeepSpeed path applies only sp_size (Ulysses) and the "
+                                              "DeepSpeed config's tensor_parallel.autotp_size (_prepare_deepspeed)")
+        sp = sizes["sp_size"]
+        total = sizes["dp_replicate_size"] * sizes["dp_shard_size"] * sizes["tp_size"] * sizes["cp_size"] * sp
+        if sp == 1 and world is not None and total not in (1, world):
+            raise FrameworkConfigError("parallelism_config", f"total size {total}",
+                                       f"dp_replicate x dp_shard x tp x cp x sp = num_processes ({world})")
+        if world is not None and world % sp:
+            raise FrameworkConfigError(f"{src}sp_size", sp, f"a divisor of num_processes ({world})")
+        return sp
+
     def deepspeed(self, world, precision):
         cfg = self.doc.section("deepspeed_config")
+        sp = self._deepspeed_sp(world)
+        dp = None if world is None else world // sp
         if "deepspeed_config_file" in cfg:
             self.doc.get("deepspeed_config", "deepspeed_config_file")
             for key in PLUGIN_FIELDS:
@@ -328,7 +397,8 @@ class _Reader:
             self.b.note("The DeepSpeed settings live in deepspeed_config_file, which was not read; only the process "
                         "counts come from this file.")
             if world is not None:
-                self.b.set("scenario", "workers", world, "num_processes")
+                self.b.set("scenario", "workers", dp, "num_processes" if sp == 1 else "num_processes / sp_size")
+            self._ulysses_layout(sp, world)
             return
         names = {"zero_optimization.stage": "deepspeed_config.zero_stage",
                  "zero_optimization.offload_optimizer.device": "deepspeed_config.offload_optimizer_device",
@@ -363,7 +433,18 @@ class _Reader:
         deepspeed.from_dict(ds, self.ctx, self.b, names, auto_how)
         self.b.fmt = "accelerate"
         if world is not None:
-            self.b.set("scenario", "workers", world, "num_processes")
+            self.b.set("scenario", "workers", dp, "num_processes" if sp == 1 else "num_processes / sp_size")
             self.b.set("layout", "gpus", world, "num_processes")
+        self._ulysses_layout(sp, world)
         if precision == "fp8":
             self.b.note("mixed_precision fp8 with DeepSpeed runs bf16 (set_mixed_precision); fp8 is not modelled.")
+
+    def _ulysses_layout(self, sp, world):
+        if sp == 1:
+            return
+        self.b.set("layout", "cp", sp, "parallelism_config.parallelism_config_sp_size")
+        if world is not None:
+            self.b.set("layout", "gpus", world, "num_processes")
+        self.b.note(f"parallelism_config sp_size {sp} with DeepSpeed is DeepSpeed-Ulysses (accelerator.py "
+                    "_prepare_deepspeed), modelled as context parallelism: the sequence is split over those ranks "
+                    f"and ZeRO shards over all num_processes ranks (data x sequence).")

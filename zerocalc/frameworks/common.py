@@ -73,6 +73,58 @@ def parse_json(source) -> dict:
     return data
 
 
+# DeepSpeed reads a config path with hjson (runtime/config.py DeepSpeedConfig: hjson.load(..., object_pairs_hook=
+# dict_raise_error_on_duplicate_keys)), which also takes #, // and /* */ comments. relax_json blanks them (lines and
+# columns stay) so the strict parser can read the rest. hjson's other liberties (trailing commas, members separated
+# by a line break, quoteless strings) stay JSON errors: the HF Trainer and accelerate load the file with json.load.
+
+
+def relax_json(text: str) -> str:
+    """The text with hjson's comments outside strings replaced by spaces (newlines kept)."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        elif ch == "#" or text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("".join(c if c == "\n" else " " for c in text[i:j]))
+            i = j
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+def parse_relaxed_json(source):
+    """(data, relaxed): strict JSON first; else the text with its comments blanked (relax_json), relaxed True. A
+    text that is neither raises the error of the comment-free text."""
+    try:
+        return parse_json(source), False
+    except FrameworkConfigError as strict:
+        if strict.field != "config" or strict.line is None:
+            raise
+        relaxed = relax_json(decode_text(source, "JSON"))
+        try:
+            return parse_json(relaxed), True
+        except FrameworkConfigError as exc:
+            if exc.field != "config" or exc.line is None:
+                raise
+            raise FrameworkConfigError("config", exc.value, "valid JSON (no trailing commas: the HF Trainer and "
+                                       "accelerate load it with json.load; #, // and /* */ comments are read, as "
+                                       "DeepSpeed's hjson loader reads them)", exc.line, exc.column) from None
+
+
 class _Duplicate(ValueError):
     def __init__(self, key):
         super().__init__(key)

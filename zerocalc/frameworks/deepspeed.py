@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from ..workload import WORKLOAD_LIMITS
 from . import deepspeed_schema as S
-from .common import Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, choice, lax_int, parse_json
+from .common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, choice, lax_int,
+                     parse_relaxed_json)
 from .deepspeed_batch import HF_SRC, BatchReader
 
 ZERO_SRC = "DeepSpeedZeroConfig default (deepspeed/runtime/zero/config.py, 0.19.8)"
@@ -25,7 +26,13 @@ BUCKETS = (("reduce_bucket_size", "reduce_bucket_size"), ("allgather_bucket_size
 
 def import_deepspeed(source, context=None) -> ImportedConfig:
     """A ds_config.json (text or bytes) -> ImportedConfig. Raises FrameworkConfigError naming the key."""
-    return from_dict(parse_json(source), context).build()
+    data, relaxed = parse_relaxed_json(source)
+    b = from_dict(data, context)
+    if relaxed:
+        b.note("The file has comments, so it is not strict JSON: DeepSpeed reads a config path with hjson "
+               "(runtime/config.py DeepSpeedConfig) and takes them, but the HF Trainer and accelerate load the file "
+               "with json.load (accelerate utils/deepspeed.py HfDeepSpeedConfig) and refuse it.")
+    return b.build()
 
 
 def from_dict(data: dict, context=None, builder: Builder = None, names: dict = None, auto_how: dict = None) -> Builder:
@@ -96,16 +103,18 @@ class _Reader(BatchReader):
             self.doc.get("bfloat16")
             self.b.ignore("bfloat16", 'the legacy name is read only when "bf16" is absent')
         self._fp16_validator(fp16)
+        self.added = self._sections_the_integration_adds(fp16, bf16, bf16_key)
         on = {"fp16": self._enabled("fp16", fp16), "bf16": self._enabled(bf16_key, bf16)}
         if on["fp16"] and on["bf16"]:
             raise FrameworkConfigError(self.name(f"{bf16_key}.enabled"), True,
                                        "false while fp16.enabled is true: DeepSpeed asserts 'bfloat16 and fp16 "
                                        "modes cannot be simultaneously enabled'")
         self.fp16, self.bf16, self.bf16_key = fp16, bf16, bf16_key
+        added = " (absent: added by accelerate's set_mixed_precision)"
         if on["bf16"]:
-            self.dtype_key, dtype = f"{bf16_key}.enabled", "bf16"
+            self.dtype_key, dtype = f"{bf16_key}.enabled" + (added if bf16_key in self.added else ""), "bf16"
         elif on["fp16"]:
-            self.dtype_key, dtype = "fp16.enabled", "fp16"
+            self.dtype_key, dtype = "fp16.enabled" + (added if "fp16" in self.added else ""), "fp16"
         elif None in on.values():
             self.dtype_key, dtype = None, None
         else:
@@ -124,12 +133,28 @@ class _Reader(BatchReader):
                     raise FrameworkConfigError(self.name(f"fp16.{key}"), fp16[key],
                                                "above 0 when dynamic loss scaling is on (loss_scale 0)")
 
+    def _sections_the_integration_adds(self, fp16, bf16, bf16_key) -> set:
+        """A precision "auto" means the file runs through the Trainer or accelerate, whose AcceleratorState calls
+        DeepSpeedPlugin.set_mixed_precision (accelerate utils/dataclasses.py): it adds the section of the run's
+        mixed precision when the file lacks it ({"enabled": true}; {"enabled": false} for the other), then fills
+        "auto". So an absent fp16 or bf16 section beside an "auto" one follows the view's precision too."""
+        present = {"fp16": self.doc.has("fp16"), "bf16": self.doc.has("bf16") or self.doc.has("bfloat16")}
+        blocks = {"fp16": fp16, "bf16": bf16}
+        added = set()
+        for want, other in (("fp16", "bf16"), ("bf16", "fp16")):
+            if not present[want] and present[other] and blocks[other].get("enabled") == "auto":
+                blocks[want]["enabled"] = "auto"
+                added.add("fp16" if want == "fp16" else bf16_key)
+        return added
+
     def _enabled(self, key, block):
         """True/False, or None when "auto" cannot be resolved (the Trainer's --fp16/--bf16 decide)."""
         value = block.get("enabled", False)
         if value != "auto":
             return value
         want = "fp16" if key == "fp16" else "bf16"
+        if key in self.added:
+            return self._added_section(key, want)
         if self.ctx.precision is None:
             self.b.auto_key(self.name(f"{key}.enabled"), None,
                             f"unresolved: {HF_SRC} fills it from TrainingArguments.{want} (default false); "
@@ -139,6 +164,19 @@ class _Reader(BatchReader):
         self.b.auto_key(self.name(f"{key}.enabled"), resolved,
                         f"{HF_SRC}.trainer_config_process: TrainingArguments.{want}, taken from the view's "
                         f"compute dtype {self.ctx.precision}")
+        return resolved
+
+    def _added_section(self, key, want):
+        """The section set_mixed_precision adds: enabled when the run's mixed precision is `want`."""
+        path = self.name(f"{key}.enabled")
+        how = (f"absent beside an \"auto\" {'bf16' if want == 'fp16' else 'fp16'} section: accelerate "
+               f"DeepSpeedPlugin.set_mixed_precision adds {{\"enabled\": true}} when the run's mixed precision is "
+               f"{want} (the Trainer's --{want}), else {{\"enabled\": false}}")
+        if self.ctx.precision is None:
+            self.b.auto_key(path, None, f"unresolved: {how}; the view's precision is kept")
+            return None
+        resolved = self.ctx.precision == want
+        self.b.auto_key(path, resolved, f"{how}; taken from the view's compute dtype {self.ctx.precision}")
         return resolved
 
     # --- zero_optimization ---------------------------------------------------------------------------------
