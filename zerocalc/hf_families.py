@@ -4,6 +4,9 @@ models/<family>/configuration_<family>.py), and the fixed traits of its modellin
 (models/<family>/modeling_<family>.py). hf_config.py applies this table; nothing here executes a config.
 
 Keys per field: "layers" <- num_hidden_layers, and so on (COMMON_KEYS); a family overrides keys and defaults.
+attention_bias and mlp_bias are read only by the families whose modelling code passes them to its Linears
+(ATTENTION_BIAS, MLP_BIAS): Mistral, Mixtral, Phi-3, Qwen2 and Ministral 3 hard-code their biases, so a stray
+"attention_bias": true in their config.json adds no parameter there and must add none here.
 """
 
 from __future__ import annotations
@@ -15,8 +18,13 @@ COMMON_KEYS = MappingProxyType({
     "layers": "num_hidden_layers", "hidden": "hidden_size", "heads": "num_attention_heads",
     "kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn": "intermediate_size", "vocab": "vocab_size",
     "seq_len": "max_position_embeddings", "tied_embeddings": "tie_word_embeddings", "activation": "hidden_act",
-    "attn_dropout": "attention_dropout", "attn_bias": "attention_bias", "mlp_bias": "mlp_bias",
+    "attn_dropout": "attention_dropout",
 })
+# The families that read them: modeling_<family>.py builds Linear(..., bias=config.attention_bias) for q, k, v, o
+# (DeepSeek: q_a_proj, kv_a_proj_with_mqa, o_proj), and bias=config.mlp_bias for the MLP (Llama; DeepSeek-V2's
+# dense and shared-expert MLPs, DeepseekV2MLP). Qwen2-MoE reads its own qkv_bias.
+ATTENTION_BIAS = MappingProxyType({"attn_bias": "attention_bias"})
+MLP_BIAS = MappingProxyType({"mlp_bias": "mlp_bias"})
 MOE_KEYS = MappingProxyType({"experts": "num_experts", "experts_per_token": "num_experts_per_tok",
                              "expert_ffn": "moe_intermediate_size", "norm_topk": "norm_topk_prob",
                              "moe_step": "decoder_sparse_step", "dense_layer_ids": "mlp_only_layers"})
@@ -37,17 +45,23 @@ _LLAMA_TRAITS = dict(gated_mlp=True, norm="rmsnorm", positions="rotary", softmax
 
 # model_type -> keys, defaults of absent keys, fixed traits
 FAMILIES = MappingProxyType({
-    "llama": _family(defaults=dict(vocab=32000, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048),
+    "llama": _family(keys={**ATTENTION_BIAS, **MLP_BIAS},
+                     defaults=dict(vocab=32000, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048),
                      traits=_LLAMA_TRAITS),
     "mistral": _family(defaults=dict(vocab=32000, hidden=4096, ffn=14336, layers=32, heads=32, kv_heads=8,
                                      seq_len=4096 * 32), traits=_LLAMA_TRAITS),
+    # Ministral 3 (the text model of Mistral 3 / Devstral 2 / Ministral 3 wrappers): Mistral's block, head_dim 128
+    # by default; the yarn / llama-4 attention scaling in rope_parameters has no parameters.
+    "ministral3": _family(defaults=dict(vocab=131072, hidden=4096, ffn=14336, layers=34, heads=32, kv_heads=8,
+                                        head_dim=128, seq_len=262144), traits=_LLAMA_TRAITS),
     # Qwen2Attention hard-codes bias=True on q, k and v.
     "qwen2": _family(defaults=dict(vocab=151936, hidden=4096, ffn=22016, layers=32, heads=32, kv_heads=32,
                                    seq_len=32768), traits={**_LLAMA_TRAITS, "qkv_bias": True}),
     "phi3": _family(defaults=dict(vocab=32064, hidden=3072, ffn=8192, layers=32, heads=32, seq_len=4096),
                     traits={**_LLAMA_TRAITS, "fused_qkv": True, "fused_gate_up": True}),
     # Qwen3Config: head_dim defaults to 128; q_norm / k_norm over each head.
-    "qwen3": _family(defaults=dict(vocab=151936, hidden=4096, ffn=22016, layers=32, heads=32, kv_heads=32,
+    "qwen3": _family(keys=ATTENTION_BIAS,
+                     defaults=dict(vocab=151936, hidden=4096, ffn=22016, layers=32, heads=32, kv_heads=32,
                                    head_dim=128, seq_len=32768), traits={**_LLAMA_TRAITS, "qk_norm": "head"}),
     # Qwen2-MoE: q/k/v biases from its own qkv_bias key; a shared expert with a sigmoid gate; top-k weights cast
     # to the activation dtype; dense layers (mlp_only_layers, decoder_sparse_step) use intermediate_size.
@@ -58,7 +72,7 @@ FAMILIES = MappingProxyType({
                       moe_step=1, qkv_bias=True),
         traits={**_LLAMA_TRAITS, "shared_expert_gate": True, "route_weights_fp32": False}),
     "qwen3_moe": _family(
-        keys=MOE_KEYS,
+        keys={**MOE_KEYS, **ATTENTION_BIAS},
         defaults=dict(vocab=151936, hidden=2048, ffn=6144, layers=24, heads=32, kv_heads=4, seq_len=32768,
                       experts=128, experts_per_token=8, expert_ffn=768, norm_topk=False, moe_step=1),
         traits={**_LLAMA_TRAITS, "qk_norm": "head", "route_weights_fp32": False}),
@@ -72,18 +86,25 @@ FAMILIES = MappingProxyType({
     # OLMoE: q_norm over all heads (hidden wide), k_norm over the KV heads; every layer MoE.
     "olmoe": _family(
         keys={"experts": "num_experts", "experts_per_token": "num_experts_per_tok", "expert_ffn":
-              "intermediate_size", "norm_topk": "norm_topk_prob"},
+              "intermediate_size", "norm_topk": "norm_topk_prob", **ATTENTION_BIAS},
         defaults=dict(vocab=50304, hidden=2048, ffn=2048, layers=16, heads=16, seq_len=4096, experts=64,
                       experts_per_token=8, norm_topk=False),
         traits={**_LLAMA_TRAITS, "qk_norm": "full"}),
     # OLMo 2: norms after attention and after the MLP (two per block, as many as Llama's), q/k norms over all heads.
-    "olmo2": _family(defaults=dict(vocab=50304, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048),
+    "olmo2": _family(keys=ATTENTION_BIAS,
+                     defaults=dict(vocab=50304, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048),
                      traits={**_LLAMA_TRAITS, "qk_norm": "full"}),
+    # OLMo 3: OLMo 2's block with sliding-window layers, every 4th global when layer_types is absent
+    # (Olmo3Config.__post_init__), and rotary tables per layer type (Olmo3RotaryEmbedding).
+    "olmo3": _family(keys={**ATTENTION_BIAS, "sliding_window": "sliding_window"},
+                     defaults=dict(vocab=50304, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048,
+                                   sliding_window=4096),
+                     traits={**_LLAMA_TRAITS, "qk_norm": "full", "sliding_pattern": 4, "local_rope": True}),
     # DeepSeek-V2: latent attention (q_lora_rank defaults to 1536 when the key is absent: an explicit null means
     # none), n_shared_experts x moe_intermediate_size of shared experts, dense first_k_dense_replace layers, an
     # fp32 router (_keep_in_fp32_modules_strict), softmax top-k not renormalised by default.
     "deepseek_v2": _family(
-        keys=MLA_KEYS,
+        keys={**MLA_KEYS, **ATTENTION_BIAS, **MLP_BIAS},
         defaults=dict(vocab=102400, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048, q_lora_rank=1536,
                       kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128, experts=64,
                       expert_ffn=1407, first_dense_layers=0, norm_topk=False, n_shared_experts=2),
@@ -91,7 +112,7 @@ FAMILIES = MappingProxyType({
     # DeepSeek-V3: as V2 with a sigmoid router whose top-k weights are renormalised; the multi-token-prediction
     # layer (num_nextn_predict_layers) is not built by transformers and not counted.
     "deepseek_v3": _family(
-        keys=MLA_KEYS,
+        keys={**MLA_KEYS, **ATTENTION_BIAS},
         defaults=dict(vocab=129280, hidden=7168, ffn=18432, layers=61, heads=128, kv_heads=128, seq_len=4096,
                       q_lora_rank=1536, kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128,
                       experts=256, experts_per_token=8, expert_ffn=2048, first_dense_layers=3, norm_topk=True,
@@ -101,7 +122,7 @@ FAMILIES = MappingProxyType({
     # softmaxed, experts with biases, every layer MoE (intermediate_size is each expert's width).
     "gpt_oss": _family(
         keys={"experts": "num_local_experts", "experts_per_token": "num_experts_per_tok", "expert_ffn":
-              "intermediate_size", "sliding_window": "sliding_window"},
+              "intermediate_size", "sliding_window": "sliding_window", **ATTENTION_BIAS},
         defaults=dict(vocab=201088, hidden=2880, ffn=2880, layers=36, heads=64, kv_heads=8, head_dim=64,
                       seq_len=131072, experts=128, experts_per_token=4, attn_bias=True, sliding_window=128),
         traits={**_LLAMA_TRAITS, "attention_sinks": True, "router": "topk-softmax", "router_bias": True,
@@ -109,7 +130,7 @@ FAMILIES = MappingProxyType({
     # Gemma 2: four norms per block, Gemma RMSNorm (1 + w, fp32), tied embeddings by default, soft-capping.
     "gemma2": _family(
         keys={"activation": "hidden_activation", "attn_softcap": "attn_logit_softcapping",
-              "final_softcap": "final_logit_softcapping", "sliding_window": "sliding_window"},
+              "final_softcap": "final_logit_softcapping", "sliding_window": "sliding_window", **ATTENTION_BIAS},
         defaults=dict(vocab=256000, hidden=2304, ffn=9216, layers=26, heads=8, kv_heads=4, head_dim=256,
                       seq_len=8192, tied_embeddings=True, activation="gelu_pytorch_tanh", attn_softcap=50.0,
                       final_softcap=30.0, sliding_window=4096),
@@ -118,12 +139,14 @@ FAMILIES = MappingProxyType({
     "gemma3_text": _family(
         keys={"activation": "hidden_activation", "attn_softcap": "attn_logit_softcapping",
               "final_softcap": "final_logit_softcapping", "sliding_window": "sliding_window",
-              "sliding_pattern": "sliding_window_pattern"},
+              "sliding_pattern": "sliding_window_pattern", **ATTENTION_BIAS},
         defaults=dict(vocab=262208, hidden=2304, ffn=9216, layers=26, heads=8, kv_heads=4, head_dim=256,
                       seq_len=131072, tied_embeddings=True, activation="gelu_pytorch_tanh", sliding_window=4096,
                       sliding_pattern=6),
         traits={**_LLAMA_TRAITS, "norm": "rmsnorm-gemma", "sandwich_norm": True, "qk_norm": "head",
                 "local_rope": True}),
 })
-# A multimodal wrapper whose language model is one of the families above, in its "text_config".
-TEXT_CONFIG_WRAPPERS = MappingProxyType({"gemma3": "gemma3_text"})
+# A multimodal wrapper whose language model is one of the families above, in its "text_config": the text model
+# types it takes, the first being what an absent text_config "model_type" means (Gemma3Config's text_config is a
+# Gemma3TextConfig; Mistral3Config resolves its text_config with AutoConfig, default model_type "mistral").
+TEXT_CONFIG_WRAPPERS = MappingProxyType({"gemma3": ("gemma3_text",), "mistral3": ("mistral", "ministral3")})
