@@ -1,8 +1,8 @@
 """Mixture-of-experts, latent-attention and Gemma-style blocks against real transformers models on the CPU.
 
 tests/measure/moe_activations.py builds tiny Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2 (MLA, q_lora_rank null),
-DeepSeek-V3 (MLA with q LoRA, sigmoid router), Gemma 2 (eager: transformers refuses SDPA with soft-capping) and
-Gemma 3 models (2 layers, hidden 256, 8 experts, top-2, bf16) and records every tensor autograd saves, with the
+DeepSeek-V3 (MLA with q LoRA, sigmoid router), Gemma 2 (eager: transformers refuses SDPA with soft-capping),
+Gemma 3 and a Mistral whose sliding window is shorter than the sequence (2 layers, hidden 256, 8 experts, top-2, bf16) and records every tensor autograd saves, with the
 CUDA kernels' semantics for SDPA. zerocalc's prediction (implementation "huggingface") must be within 2% for the
 blocks with the embedding end, and for the output end. Needs torch and transformers (requirements-validation.txt).
 """

@@ -25,6 +25,7 @@ COMMON_KEYS = MappingProxyType({
 # dense and shared-expert MLPs, DeepseekV2MLP). Qwen2-MoE reads its own qkv_bias.
 ATTENTION_BIAS = MappingProxyType({"attn_bias": "attention_bias"})
 MLP_BIAS = MappingProxyType({"mlp_bias": "mlp_bias"})
+SLIDING = MappingProxyType({"sliding_window": "sliding_window"})
 MOE_KEYS = MappingProxyType({"experts": "num_experts", "experts_per_token": "num_experts_per_tok",
                              "expert_ffn": "moe_intermediate_size", "norm_topk": "norm_topk_prob",
                              "moe_step": "decoder_sparse_step", "dense_layer_ids": "mlp_only_layers"})
@@ -48,12 +49,18 @@ FAMILIES = MappingProxyType({
     "llama": _family(keys={**ATTENTION_BIAS, **MLP_BIAS},
                      defaults=dict(vocab=32000, hidden=4096, ffn=11008, layers=32, heads=32, seq_len=2048),
                      traits=_LLAMA_TRAITS),
-    "mistral": _family(defaults=dict(vocab=32000, hidden=4096, ffn=14336, layers=32, heads=32, kv_heads=8,
-                                     seq_len=4096 * 32), traits=_LLAMA_TRAITS),
+    # Mistral, Mixtral, Ministral 3: every layer attends within sliding_window when it is set (MistralAttention
+    # passes config.sliding_window to the kernel; the model builds create_sliding_window_causal_mask). No parameter
+    # changes; the explicit mask beyond the window costs activations (measured, tests/test_moe_validation.py).
+    # MistralConfig's default window is 4096 (Mistral-7B-v0.1); Mixtral's and Ministral 3's are None.
+    "mistral": _family(keys=SLIDING, defaults=dict(vocab=32000, hidden=4096, ffn=14336, layers=32, heads=32,
+                                                   kv_heads=8, seq_len=4096 * 32, sliding_window=4096),
+                       traits={**_LLAMA_TRAITS, "sliding_pattern": 1}),
     # Ministral 3 (the text model of Mistral 3 / Devstral 2 / Ministral 3 wrappers): Mistral's block, head_dim 128
     # by default; the yarn / llama-4 attention scaling in rope_parameters has no parameters.
-    "ministral3": _family(defaults=dict(vocab=131072, hidden=4096, ffn=14336, layers=34, heads=32, kv_heads=8,
-                                        head_dim=128, seq_len=262144), traits=_LLAMA_TRAITS),
+    "ministral3": _family(keys=SLIDING, defaults=dict(vocab=131072, hidden=4096, ffn=14336, layers=34, heads=32,
+                                                      kv_heads=8, head_dim=128, seq_len=262144),
+                          traits={**_LLAMA_TRAITS, "sliding_pattern": 1}),
     # Qwen2Attention hard-codes bias=True on q, k and v.
     "qwen2": _family(defaults=dict(vocab=151936, hidden=4096, ffn=22016, layers=32, heads=32, kv_heads=32,
                                    seq_len=32768), traits={**_LLAMA_TRAITS, "qkv_bias": True}),
@@ -79,7 +86,7 @@ FAMILIES = MappingProxyType({
     # Mixtral: every layer is MoE, intermediate_size is each expert's width, top-k weights renormalised (fp32).
     "mixtral": _family(
         keys={"experts": "num_local_experts", "experts_per_token": "num_experts_per_tok", "expert_ffn":
-              "intermediate_size"},
+              "intermediate_size", **SLIDING},
         defaults=dict(vocab=32000, hidden=4096, ffn=14336, layers=32, heads=32, kv_heads=8, seq_len=4096 * 32,
                       experts=8, experts_per_token=2),
         traits={**_LLAMA_TRAITS, "norm_topk": True}),

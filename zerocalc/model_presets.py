@@ -63,7 +63,7 @@ MODEL_PRESETS = MappingProxyType({
                                   seq_len=131072, tied_embeddings=True, **_LLAMA),
                      1_235_814_400, "meta-llama/Llama-3.2-1B"),
     "mistral-7b": (Architecture(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
-                                seq_len=32768, **_LLAMA),
+                                seq_len=32768, sliding_window=4096, **_LLAMA),     # every layer local (v0.1)
                    7_241_732_096, "mistralai/Mistral-7B-v0.1"),
     "qwen2.5-0.5b": (Architecture(layers=24, hidden=896, heads=14, kv_heads=2, ffn=4864, vocab=151936,
                                   seq_len=32768, tied_embeddings=True, qkv_bias=True, **_LLAMA),
