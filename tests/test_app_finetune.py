@@ -103,6 +103,8 @@ def test_the_group_ledger_shows_the_entries_that_vanish():
     vanishing = [e for e, v in zip(entries, column) if v == "vanishes"]
     assert vanishing and "parameters" not in vanishing
     assert "CSV: group_ledgers" in [b.proto.label for b in at.get("download_button")]
+    ledger = dataframe_with(at, "sharded from")["entry"].tolist()           # the ledger names groups as the bars do
+    assert "trained (fp32): exp_avg" in ledger and "frozen: parameters" in ledger
 
 
 def test_freeze_mode_and_idle_fields_stay_out_of_the_link():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from zerocalc.units import format_bytes, in_unit
 
-from .figures import PHASE_LABELS, STAGE_LABELS, TERM_COLORS, TERM_MEANING
+from .figures import PHASE_LABELS, STAGE_LABELS, TERM_COLORS, TERM_MEANING, group_names
 
 SYSTEM = {"GB": "decimal", "GiB": "binary"}
 
@@ -68,14 +68,16 @@ def ledger_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
     row is the total (the ledger's bytes per parameter and the stage's per-worker bytes, from the core)."""
     cells = [c for c in report["ledger_cells"] if c["stage"] == stage]
     sharded = {e["name"]: e for e in report["ledger"]}
+    labels = group_names(report)                  # a fine-tuning view names its groups ("frozen (nf4)")
     rows = []
     for c in cells:
-        base = c["entry"].split(": ", 1)[-1]
+        group, _, base = c["entry"].rpartition(": ")
         entry = sharded.get(base, {})
         width = f"{c['bits'] / 8:g} B"
         per = f"⌈{short(c['elements'])} / {c['divisor']:,}⌉" if c["divisor"] > 1 else short(c["elements"])
         rows.append({
-            "entry": c["entry"], "category": c["category"], "dtype": c["dtype"],
+            "entry": f"{labels.get(group, group)}: {base}" if group else base, "category": c["category"],
+            "dtype": c["dtype"],
             "bytes/param": f"{entry['bytes_per_param']:g}" if entry and c["entry"] == base else "",
             "sharded from": STAGE_LABELS[entry["sharded_from_stage"]] if entry else "",
             f"{STAGE_LABELS[stage]} per worker": f"{per} × {width} = {in_unit(c['bytes'], unit)} {unit}",
