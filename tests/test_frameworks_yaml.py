@@ -5,7 +5,7 @@ import math
 import tomllib
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from zerocalc.frameworks import FrameworkConfigError, parse_yaml
@@ -94,6 +94,8 @@ def yaml():
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12).map("".join))
+@example(text="--- \t")                 # found by this test: a tab after '---' is a ScannerError in PyYAML
+@example(text="--- # c\t")              # ... but not inside the comment
 def test_accepted_documents_read_as_pyyaml_reads_them(yaml, text):
     try:
         ours = parse_yaml(text)

@@ -88,7 +88,12 @@ class _Parser:
     def document(self):
         if self.lines and self.lines[0].indent == 0 and self._marker(self.lines[0].text) == "---":
             first = self.lines[0]
-            if first.text[3:].strip() and not first.text[3:].strip().startswith("#"):
+            rest = first.text[3:]
+            comment = rest.find(" #")
+            before = rest if comment < 0 else rest[:comment]
+            if "\t" in before:                # PyYAML's scanner skips spaces only here: a tab starts no token
+                raise YamlError(first.number, 4 + before.index("\t"), "tabs are only allowed inside quotes")
+            if rest.strip() and not rest.strip().startswith("#"):
                 raise YamlError(first.number, 5, "content after '---' on the same line")
             self.i = 1
         for line in self.lines[self.i:]:
