@@ -52,7 +52,8 @@ def report_terms(query: dict) -> tuple:
     args = activation_args(r.scenario, r.workload)
     real = activations(*args)
     groups = {"per_layer": real.per_layer, "per_moe_layer": real.per_moe_layer,
-              "per_sliding_layer": real.per_sliding_layer, "embedding_end": real.embed, "every_stage": real.stage,
+              "per_sliding_layer": real.per_sliding_layer, "checkpointed_block": real.checkpointed,
+              "embedding_end": real.embed, "every_stage": real.stage,
               "output_end": real.head}
     return groups, formulas_for(r.scenario, r.workload)
 
@@ -80,6 +81,7 @@ def test_every_preset_formula_computes_the_reported_bytes(model):
 
 VARIANTS = [
     {"attention": "eager"}, {"attention": "eager", "recompute": "selective"}, {"recompute": "full"},
+    {"recompute": "full", "recompute_every": "2"}, {"model": "mixtral-8x7b", "recompute": "full", "recompute_every": "3"},
     {"implementation": "megatron"}, {"model": "gpt2", "attention": "eager", "resid_dropout": "0.1"},
     {"model": "llama-3-70b", "workers": "8", "tp": "8", "sequence_parallel": "true"},
     {"model": "llama-3-70b", "workers": "8", "tp": "8", "implementation": "megatron", "sequence_parallel": "true"},

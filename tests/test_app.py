@@ -309,6 +309,22 @@ def test_step_controls_change_activations_but_not_model_states():
     assert_overview_matches_core(at, report)
 
 
+def test_one_block_in_n_recompute_sits_under_full_recompute_and_reaches_the_link():
+    at = run_app({"model": "llama-3-8b"}, sections=["sec_step"])
+    assert "recompute_every" not in [w.key for w in at.number_input]          # only with full recompute
+    at.selectbox(key="recompute").set_value("full").run()
+    at.number_input(key="recompute_every").set_value(2).run()
+    query = {"model": "llama-3-8b", "recompute": "full", "recompute_every": "2"}
+    assert dict(at.query_params) == query
+    report = core_report(query)
+    # torchtitan's layer SAC with "2": blocks 2, 4, ..., 32 keep only their input (activation_checkpoint.py)
+    assert report["ranks"][0]["activation_bytes"] < core_report({"model": "llama-3-8b"})["ranks"][0][
+        "activation_bytes"]
+    assert_overview_matches_core(at, report)
+    at.selectbox(key="recompute").set_value("none").run()
+    assert dict(at.query_params) == {"model": "llama-3-8b"}                  # idle without full recompute
+
+
 def test_gpu_choice_moves_the_capacity_and_the_verdicts():
     at = run_app()
     at.selectbox(key="gpu").set_value("L4-24GB").run()

@@ -208,6 +208,8 @@ def torchtitan_views(draw):
                     optimizer=draw(st.sampled_from(["adam", "adamw"])))
     workload = {"micro_batch": draw(st.integers(1, 8)), "seq_len": draw(st.integers(1, 65536)),
                 "recompute": draw(st.sampled_from(["none", "selective", "full"]))}
+    if workload["recompute"] == "full" and draw(st.booleans()):   # layer SAC: selective_ac_option = "N"
+        workload["recompute_every"] = draw(st.integers(2, 4))
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "micro_batches": draw(st.integers(1, 8))}
     if tp > 1:
         layout["loss_parallel"] = draw(st.booleans())

@@ -20,8 +20,8 @@ def test_an_empty_file_is_torchtitans_defaults():
     r = tt("", {"gpus": 8})
     assert r.selected_stage == 3                                    # dp_shard -1 -> 8 ranks: FSDP, resharded
     assert r.scenario["workers"] == 8 and r.scenario["comm_dtype"] == "bf16" and r.scenario["optimizer"] == "adamw"
-    # mode selective with selective_ac_option "2": one block in two checkpointed, counted as no recompute
-    assert r.workload == {"seq_len": 2048, "micro_batch": 8, "recompute": "none"}
+    # mode selective with selective_ac_option "2": one block in two checkpointed (_apply_layer_sac)
+    assert r.workload == {"seq_len": 2048, "micro_batch": 8, "recompute": "full", "recompute_every": 2}
     assert r.layout == {"gpus": 8, "micro_batches": 1}
 
 
@@ -96,16 +96,17 @@ def test_activation_checkpoint_modes():
 # torchtitan distributed/activation_checkpoint.py (238fa99) _apply_ac_to_transformer_block: "op" is op-level SAC;
 # option.isdigit() is _apply_layer_sac, which wraps block k (from 1) in checkpoint_wrapper when
 # `not ac_freq or k % ac_freq == 0` ("0" and "1": every block); anything else raises ValueError.
-@pytest.mark.parametrize("option, recompute", [("1", "full"), ("0", "full"), ("2", "none"), ("3", "none"),
-                                               ("op", "selective")])
-def test_selective_ac_option_is_what_torchtitan_checkpoints(option, recompute):
+@pytest.mark.parametrize("option, recompute, every", [("1", "full", None), ("0", "full", None), ("2", "full", 2),
+                                                      ("3", "full", 3), ("op", "selective", None)])
+def test_selective_ac_option_is_what_torchtitan_checkpoints(option, recompute, every):
     r = tt(f'[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "{option}"\n')
     assert r.workload["recompute"] == recompute
+    assert r.workload.get("recompute_every") == every
     note = " ".join(r.notes)
-    if recompute == "full":
+    if recompute == "full" and every is None:
         assert "every transformer block" in note and "exactly" in note
-    if recompute == "none":            # N > 1: approximated, and the note says which way the error goes
-        assert f"one transformer block in {option}" in note and "over-estimate" in note
+    if every:                          # N > 1: one block in N, the others keep everything
+        assert f"one transformer block in {option}" in note and f"recompute_every = {option}" in note
 
 
 @pytest.mark.parametrize("option", ['"abc"', '"-1"', '"2.5"', '" 2"', '"\u00b2"', '""', "2", "true"])

@@ -115,7 +115,8 @@ FIELDS: Tuple[Field, ...] = (
     # the step
     _i("micro_batch", 1, 4096, 1), _i("micro_batches", *LAYOUT_LIMITS["micro_batches"], 1),
     _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
-    _c("recompute", RECOMPUTE, "none"), _c("activation_dtype", ("auto",) + DTYPES, "auto"),
+    _c("recompute", RECOMPUTE, "none"), _i("recompute_every", *_W["recompute_every"], 1),
+    _c("activation_dtype", ("auto",) + DTYPES, "auto"),
     _c("implementation", IMPLEMENTATIONS, "huggingface"),
     # fine-tuning (FineTune's defaults; peft's adapter dtype and the base's dtype when "auto")
     _c("finetune", MODES, "full"), _i("lora_rank", 1, 4096, 8),
@@ -236,6 +237,8 @@ def _significant(state: dict) -> List[str]:
     if state["model"] == PARAMS_ONLY:
         return [n for n in names if n not in ARCH_FIELDS and n not in LAYOUT_FIELDS[:-1] and n not in FINETUNE_FIELDS]
     idle = set(FINETUNE_FIELDS[1:]) - set(FINETUNE_MODE_FIELDS.get(state.get("finetune"), ()))
+    if state.get("recompute") != "full":
+        idle.add("recompute_every")                   # one block in N is a form of full recompute
     return [n for n in names if n != "params" and n not in idle]
 
 
@@ -312,7 +315,9 @@ def workload(state: dict, arch: Architecture) -> Workload:
     return Workload(
         arch, micro_batch=state["micro_batch"], seq_len=state["seq_len"],
         activation_dtype=None if state["activation_dtype"] == "auto" else state["activation_dtype"],
-        attention=state["attention"], recompute=state["recompute"], implementation=state["implementation"],
+        attention=state["attention"], recompute=state["recompute"],
+        recompute_every=state["recompute_every"] if state["recompute"] == "full" else 1,
+        implementation=state["implementation"],
         reduce_bucket_size=state["reduce_bucket_size"], allgather_bucket_size=state["allgather_bucket_size"],
         prefetch_bucket_size=state["prefetch_bucket_size"], max_live_parameters=state["max_live_parameters"],
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],

@@ -191,6 +191,7 @@ def activation_table(report: dict, unit: str, formulas: dict) -> "pandas.DataFra
     terms = report["activation_terms"]
     groups = (("each dense layer" if terms.get("per_moe_layer") else "each layer", "per_layer"),
               ("each MoE layer", "per_moe_layer"), ("each local-attention layer (extra)", "per_sliding_layer"),
+              ("each checkpointed block (one in N)", "checkpointed_block"),
               ("embedding end", "embedding_end"), ("each pipeline stage", "every_stage"),
               ("output end", "output_end"))
     rows = []

@@ -60,6 +60,7 @@ LABELS = {
     "loss_parallel": "Vocab-parallel logits and loss", "vocab_divisor": "Pad vocabulary to a multiple of (x tp; 0: auto)",
     "ep": "Expert parallel (ep)", "etp": "Expert tensor parallel (etp)",
     "micro_batches": "Micro-batches per step (gradient accumulation)",
+    "recompute_every": "Full recompute of one block in N",
     "finetune": "What trains", "lora_rank": "Adapter rank (r)", "lora_targets": "Adapted modules",
     "lora_dropout": "Adapter dropout", "adapter_dtype": "Adapter dtype", "modules_to_save": "Also trained in full",
     "train_last_layers": "Train the last k blocks", "train_modules": "Also train", "base_dtype": "Frozen base dtype",
@@ -84,7 +85,10 @@ HELP = {
     "micro_batch": "Sequences each GPU processes per forward/backward (per_device_train_batch_size).",
     "seq_len": "Tokens per sequence. The + and - buttons step through powers of two; any value can be typed.",
     "recompute": "Activation checkpointing: selective recomputes eager attention's scores; full keeps only each "
-                 "block's input and runs the forward again in backward (about a third more compute).",
+                 "block's input and runs the forward again in backward (about a third more compute); one block "
+                 "in N only: Step details.",
+    "recompute_every": "With full recompute: checkpoint the N-th, 2N-th... block of each rank and keep every "
+                       "activation of the others (torchtitan's selective_ac_option = \"N\"). 1: every block.",
     "attention": "flash / SDPA kernels save no s x s score matrix; eager attention does.",
     "activation_dtype": "auto: the compute dtype (communication dtype, else the parameters').",
     "implementation": "What the kernels save for backward: Hugging Face modules (validated within 10%) or "
@@ -399,6 +403,8 @@ def sidebar(loaders=None) -> None:
         if box.open:
             for name in STEP_FIELDS:
                 widget(name, box)
+            if st.session_state["recompute"] == "full":
+                widget("recompute_every", box)
         box = _section(sb, "sec_finetune", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)")
         if box.open:
             _finetune(box)

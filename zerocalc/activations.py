@@ -56,6 +56,10 @@ class ActivationReport(NamedTuple):
     sliding_layers: int = 0
     first_block_delta: int = 0    # fine-tuning: the first block a gradient reaches saves this much less (<= 0)
     frozen_blocks: int = 0        # fine-tuning: leading blocks no gradient reaches save nothing
+    # Full recompute of one block in every N (torchtitan's layer SAC): a checkpointed block saves `checkpointed`,
+    # the others save per_layer / per_moe_layer as without recompute; checkpointed_layers of them in the model.
+    checkpointed: Dict[str, int] = {}
+    checkpointed_layers: int = 0
 
     @property
     def per_layer_total(self) -> int:
@@ -65,16 +69,18 @@ class ActivationReport(NamedTuple):
     def per_moe_layer_total(self) -> int:
         return sum(self.per_moe_layer.values())
 
-    def blocks(self, dense: int, moe: int, sliding: int = 0) -> int:
-        """Bytes of `dense` dense blocks and `moe` MoE blocks, `sliding` of them with local attention."""
+    def blocks(self, dense: int, moe: int, sliding: int = 0, checkpointed: int = 0) -> int:
+        """Bytes of `dense` dense blocks and `moe` MoE blocks, `sliding` of them with local attention, and
+        `checkpointed` blocks that keep only their checkpoint input."""
         return dense * self.per_layer_total + moe * self.per_moe_layer_total + \
-            sliding * sum(self.per_sliding_layer.values())
+            sliding * sum(self.per_sliding_layer.values()) + checkpointed * sum(self.checkpointed.values())
 
     @property
     def total(self) -> int:
         """A whole model's worth (the frozen leading blocks and the first block's saving included)."""
-        return (self.blocks(self.layers, self.moe_layers, self.sliding_layers) + sum(self.embed.values())
-                + sum(self.stage.values()) + sum(self.head.values()) + self.first_block_delta)
+        return (self.blocks(self.layers, self.moe_layers, self.sliding_layers, self.checkpointed_layers)
+                + sum(self.embed.values()) + sum(self.stage.values()) + sum(self.head.values())
+                + self.first_block_delta)
 
 
 def norm_bits(a: Architecture, T: int, w: int, impl: str, width: int = None, rows: int = None) -> int:
@@ -251,12 +257,14 @@ def _tp_local(a: Architecture, tp: int) -> Architecture:
 def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, attention: str = "flash",
                 recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
                 sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
-                training=None) -> ActivationReport:
+                training=None, recompute_every: int = 1) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
     (moe_activations.Routing), for mixture-of-experts blocks; `training`: what trains when fine-tuning
-    (training_activations.Training; None: everything)."""
+    (training_activations.Training; None: everything). `recompute_every` N > 1 with full recompute checkpoints
+    one block in N (the N-th, 2N-th... a gradient reaches, as torchtitan's layer SAC counts them,
+    activation_checkpoint.py _apply_layer_sac); the others save everything."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -265,11 +273,12 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     tr = training
     full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
     first_delta = 0
-    if recompute == "full":
-        checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden}
+    every = recompute_every if recompute == "full" else 1
+    checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
+    if recompute == "full" and every == 1:
         blocks = {k: checkpoint for k in kinds}
     else:
-        mode = "selective" if recompute == "selective" else "none"
+        mode = "selective" if recompute == "selective" else "none"        # every > 1: the blocks kept whole
         blocks = {k: _layer(local, t, w, attention, implementation, mode, k, moe, tr, tp) for k in kinds}
         if tr is not None:
             kind = "moe" if a.is_moe_layer(tr.frozen_blocks) else "dense"
@@ -304,14 +313,43 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
-    sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute != "full" else {}
+    sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute != "full" or every > 1 else {}
     frozen = 0 if tr is None else tr.frozen_blocks
     live = layer_counts(a, min(frozen, a.layers), a.layers)      # blocks a gradient reaches
     if live["all"] == 0:
         first_delta = 0
-    return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), live["dense"], working,
-                            _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, live["moe"],
-                            _bytes(sliding), live["sliding"], first_delta, frozen)
+    kept, checkpointed = live, 0
+    if every > 1:
+        kept, checkpointed = split_checkpointed(a, range(min(frozen, a.layers), a.layers), every)
+        kept = kept._asdict()
+    return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), kept["dense"], working,
+                            _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, kept["moe"],
+                            _bytes(sliding), kept["sliding"], first_delta, frozen,
+                            _bytes(checkpoint) if every > 1 else {}, checkpointed)
+
+
+class KeptBlocks(NamedTuple):
+    """Blocks that save everything under one-in-N recompute, by kind."""
+    dense: int
+    moe: int
+    sliding: int
+
+
+def split_checkpointed(a: Architecture, layers, every: int, start: int = 0) -> tuple:
+    """(KeptBlocks, checkpointed count) of `layers` (indices, in the order a rank builds them) when the blocks
+    at running positions N, 2N, ... are checkpointed; `start`: blocks already counted before them on the rank
+    (torchtitan's counter runs across a rank's model chunks)."""
+    dense = moe = sliding = checkpointed = 0
+    for position, i in enumerate(layers, start + 1):
+        if position % every == 0:
+            checkpointed += 1
+            continue
+        if a.is_moe_layer(i):
+            moe += 1
+        else:
+            dense += 1
+        sliding += a.is_sliding_layer(i)
+    return KeptBlocks(dense, moe, sliding), checkpointed
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

@@ -144,6 +144,9 @@ def _model_flags(p):
     m.add_argument("--seq-len", type=_count, help="sequence length (default 2048)")
     m.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")
     m.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    m.add_argument("--recompute-every", type=int, metavar="N",
+                   help="with --recompute full: checkpoint one block in N, the others keep every activation "
+                        "(torchtitan's selective_ac_option = \"N\"; default 1: every block)")
     m.add_argument("--activation-dtype", choices=list(DTYPE_BITS), help="default: the compute dtype")
     m.add_argument("--dropout", type=_probability, help="every dropout probability (default: the model's)")
     m.add_argument("--implementation", choices=IMPLEMENTATIONS, help="which kernels save activations "

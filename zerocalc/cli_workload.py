@@ -14,7 +14,8 @@ from .units import format_bytes
 from .workload import Workload
 
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
-WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "implementation",
+WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "recompute_every",
+                  "implementation",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
                   "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")

@@ -41,10 +41,10 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
     layout, a = workload.layout, workload.arch
     m, w, h = layout.micro_batches, shape.act_bits, a.hidden
     T = workload.micro_batch * (workload.seq_len // layout.cp)
-    full = workload.recompute == "full"
+    rebuilt = recomputed_blocks(workload, rank.layers)
     out = {"tensor parallel": 0, "pipeline": 0, "context parallel": 0, "expert parallel": 0}
     if layout.tp > 1:
-        per_micro = rank.layers * (8 + (4 if full else 0)) * T * h
+        per_micro = (rank.layers * 8 + rebuilt * 4) * T * h
         per_micro += (2 * T * h if rank.first else 0) + (2 * T * h if rank.last else 0)
         extra = 0
         if rank.last:
@@ -61,11 +61,11 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
     if layout.ep > 1 and rank.moe_layers:
         routed = routed_pairs(T // layout.tp if layout.sequence_parallel else T, a.experts_per_token,
                               workload.routing)
-        out["expert parallel"] = m * rank.moe_layers * (4 + (2 if full else 0)) * _bytes(routed * h, w)
+        moe_rebuilt = recomputed_blocks(workload, rank.moe_layers)     # one in N of them, as of all blocks
+        out["expert parallel"] = m * (4 * rank.moe_layers + 2 * moe_rebuilt) * _bytes(routed * h, w)
     if layout.cp > 1:
         kv_local = a.kv_size // layout.tp
-        exchanges = (layout.cp - 1) * (3 + (1 if full else 0))
-        out["context parallel"] = m * rank.layers * exchanges * _bytes(2 * T * kv_local, w)
+        out["context parallel"] = m * (layout.cp - 1) * (3 * rank.layers + rebuilt) * _bytes(2 * T * kv_local, w)
     return out
 
 
@@ -97,6 +97,14 @@ def forward_flops(workload, rank) -> int:
                                    + 2 * tokens * head)
 
 
+def recomputed_blocks(workload, layers: int) -> int:
+    """Blocks whose forward runs again in backward under full recompute: all, or one in N (the N-th, 2N-th...
+    of the rank's blocks, torchtitan's layer SAC)."""
+    if workload.recompute != "full":
+        return 0
+    return layers // workload.recompute_every
+
+
 def recompute_flops(workload, rank) -> int:
     """Extra forward FLOPs per step on one rank of this class: full recompute re-runs each block's forward; the
     selective recompute of eager attention re-runs only QK^T, softmax and attention-times-V (Korthikanti et al.
@@ -109,7 +117,8 @@ def recompute_flops(workload, rank) -> int:
         return layout.micro_batches * rank.layers * per_layer
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     block = sum(h.local_elements for h in rank.holdings if h.tensor.place == "layer" and len(h.tensor.shape) == 2)
-    return layout.micro_batches * rank.layers * (2 * tokens * block + _attention_flops(workload))
+    return layout.micro_batches * recomputed_blocks(workload, rank.layers) * (2 * tokens * block
+                                                                             + _attention_flops(workload))
 
 
 def bubble_fraction(layout) -> float:

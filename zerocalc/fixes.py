@@ -155,19 +155,22 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             yield ("stage_3" if s == 3 else "stage"), s, {}, {}, {}, report.peaks[s].peak_bytes
             break
     levels = RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(workload.recompute) + 1:]
+    if workload.recompute_every > 1:
+        levels = ("full",)                                           # one block in N -> every block
     for level in levels:                                             # recompute, alone and with a micro-batch
         if level == "selective" and workload.attention != "eager":
             continue                                                 # flash never holds the scores
-        w = replace(workload, recompute=level)
+        change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {})}
+        w = replace(workload, **change)
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
-            yield f"recompute_{level}", stage, {}, {"recompute": level}, {}, peak
+            yield f"recompute_{level}", stage, {}, change, {}, peak
             break
         largest = max_micro_batch(scenario, w)[stage]
         found = _micro_batch_change(scenario, w, stage, largest) if largest else None
         if found:
             wc, lc, peak = found
-            yield "recompute_micro_batch", stage, {}, {"recompute": level, **wc}, lc, peak
+            yield "recompute_micro_batch", stage, {}, {**change, **wc}, lc, peak
             break
     largest = max_micro_batch(scenario, workload)[stage]             # micro-batch
     found = _micro_batch_change(scenario, workload, stage, largest) if largest else None
@@ -250,10 +253,11 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
     w, lay, s = fix.workload, fix.layout, fix.scenario
     if fix.kind in ("stage", "stage_3"):
         return f"{STAGE_NAMES[fix.stage]} instead of {STAGE_NAMES[stage_from]}"
+    every = " of every block" if w.get("recompute_every") == 1 else ""     # from one block in N
     if fix.kind in ("recompute_selective", "recompute_full"):
-        return f"{w['recompute']} recompute"
+        return f"{w['recompute']} recompute{every}"
     if fix.kind in ("micro_batch", "recompute_micro_batch"):
-        text = (f"{w['recompute']} recompute with " if fix.kind == "recompute_micro_batch" else "") + \
+        text = (f"{w['recompute']} recompute{every} with " if fix.kind == "recompute_micro_batch" else "") + \
             f"micro-batch {w['micro_batch']:,}"
         if "micro_batches" in lay:
             global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches

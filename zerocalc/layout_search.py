@@ -126,7 +126,8 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
             if offload not in scenarios:
                 scenarios[offload] = replace(base_s, offload_optimizer=offload[0], offload_params=offload[1])
             if recompute not in workloads:
-                workloads[recompute] = replace(base_w, recompute=recompute)
+                every = base_w.recompute_every if recompute == workload.recompute else 1   # one in N: the view's
+                workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every)
             return layout_report(scenarios[offload], workloads[recompute])
 
         wanted = {0, 1, 2, 3} if dp * cp > 1 else {0}      # with dp x cp = 1 ZeRO has nothing to shard

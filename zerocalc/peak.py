@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Tuple
 
-from .activations import ActivationReport, activations
+from .activations import ActivationReport, activations, split_checkpointed
 from .layout import in_flight
 from .placement import Blocks
 from .training_activations import training_for
@@ -88,7 +88,7 @@ def activation_args(scenario, workload) -> tuple:
     training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
-            workload.routing, training)
+            workload.routing, training, workload.recompute_every)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:
@@ -100,11 +100,16 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     act = activations(*args)
     frozen = act.frozen_blocks
     counts = [_live_blocks(a, span, frozen) for span in rank.spans] if frozen else list(rank.chunks)
+    if act.checkpointed:                       # one block in N checkpointed: which ones, chunk by chunk
+        counts = _checkpointed_counts(a, rank.spans, frozen, workload.recompute_every)
     holds_first = any(frozen in span for span in rank.spans) and act.frozen_blocks < a.layers
     act = act._replace(layers=sum(c.dense for c in counts), moe_layers=sum(c.moe for c in counts),
                        sliding_layers=sum(c.sliding for c in counts), embed=act.embed if rank.first else {},
                        head=act.head if rank.last else {},
                        first_block_delta=act.first_block_delta if holds_first else 0)
+    if act.checkpointed:
+        ckpt = sum(c.checkpointed for c in counts)
+        act = act._replace(checkpointed_layers=ckpt, recompute_working=act.recompute_working if ckpt else 0)
     embed, head = sum(act.embed.values()) + act.first_block_delta, sum(act.head.values())
     chunk = max(act.blocks(*c) for c in counts) + sum(act.stage.values())
     pp_m = (layout.micro_batches if layout.pp > 1 else 1)
@@ -135,6 +140,26 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
                             expert if name.startswith("experts") else dense, tuple(members[name]))
                  for name, n in rank.group_params().items())
+
+
+class CheckpointedBlocks(NamedTuple):
+    """A chunk's blocks under one-in-N recompute: kept whole by kind, and checkpointed."""
+    dense: int
+    moe: int
+    sliding: int
+    checkpointed: int
+
+
+def _checkpointed_counts(a, spans, frozen: int, every: int) -> list:
+    """Per chunk: (kept dense, kept MoE, kept local-attention, checkpointed) blocks among those a gradient
+    reaches, the rank's running count deciding which are checkpointed (torchtitan counts across its chunks)."""
+    counts, seen = [], 0
+    for span in spans:
+        live = [i for i in span if i >= frozen]
+        kept, checkpointed = split_checkpointed(a, live, every, seen)
+        counts.append(CheckpointedBlocks(kept.dense, kept.moe, kept.sliding, checkpointed))
+        seen += len(live)
+    return counts
 
 
 def _live_blocks(a, span: range, frozen: int) -> Blocks:

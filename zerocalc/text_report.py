@@ -13,6 +13,20 @@ from .tables import CONVENTIONS
 from .units import format_bytes, in_unit, resolve_unit
 
 
+def recompute_text(workload) -> str:
+    """"full", or "full, one block in 2" under torchtitan-style layer recompute."""
+    if workload.recompute == "full" and workload.recompute_every > 1:
+        return f"full, one block in {workload.recompute_every}"
+    return workload.recompute
+
+
+def _checkpointed(act, units) -> str:
+    if not act.checkpointed:
+        return ""
+    return (f" ({act.checkpointed_layers} of them checkpointed, "
+            f"{format_bytes(sum(act.checkpointed.values()), units)} each)")
+
+
 def _table(header, rows) -> str:
     cells = [header] + rows
     widths = [max(len(str(r[i])) for r in cells) for i in range(len(header))]
@@ -147,9 +161,10 @@ def peak_text(report, units) -> str:
         layout_line(report),
         f"Peak working set per GPU on {workload.gpu_label} ({format_bytes(workload.capacity_bytes, unit)}): "
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
-        f"recompute {workload.recompute}, {shape.act_bits}-bit activations ({workload.implementation}).",
+        f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}).",
         f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
-        f"micro-batch x {heaviest.rank.layers} layers, {format_bytes(shape.activation_bytes, units)} in flight; "
+        f"micro-batch x {heaviest.rank.layers} layers{_checkpointed(shape.act, units)}, "
+        f"{format_bytes(shape.activation_bytes, units)} in flight; "
         f"largest layer {largest_layer(a)[0]} ({largest_layer(a)[1]:,} params)",
         _table(["stage", "peak", "phase", "capacity", "headroom", "used", "fits", "worst rank"],
                [[p.stage, format_bytes(p.peak_bytes, unit), p.peak_phase, format_bytes(p.capacity_bytes, unit),

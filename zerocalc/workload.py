@@ -34,6 +34,7 @@ WORKLOAD_LIMITS = {
     "fragmentation_percent": (0, 100),
     "moe_imbalance_percent": (100, 10_000),
     "moe_capacity_percent": (0, 10_000),
+    "recompute_every": (1, 10_000),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
 
@@ -46,6 +47,8 @@ class Workload:
     activation_dtype: Optional[str] = None    # None: the compute dtype (comm_dtype or param_dtype)
     attention: str = "flash"
     recompute: str = "none"
+    # With full recompute, checkpoint one block in N (torchtitan's selective_ac_option = "N"); 1: every block.
+    recompute_every: int = 1
     implementation: str = "huggingface"
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
@@ -78,6 +81,8 @@ class Workload:
         for field, options in (("attention", ATTENTION), ("recompute", RECOMPUTE),
                                ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES)):
             require_choice(field, getattr(self, field), options)
+        if self.recompute_every > 1 and self.recompute != "full":
+            raise FieldError("recompute_every", self.recompute_every, "1 unless recompute is full")
         if self.gpu_memory is None and self.gpu not in GPU_CATALOG:
             raise FieldError("gpu", self.gpu, "one of " + ", ".join(GPU_CATALOG) + ", or a custom gpu_memory")
         if not isinstance(self.layout, Layout):

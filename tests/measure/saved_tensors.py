@@ -112,8 +112,10 @@ def _tensors(obj):
             yield from _tensors(item)
 
 
-def measure(model, batch: int, seq: int, checkpointing: bool = False) -> Counter:
-    """Bytes saved for backward per region, one count per storage, as a CUDA run would save them."""
+def measure(model, batch: int, seq: int, checkpointing: bool = False, every: int = 1) -> Counter:
+    """Bytes saved for backward per region, one count per storage, as a CUDA run would save them. `every` N > 1
+    with checkpointing: only the blocks at positions N, 2N, ... are checkpointed (torchtitan's layer SAC,
+    _apply_layer_sac: 'count % ac_freq == 0'); the others run plainly and save everything."""
     rec = _Recorder(model)
     if checkpointing:
         enable = getattr(model, "activation_checkpointing_enable", None)   # transformers >= 5.x
@@ -121,17 +123,21 @@ def measure(model, batch: int, seq: int, checkpointing: bool = False) -> Counter
             enable(activation_checkpointing_kwargs={"use_reentrant": False})
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base = model.base_model
+    blocks = base.h if hasattr(base, "h") else base.layers
+    checkpointed = {id(b) for position, b in enumerate(blocks, 1) if checkpointing and position % every == 0}
+    for b in blocks:
+        if checkpointing and id(b) not in checkpointed:
+            b.gradient_checkpointing = False       # GradientCheckpointingLayer: this block runs plainly
 
     def enter_block(module, args, kwargs):
         rec.region = "layer"
-        if checkpointing:
-            rec.checkpointing = False
+        rec.checkpointing = False
+        if id(module) in checkpointed:
             for t in _tensors((args, kwargs)):
                 rec.add(t)
             rec.checkpointing = True
 
-    base = model.base_model
-    blocks = base.h if hasattr(base, "h") else base.layers
     final_norm = base.ln_f if hasattr(base, "ln_f") else base.norm
     handles = [b.register_forward_pre_hook(enter_block, with_kwargs=True) for b in blocks]
     handles.append(final_norm.register_forward_pre_hook(lambda *_: setattr(rec, "region", "head")))

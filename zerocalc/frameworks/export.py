@@ -54,7 +54,7 @@ def _view(scenario, workload, layout, stage):
         Scenario(params=1, **{k: s[k] for k in SCENARIO_FIELDS})
     except FieldError as exc:
         raise ExportError(f"scenario.{exc.field}", exc.value, exc.allowed) from None
-    for name in ("micro_batch", "seq_len") + BUCKET_FIELDS:
+    for name in ("micro_batch", "seq_len", "recompute_every") + BUCKET_FIELDS:
         lo, hi = WORKLOAD_LIMITS[name] if name in WORKLOAD_LIMITS else (1, 10**8)
         require_int(f"workload.{name}", w[name], lo, hi, ExportError)
     require_choice("workload.recompute", w["recompute"], RECOMPUTE, ExportError)
@@ -242,6 +242,9 @@ def _accelerate(scenario, workload, layout, stage, backend=None):
                                    "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
             if w["recompute"] == "selective":
                 notes.append("selective recompute has no accelerate key (fsdp_activation_checkpointing is full).")
+            if w["recompute"] == "full" and w["recompute_every"] > 1:
+                notes.append(f"one block in {w['recompute_every']} checkpointed has no accelerate key: "
+                             "fsdp_activation_checkpointing checkpoints every block.")
             if hybrid or lay["tp"] > 1 or lay["cp"] > 1:
                 shard = s["shard_group"] if hybrid else s["workers"]
                 data["parallelism_config"] = {
@@ -326,6 +329,8 @@ def _torchtitan(scenario, workload, layout, stage):
               "activation_checkpoint": {"mode": w["recompute"]}}
     if w["recompute"] == "selective":
         tables["activation_checkpoint"]["selective_ac_option"] = "op"
+    elif w["recompute"] == "full" and w["recompute_every"] > 1:   # _apply_layer_sac: one block in N
+        tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(w["recompute_every"])}
     if s["optimizer"] in ("adam", "adamw"):
         tables["optimizer"] = {"name": "Adam" if s["optimizer"] == "adam" else "AdamW"}
     else:

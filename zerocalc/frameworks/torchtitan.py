@@ -519,14 +519,11 @@ class _Reader:
             self.b.note(f"selective_ac_option = '{option}' checkpoints every transformer block (_apply_layer_sac: "
                         "'not ac_freq or count % ac_freq == 0'): zerocalc's full recompute, exactly.")
             return
-        self.b.set("workload", "recompute", "none", f"{src}: one transformer block in {every} "
-                                                     "checkpointed, counted as no recompute")
+        self.b.set("workload", "recompute", "full", f"{src}: one transformer block in {every} checkpointed")
+        self.b.set("workload", "recompute_every", every, src)
         self.b.note(f"selective_ac_option = '{option}' fully checkpoints one transformer block in {every} "
-                    f"(blocks {every}, {2 * every}, ...: _apply_layer_sac), floor(layers / {every}) of them; the "
-                    "others keep all their activations. zerocalc has no per-block recompute, so it counts no "
-                    f"recompute: an over-estimate of the saved activations by up to 1/{every} of them (a "
-                    "checkpointed block still keeps its input), exact when the model has fewer than "
-                    f"{every} blocks.")
+                    f"(blocks {every}, {2 * every}, ... of each rank: _apply_layer_sac), the others keep all their "
+                    f"activations: zerocalc's full recompute with recompute_every = {every}.")
 
     def optimizer(self):
         name = self.get("optimizer", "name", "AdamW")
