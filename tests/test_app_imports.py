@@ -207,3 +207,19 @@ def test_the_view_exports_as_each_framework_and_imports_back():
     back = import_config("deepspeed", code["json"], {"hidden_size": 4096, "workers": 16})
     assert back.selected_stage == 2 and back.scenario["offload_optimizer"] == "cpu"
     assert import_config("accelerate", code["yaml"]).selected_stage == 2
+
+
+def test_a_torchtitan_layer_frequency_sets_one_block_in_n_and_a_full_mode_resets_it(tmp_path):
+    # torchtitan activation_checkpoint.py _apply_layer_sac: selective_ac_option "2" checkpoints blocks 2, 4, ...;
+    # mode "full" checkpoints every block, so a later import of it must not keep the earlier N.
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, sections=["sec_load"])
+    layer = tmp_path / "layer_sac.toml"
+    layer.write_text('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n')
+    upload_framework(at, layer)
+    assert at.session_state["recompute"] == "full" and at.session_state["recompute_every"] == 2
+    assert at.query_params["recompute_every"] == "2"
+    full = tmp_path / "full.toml"
+    full.write_text('[activation_checkpoint]\nmode = "full"\n')
+    upload_framework(at, full)
+    assert at.session_state["recompute"] == "full" and at.session_state["recompute_every"] == 1
+    assert "recompute_every" not in at.query_params

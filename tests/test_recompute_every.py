@@ -139,3 +139,16 @@ def test_the_report_names_the_checkpointed_block_terms():
     r = full_report(s, Workload(LLAMA8B, recompute="full", recompute_every=2))
     assert r["workload"]["recompute_every"] == 2
     assert r["activation_terms"]["checkpointed_block"] == {"block input (checkpoint)": 2 * 2048 * 4096}
+
+
+def test_a_fix_that_turns_recompute_off_drops_one_in_n():
+    # A layout found by the search may run without recompute: applying it must give a valid workload (the app
+    # raised here before: recompute none with recompute_every 2).
+    from zerocalc.fixes import Fix, apply
+    s = scenario_for(LLAMA8B)
+    w = Workload(LLAMA8B, recompute="full", recompute_every=2)
+    fix = Fix("layout", 3, {}, {"recompute": "none"}, {"tp": 2}, 0, 1, (), 6, "")
+    _, w2 = apply(fix, s, w)
+    assert (w2.recompute, w2.recompute_every, w2.layout.tp) == ("none", 1, 2)
+    keep = Fix("micro_batch", 3, {}, {"micro_batch": 2}, {}, 0, 1, (), 2, "")
+    assert apply(keep, s, w)[1].recompute_every == 2                     # untouched recompute keeps its N

@@ -195,6 +195,8 @@ def framework_fields(imported, applied, state: dict) -> dict:
                                                                                            name))
         elif name == "gpu_memory" and getattr(w, "gpu_memory", None):
             out["gpu"] = CUSTOM
+    if "recompute" in out and "recompute_every" not in out:
+        out["recompute_every"] = 1            # a file that sets recompute means every block unless it says N
     layout = dict(applied.layout)
     gpus = layout.pop("gpus", None)
     for name, value in layout.items():

@@ -78,7 +78,10 @@ class Fix(NamedTuple):
 def apply(fix: Fix, scenario, workload):
     """(scenario, workload) with the fix's changes (the stage is fix.stage)."""
     s = replace(scenario, **fix.scenario) if fix.scenario else scenario
-    w = replace(workload, **fix.workload) if fix.workload else workload
+    changes = dict(fix.workload)
+    if changes.get("recompute", workload.recompute) != "full" and workload.recompute_every > 1:
+        changes["recompute_every"] = 1          # one block in N is a form of full recompute
+    w = replace(workload, **changes) if changes else workload
     if fix.layout:
         w = replace(w, layout=replace(w.layout, **fix.layout))
     return s, w
