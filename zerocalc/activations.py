@@ -91,6 +91,9 @@ def norm_bits(a: Architecture, T: int, w: int, impl: str, width: int = None, row
         return w * T * width + 2 * STAT_BITS * rows                   # input + mean and rstd
     if impl == "megatron":
         return w * T * width + STAT_BITS * rows                       # fused RMSNorm: input + rstd
+    if a.norm == "rmsnorm-fp32":
+        # gpt-oss RMSNorm: fp32 input, rsqrt, the fp32 normalised copy the weight multiplies (GptOssRMSNorm)
+        return 2 * STAT_BITS * T * width + STAT_BITS * rows
     if a.norm == "rmsnorm-gemma":
         # Gemma RMSNorm: fp32 input, rsqrt, its fp32 output times (1 + w), that fp32 (1 + w) vector
         return 2 * STAT_BITS * T * width + STAT_BITS * rows + STAT_BITS * width
@@ -157,7 +160,13 @@ def _scores(a: Architecture, t: Tokens, w: int, hf: bool) -> Dict[str, int]:
     scores = a.heads * t.s * t.s * t.b
     dropout = a.attn_dropout > 0
     terms = {}
-    if hf and a.softmax_fp32:
+    if hf and a.attention_sinks:
+        # gpt-oss eager_attention_forward: the sink logit joins each row (s + 1 columns), the row max is taken
+        # off (its int64 indices saved), softmax in the logits' dtype; the probabilities without the sink are a
+        # view of its output, which attn @ V saves again (one storage).
+        terms["attention softmax (with sinks)"] = w * a.heads * t.s * (t.s + 1) * t.b
+        terms["attention row max indices"] = INDEX_BITS * a.heads * t.s * t.b
+    elif hf and a.softmax_fp32:
         # fp32 output saved by softmax; its copy cast back to w is saved by attn @ V only without dropout
         # (with dropout, attn @ V saves the dropped probabilities instead).
         terms["attention softmax"] = STAT_BITS * scores + (w * scores if w != STAT_BITS and not dropout else 0)

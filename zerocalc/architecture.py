@@ -25,7 +25,8 @@ ARCH_LIMITS = {
     "vocab": (1, 10**7),
     "seq_len": (1, 10**8),
 }
-NORMS = ("layernorm", "rmsnorm", "rmsnorm-gemma")   # Gemma's RMSNorm scales by (1 + w), computed in fp32
+# Gemma's RMSNorm scales by (1 + w), computed in fp32; gpt-oss's multiplies by w in fp32 before casting back
+NORMS = ("layernorm", "rmsnorm", "rmsnorm-gemma", "rmsnorm-fp32")
 POSITIONS = ("learned", "rotary")
 QK_NORMS = ("none", "head", "full")
 ROUTERS = ("softmax", "sigmoid", "topk-softmax")
@@ -38,7 +39,9 @@ MOE_LIMITS = {"q_lora_rank": (0, 10**6), "kv_lora_rank": (0, 10**6), "qk_nope_di
 # is the fc2 input or the gate product's operand anyway and counted there).
 # gelu_new (HF NewGELUActivation, 0.5x(1 + tanh(...))) saves x, tanh(.), 0.5x and 1 + tanh(.); gelu,
 # gelu_pytorch_tanh and silu (one op each) save their input; relu saves only its output.
-ACTIVATION_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_pytorch_tanh": 1, "silu": 1, "relu": 0}
+# gpt-oss's clamped SwiGLU (GptOssExperts._apply_gate: gate and up clamped, gate * sigmoid(alpha * gate), times
+# up + 1) saves the clamped gate, the sigmoid, their product and up + 1: 4 (measured, tests/test_moe_validation.py).
+ACTIVATION_SAVES = {"gelu_new": 4, "gelu": 1, "gelu_pytorch_tanh": 1, "silu": 1, "relu": 0, "clamped-swiglu": 4}
 ACTIVATIONS = tuple(ACTIVATION_SAVES)
 
 

@@ -153,6 +153,8 @@ def _family_architecture(cfg: dict, model_type: str) -> Architecture:
     keys, defaults = family["keys"], family["defaults"]
     fields = dict(family["traits"])
     for field, key in keys.items():
+        if key is None:                            # a common key this family's modelling code does not read
+            continue
         value = _read(cfg, key, field, defaults.get(field, _ABSENT))
         if value is not _ABSENT:
             fields[field] = value

@@ -128,12 +128,14 @@ FAMILIES = MappingProxyType({
     # gpt-oss: biases on q, k, v, o, one attention sink per head, a biased router whose top-k logits are
     # softmaxed, experts with biases, every layer MoE (intermediate_size is each expert's width).
     "gpt_oss": _family(
+        # hidden_act is not read: GptOssExperts runs its own clamped SwiGLU; GptOssRMSNorm weights in fp32.
         keys={"experts": "num_local_experts", "experts_per_token": "num_experts_per_tok", "expert_ffn":
-              "intermediate_size", "sliding_window": "sliding_window", **ATTENTION_BIAS},
+              "intermediate_size", "sliding_window": "sliding_window", "activation": None, **ATTENTION_BIAS},
         defaults=dict(vocab=201088, hidden=2880, ffn=2880, layers=36, heads=64, kv_heads=8, head_dim=64,
                       seq_len=131072, experts=128, experts_per_token=4, attn_bias=True, sliding_window=128),
         traits={**_LLAMA_TRAITS, "attention_sinks": True, "router": "topk-softmax", "router_bias": True,
-                "expert_bias": True, "norm_topk": False, "route_weights_fp32": False, "sliding_pattern": 2}),
+                "expert_bias": True, "norm_topk": False, "route_weights_fp32": False, "sliding_pattern": 2,
+                "norm": "rmsnorm-fp32", "activation": "clamped-swiglu"}),
     # Gemma 2: four norms per block, Gemma RMSNorm (1 + w, fp32), tied embeddings by default, soft-capping.
     "gemma2": _family(
         keys={"activation": "hidden_activation", "attn_softcap": "attn_logit_softcapping",

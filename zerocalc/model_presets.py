@@ -23,10 +23,11 @@ _LLAMA = dict(gated_mlp=True, norm="rmsnorm", positions="rotary", activation="si
 _QWEN3 = dict(head_dim=128, qk_norm="head", **_LLAMA)
 _QWEN_MOE = dict(route_weights_fp32=False, norm_topk=True, **_QWEN3)
 _MLA = dict(kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128, router_fp32=True, **_LLAMA)
-_GPT_OSS = dict(kv_heads=8, head_dim=64, attn_bias=True, attention_sinks=True, experts_per_token=4, router="topk-softmax",
-                sliding_window=128, sliding_pattern=2,
+_GPT_OSS = dict(_LLAMA, kv_heads=8, head_dim=64, attn_bias=True, attention_sinks=True, experts_per_token=4,
+                router="topk-softmax", sliding_window=128, sliding_pattern=2,
                 norm_topk=False, router_bias=True, route_weights_fp32=False, expert_bias=True, vocab=201088,
-                seq_len=131072, hidden=2880, heads=64, ffn=2880, expert_ffn=2880, **_LLAMA)
+                seq_len=131072, hidden=2880, heads=64, ffn=2880, expert_ffn=2880, norm="rmsnorm-fp32",
+                activation="clamped-swiglu")
 _GEMMA3 = dict(norm="rmsnorm-gemma", activation="gelu_pytorch_tanh", qk_norm="head", sandwich_norm=True,
                tied_embeddings=True, gated_mlp=True, positions="rotary", vocab=262208, seq_len=131072,
                sliding_window=1024, sliding_pattern=6, local_rope=True)

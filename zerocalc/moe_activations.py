@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, NamedTuple
 
+from .architecture import ACTIVATION_SAVES
+
 STAT_BITS, INDEX_BITS, OFFSET_BITS = 32, 64, 32
 
 
@@ -50,7 +52,7 @@ def moe_terms(a, t, w: int, impl: str, routing: Routing, mlp_terms: Callable) ->
     if a.router_fp32:
         terms["router input (fp32 copy)"] = STAT_BITS * T * h
     if a.router == "topk-softmax":
-        terms["router top-k softmax (fp32)"] = STAT_BITS * T * k
+        terms["router top-k softmax"] = w * T * k           # gpt-oss: softmax in the logits' dtype
     else:
         terms["router scores (fp32)"] = STAT_BITS * T * E
     terms["router top-k indices"] = INDEX_BITS * T * k
@@ -59,10 +61,12 @@ def moe_terms(a, t, w: int, impl: str, routing: Routing, mlp_terms: Callable) ->
     up = 2 * f if a.gated_mlp else f
     terms["experts: dispatched tokens"] = w * S * h
     terms["experts: gate/up output"] = w * S * up
-    terms["experts: activation and product"] = (2 if a.gated_mlp else 1) * w * S * f
+    saves = ACTIVATION_SAVES[a.activation] + (1 if a.gated_mlp else 0)      # the activation's, then the product
+    terms["experts: activation and product"] = saves * w * S * f
     terms["experts: down output"] = w * S * h
     terms["experts: routing weights"] = (STAT_BITS if a.route_weights_fp32 else w) * S
-    terms["experts: dispatch indices"] = 3 * INDEX_BITS * S
+    # pair order, its inverse, token of each pair; with expert biases also the expert of each pair (bias gather)
+    terms["experts: dispatch indices"] = (4 if a.expert_bias else 3) * INDEX_BITS * S
     terms["experts: group offsets"] = OFFSET_BITS * (E // routing.ep)
     if a.shared_expert_ffn:
         terms.update(mlp_terms(a, t, w, impl, f=a.shared_expert_ffn, prefix="shared expert", with_input=False))

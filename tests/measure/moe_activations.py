@@ -57,6 +57,11 @@ TINY = {
     "gemma2": dict(_BASE, model_type="gemma2", intermediate_size=512, head_dim=64, query_pre_attn_scalar=64,
                    sliding_window=64, attn_logit_softcapping=50.0, final_logit_softcapping=30.0,
                    _attn_implementation="eager"),
+    # gpt-oss: attention sinks, clamped SwiGLU experts with biases, fp32-weighted RMSNorm; transformers 5.24 runs it
+    # with eager attention only (GptOssForCausalLM refuses sdpa).
+    "gpt_oss": dict(_BASE, model_type="gpt_oss", intermediate_size=128, num_local_experts=8, num_experts_per_tok=2,
+                    head_dim=64, sliding_window=64, layer_types=["sliding_attention", "full_attention"],
+                    router_aux_loss_coef=0.0, _attn_implementation="eager"),
     # Mistral's sliding window, shorter than the sequence: every layer gets an explicit mask, so SDPA is called
     # with K and V repeated to every query head (the same path as Gemma 3's local layers).
     "mistral_window": dict(_BASE, model_type="mistral", intermediate_size=512, sliding_window=64),
