@@ -119,3 +119,11 @@ def test_bad_fine_tuning_values_in_a_link_are_named_and_reset():
     text = warnings_shown(at)
     assert "lora_rank" in text and "lora_targets" in text
     assert dict(at.query_params) == {"model": "llama-3-8b", "finetune": "lora"}
+
+
+def test_lora_on_a_moe_models_mlp_warns_what_is_not_counted():
+    # peft 0.21.2 also adapts the router and the fused experts under all-linear (tests/test_finetune_validation.py)
+    at = run_app({"model": "mixtral-8x7b", "finetune": "lora", "lora_targets": "all-linear", "workers": "8"})
+    assert "Not counted: peft adapts a mixture-of-experts model's router and fused experts" in warnings_shown(at)
+    at = run_app({"model": "mixtral-8x7b", "finetune": "lora", "workers": "8"})
+    assert "Not counted" not in warnings_shown(at)

@@ -81,6 +81,8 @@ def header(report: dict, state: dict, model_name: str) -> None:
     st.caption(f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
                f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. GB = 10^9 bytes, "
                f"GiB = 2^30 bytes.")
+    for caveat in report.get("finetune", {}).get("caveats", []):
+        st.warning(f"Not counted: {caveat}", icon="⚠️")
 
 
 RANGE_WORDS = {"fits even at the high end": ("across the assumptions' range", "ok"),

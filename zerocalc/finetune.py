@@ -181,6 +181,24 @@ def quantized_storage(elements: int, out_features: int, ft: FineTune) -> Dict[st
     return parts
 
 
+MLP_TARGETS = ("gate", "up", "down", ALL_LINEAR)
+
+
+def caveats(ft: FineTune, arch) -> tuple:
+    """What this view leaves out, in sentences the report and the page show beside the fine-tuning line."""
+    out = []
+    if ft.mode in ("lora", "dora", "qlora") and arch.experts and set(ft.lora_targets) & set(MLP_TARGETS):
+        # Measured with peft 0.21.2 on transformers 5 (tiny Mixtral and Qwen3-MoE): all-linear also wraps the
+        # router (nn.Linear) and the fused expert parameters (ParamWrapper: lora_A [2rE, h], lora_B [2f, 2rE] on
+        # gate_up_proj, lora_A [rE, f], lora_B [h, rE] on down_proj), whose merged weights the grouped matmul
+        # then saves in every MoE layer.
+        out.append("peft adapts a mixture-of-experts model's router and fused experts too when the MLP is "
+                   "targeted (all-linear, gate, up, down): their adapters and the merged expert weights the "
+                   "experts' matmuls save are not counted here, so trainable parameters, optimizer state and "
+                   "activations read low for this view (target the attention modules for exact parameter counts).")
+    return tuple(out)
+
+
 def describe(ft: FineTune, param_dtype: str) -> str:
     """One sentence naming what trains and how the frozen base is stored, for reports and the page."""
     base = ft.base_dtype or param_dtype

@@ -12,7 +12,7 @@ from . import __version__
 from .deepspeed_estimator import DeepSpeedView, deepspeed_view
 from .architecture import counts, largest_layer
 from .explore import fits_on, ledger_cells, scaling
-from .finetune import describe
+from .finetune import caveats, describe
 from .explore import stage_rows as ledger_rows_of
 from .ledger import bytes_per_param
 from .model_states import ModelStatesReport, model_states, workers_per_node
@@ -196,7 +196,8 @@ def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
         "architecture": {**counts(a), "largest_layer_params": largest, "largest_layer": largest_name,
                          "stored_params": report.stored_params, "moe_layers": a.moe_layers,
                          **trainable_counts(report), **{k: v for k, v in asdict(a).items()}},
-        "finetune": {**asdict(workload.finetune), "description": describe(workload.finetune, s.param_dtype)},
+        "finetune": {**asdict(workload.finetune), "description": describe(workload.finetune, s.param_dtype),
+                     "caveats": list(caveats(workload.finetune, a))},
         "workload": {k: v for k, v in asdict(workload).items() if k not in ("arch", "layout", "finetune")},
         "layout": layout_dict(report),
         "activation_rank": heaviest.rank.name,

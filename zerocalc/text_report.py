@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .architecture import largest_layer
-from .finetune import describe
+from .finetune import caveats, describe
 from .layout_search import search_layouts
 from .ledger import bytes_per_param
 from .model_states import workers_per_node
@@ -206,6 +206,7 @@ def finetune_text(report, unit) -> list:
              f"({100 * c['trainable_params'] / stored:.2f}%; adapters {c['adapter_params']:,}).",
              f"  stage 0 model states by group ({worst.rank.name}): " +
              "; ".join(f"{group_label(g)} {format_bytes(b, unit)}" for g, b in groups.items())]
+    lines += [f"  not counted: {c}" for c in caveats(ft, report.workload.arch)]
     ledgers = group_ledgers(report)
     lines += [f"  bytes per parameter each group keeps ({ledgers['rank']}; - : the entry vanishes):",
               "  " + _table(["entry"] + [g["label"] for g in ledgers["groups"]],

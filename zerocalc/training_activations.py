@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Dict, NamedTuple, Optional
 
+from .architecture import ACTIVATION_SAVES
+
 STAT_BITS, MASK_BITS = 32, 8
 
 # Where each module of a block sits in its forward order: a gradient reaches a term only once some module before
@@ -40,8 +42,15 @@ TERM_POSITION = {
     "mlp activation": 3, "mlp gate product": 3, "mlp fc1 output": 3,
     "mlp output dropout mask": 4, "post-MLP norm": 4,
 }
-# Terms saved only for a weight's gradient: -> the modules whose base weights need them.
-WEIGHT_TERMS = {"attention input": ("q", "k", "v"), "mlp input": ("gate", "up"), "mlp fc2 input": ("down",)}
+# Terms saved only for a weight's gradient: -> the modules whose base weights need them. A mixture-of-experts
+# block's router, experts and shared experts train with the MLP ("down" in a block whose weights train); peft's
+# adapters never reach transformers 5's fused 3-D experts. Measured on tiny Mixtral, Qwen-MoE and DeepSeek models
+# with LoRA on the attention (tests/test_finetune_validation.py).
+WEIGHT_TERMS = {"attention input": ("q", "k", "v"), "mlp input": ("gate", "up"), "mlp fc2 input": ("down",),
+                "moe input": ("down",), "router input (fp32 copy)": ("down",),
+                "experts: dispatched tokens": ("down",), "shared expert fc2 input": ("down",)}
+# The experts' activation term ends with the product the down projection reads: saved only for its weight.
+PRODUCT_TERMS = ("experts: activation and product",)
 NORM_TERMS = ("input norm", "post-attention norm", "pre-MLP norm", "post-MLP norm")
 
 
@@ -77,6 +86,8 @@ def norm_weight_bits(a, T: int, w: int, impl: str, width: int) -> int:
         return 0
     if a.norm == "rmsnorm-gemma":
         return STAT_BITS * T * width + STAT_BITS * width
+    if a.norm == "rmsnorm-fp32":                   # gpt-oss: the fp32 normalised copy
+        return STAT_BITS * T * width
     return w * T * width
 
 
@@ -105,6 +116,12 @@ def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a,
             continue
         if name in NORM_TERMS and not train.norms:
             bits -= norm_weight_bits(a, t.outside, w, impl, a.hidden)
+        if name == "q, k norms" and not train.norms:      # Qwen3 / Gemma 3 / OLMo q_norm and k_norm, frozen
+            bits -= norm_weight_bits(a, t.inside, w, impl, a.q_size) + norm_weight_bits(a, t.inside, w, impl,
+                                                                                          a.kv_size)
+        if name in PRODUCT_TERMS and "down" not in train.trained:
+            saves = ACTIVATION_SAVES[a.activation] + (1 if a.gated_mlp else 0)
+            bits -= bits // saves                     # the product [S, f], one of the term's `saves` tensors
         out[name] = bits
     dims = _module_dims(a, tp)
     T = t.inside
