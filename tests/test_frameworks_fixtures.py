@@ -22,13 +22,13 @@ DS_DEFAULT_BUCKETS = {"reduce_bucket_size": 500_000_000, "allgather_bucket_size"
                       "param_persistence_threshold": 100_000}
 
 
-def load(name, context=CONTEXT):
-    path = FIXTURES / name
+def load(name, context=CONTEXT, folder=FIXTURES):
+    path = folder / name
     return import_config(FORMAT[path.suffix], path.read_bytes(), context)
 
 
-def configs():
-    return sorted(p.name for p in FIXTURES.iterdir() if p.suffix in FORMAT)
+def configs(folder=FIXTURES):
+    return sorted(p.name for p in folder.iterdir() if p.suffix in FORMAT)
 
 
 def subset(actual: dict, expected: dict):

@@ -17,35 +17,20 @@ import pytest
 from zerocalc.frameworks import FrameworkConfigError, import_config, import_deepspeed, import_torchtitan
 from zerocalc.frameworks.common import relax_json
 
+from tests.test_frameworks_fixtures import (CONTEXT, DS_BF16, DS_DEFAULT_BUCKETS, FORMAT, FSDP2, keys,
+                                            subset)
+from tests.test_frameworks_fixtures import configs as _configs, load as _load
+
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks" / "realworld"
-CONTEXT = {"hidden_size": 4096, "micro_batch": 2, "gradient_accumulation_steps": 4, "precision": "bf16",
-           "workers": 8, "gpus": 16}
-FORMAT = {".json": "deepspeed", ".yaml": "accelerate", ".toml": "torchtitan"}
-DS_BF16 = {"convention": "deepspeed", "param_dtype": "bf16", "grad_dtype": "bf16", "master_dtype": "fp32",
-           "grad_accum_dtype": "fp32", "optimizer_dtype": "fp32", "comm_dtype": None}
-FSDP2 = {"convention": "fsdp2", "param_dtype": "fp32", "grad_dtype": "fp32", "master_dtype": None,
-         "grad_accum_dtype": None, "optimizer_dtype": "fp32"}
-DS_DEFAULT_BUCKETS = {"reduce_bucket_size": 500_000_000, "allgather_bucket_size": 500_000_000,
-                      "prefetch_bucket_size": 50_000_000, "max_live_parameters": 1_000_000_000,
-                      "param_persistence_threshold": 100_000}
 H = 4096
 
 
 def load(name, context=CONTEXT):
-    path = FIXTURES / name
-    return import_config(FORMAT[path.suffix], path.read_bytes(), context)
+    return _load(name, context, FIXTURES)
 
 
 def configs():
-    return sorted(p.name for p in FIXTURES.iterdir() if p.suffix in FORMAT)
-
-
-def subset(actual: dict, expected: dict):
-    assert {k: actual.get(k, "<absent>") for k in expected} == expected
-
-
-def keys(items):
-    return {i["key"] for i in items}
+    return _configs(FIXTURES)
 
 
 def auto(r):

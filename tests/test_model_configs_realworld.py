@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from zerocalc.architecture import ARCH_LIMITS, MOE_LIMITS, counts, largest_layer
+from zerocalc.architecture import ARCH_LIMITS, MOE_LIMITS, counts
 from zerocalc.hf_config import ConfigError, architecture_from_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "model_configs"
@@ -184,6 +184,7 @@ transformers = pytest.importorskip("transformers",
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES  # noqa: E402
 
 from tests.measure.meta_counts import meta_counts  # noqa: E402
+from tests.test_model_families import assert_counts_match_the_meta_device  # noqa: E402
 
 SMALL = dict(num_hidden_layers=4, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=128, vocab_size=100, max_position_embeddings=64)
@@ -240,12 +241,5 @@ def test_the_split_equals_transformers_on_the_meta_device(kind, name, cfg):
     model_type = (cfg.get("text_config") or cfg)["model_type"]
     if model_type not in CONFIG_MAPPING_NAMES:
         pytest.skip(f"transformers {transformers.__version__} has no model type {model_type!r}")
-    arch = architecture_from_config(cfg)
-    built = meta_counts(cfg)
-    ours = counts(arch)
-    assert ours["params"] == built["params"]
-    assert ours["expert_params"] == built["expert_params"]
-    assert ours["dense_params"] == built["params"] - built["expert_params"]
-    assert ours["active_params"] == built["active_params"]
-    assert arch.tied_embeddings == built["tied_embeddings"]
-    assert largest_layer(arch)[1] == built["largest_module"]["params"], (largest_layer(arch), built["largest_module"])
+    assert_counts_match_the_meta_device(cfg)
+    assert architecture_from_config(cfg).tied_embeddings == meta_counts(cfg)["tied_embeddings"]
