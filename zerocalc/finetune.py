@@ -40,7 +40,11 @@ ADAPTED_ROLES = ("attention", "mlp", "shared expert")
 _MODULE_TARGETS = {
     "q_proj": ("q",), "k_proj": ("k",), "v_proj": ("v",), "o_proj": ("o",), "qkv_proj": ("q", "k", "v"),
     "gate_proj": ("gate",), "up_proj": ("up",), "down_proj": ("down",), "gate_up_proj": ("gate", "up"),
-    "q_a_proj": ("q",), "q_b_proj": ("q",), "kv_a_proj_with_mqa": ("k", "v"), "kv_b_proj": ("k", "v"),
+    # Linear modules no named target reaches: peft matches module names, so only all-linear (every nn.Linear but
+    # the head) selects latent attention's projections and Qwen2-MoE's shared-expert gate (measured against
+    # peft 0.21.2, tests/test_finetune_validation.py).
+    "q_a_proj": (ALL_LINEAR,), "q_b_proj": (ALL_LINEAR,), "kv_a_proj_with_mqa": (ALL_LINEAR,),
+    "kv_b_proj": (ALL_LINEAR,), "shared_expert_gate": (ALL_LINEAR,),
 }
 
 
@@ -107,7 +111,8 @@ FULL = FineTune()
 
 def is_targeted(module: str, ft: FineTune) -> bool:
     short = module.rsplit(".", 1)[-1]
-    return any(t in ft.targets for t in _MODULE_TARGETS.get(short, ()))
+    return any(t in ft.targets or (t == ALL_LINEAR and ft.lora_targets == (ALL_LINEAR,))
+               for t in _MODULE_TARGETS.get(short, ()))
 
 
 def _frozen(t, ft: FineTune, storage: str):
@@ -131,12 +136,44 @@ def _adapters(t, ft: FineTune, storage: str) -> list:
     return rows
 
 
+def peft_converts_experts(arch) -> bool:
+    """Does peft re-target this MoE model's v4 MLP names onto its fused v5 parameters? peft 0.21.2
+    (utils/transformers_weight_conversion.py _convert_peft_config_moe) does it for the model types transformers
+    maps to its "mixtral" or "qwen2_moe" conversion pattern: Mixtral, Qwen3-MoE, DeepSeek-V2 / V3, OLMoE among
+    ours, but not Qwen2-MoE itself nor gpt-oss, the two of our MoE families with a shared-expert gate or expert
+    biases (measured: tests/test_finetune_validation.py)."""
+    return bool(arch.experts) and not arch.shared_expert_gate and not arch.expert_bias
+
+
+def _moe_adapters(t, ft: FineTune, storage: str) -> list:
+    """peft's adapters on a converted MoE block (peft_converts_experts): the router ("gate", targeted by
+    all-linear) gets lora_A [r, h], lora_B [E, r]; the fused experts a ParamWrapper, rank r per expert on
+    down_proj (lora_A [rE, f], lora_B [h, rE]) and, when gate_proj and up_proj are both targeted, rank 2r per
+    expert on gate_up_proj (lora_A [2rE, h], lora_B [2f, 2rE]: the two fused ranks, peft's rank_pattern). Held per
+    expert ([E, r', dim]) so expert parallelism splits them with their experts."""
+    r = ft.lora_rank
+    if t.role == "router" and len(t.shape) == 2:
+        return _adapters(t, ft, storage) if ft.lora_targets == (ALL_LINEAR,) else []
+    if t.role != "expert" or len(t.shape) != 3:
+        return []
+    fused = t.name.endswith("gate_up_proj")
+    if not ({"gate", "up"} <= set(ft.targets) if fused else "down" in ft.targets):
+        return []
+    E, out, inp = t.shape
+    rank = 2 * r if fused else r
+    return [t._replace(name=f"{t.name}.lora_{side}.weight", module=f"{t.module}.lora_{side}", shape=(E, rank, dim),
+                       role="adapter", tp="expert", storage=storage, trainable=True)
+            for side, dim in (("A", inp), ("B", out))]
+
+
 @lru_cache(maxsize=512)
-def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str) -> tuple:
+def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts_experts: bool = False) -> tuple:
     """The inventory `rows` with the fine-tuning mode applied: frozen flags and storage, adapters, trained copies,
-    the last k blocks split off to train."""
+    the last k blocks split off to train. `converts_experts`: peft re-targets the MLP names onto the fused experts
+    (peft_converts_experts)."""
     if ft.mode == "full":
         return rows
+    converted = converts_experts and ft.mode != "dora"
     base = ft.base_dtype or ""
     if ft.quantized and ft.kbit_prepare:
         base = "fp32"                                   # prepare_model_for_kbit_training upcasts the rest
@@ -154,8 +191,12 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str) -> tuple
             continue
         quantize = ft.quantized and t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES
         out.append(_frozen(t, ft, ft.quant_type if quantize else base))
-        if t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES and is_targeted(t.module, ft):
+        remapped = converted and t.role in ("mlp", "shared expert")     # peft moved gate/up/down to the experts
+        if t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES and is_targeted(t.module, ft) \
+                and not remapped:
             out += _adapters(t, ft, ft.adapter_storage(param_dtype))
+        elif converted and t.role in ("router", "expert"):
+            out += _moe_adapters(t, ft, ft.adapter_storage(param_dtype))
         if t.module in ft.modules_to_save and not t.tied:
             out.append(t._replace(name=f"{t.module}.modules_to_save.weight", module=f"{t.module}.modules_to_save",
                                   tied=False, trainable=True, storage=base or t.storage))
@@ -187,15 +228,17 @@ MLP_TARGETS = ("gate", "up", "down", ALL_LINEAR)
 def caveats(ft: FineTune, arch) -> tuple:
     """What this view leaves out, in sentences the report and the page show beside the fine-tuning line."""
     out = []
-    if ft.mode in ("lora", "dora", "qlora") and arch.experts and set(ft.lora_targets) & set(MLP_TARGETS):
-        # Measured with peft 0.21.2 on transformers 5 (tiny Mixtral and Qwen3-MoE): all-linear also wraps the
-        # router (nn.Linear) and the fused expert parameters (ParamWrapper: lora_A [2rE, h], lora_B [2f, 2rE] on
-        # gate_up_proj, lora_A [rE, f], lora_B [h, rE] on down_proj), whose merged weights the grouped matmul
-        # then saves in every MoE layer.
-        out.append("peft adapts a mixture-of-experts model's router and fused experts too when the MLP is "
-                   "targeted (all-linear, gate, up, down): their adapters and the merged expert weights the "
-                   "experts' matmuls save are not counted here, so trainable parameters, optimizer state and "
-                   "activations read low for this view (target the attention modules for exact parameter counts).")
+    mlp = ft.adapters and peft_converts_experts(arch) and bool(set(ft.lora_targets) & set(MLP_TARGETS))
+    if mlp and ft.mode != "dora":
+        # Measured with peft 0.21.2 on transformers 5 (tiny Mixtral): the experts' ParamWrapper materialises each
+        # expert's W + BA, which the grouped matmuls save in every MoE layer, beside the adapters' own inputs.
+        out.append("the activations of the adapters peft puts on a mixture-of-experts model's router and fused "
+                   "experts (each expert's merged weight, saved by the experts' matmuls in every MoE layer) are "
+                   "not counted here, so the activations read low for this view; the adapters themselves, their "
+                   "gradients and optimizer state are counted, as peft lays them out.")
+    if mlp and ft.mode == "dora":
+        out.append("DoRA on a mixture-of-experts model's fused experts is not modelled: only the attention's and "
+                   "the dense modules' adapters are counted.")
     return tuple(out)
 
 

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Dict, NamedTuple, Tuple
 
 from .architecture import Architecture, ParamTensor, layer_counts, tensors
-from .finetune import FULL, FineTune, finetuned
+from .finetune import FULL, FineTune, finetuned, peft_converts_experts
 from .layout import Layout, padded_vocab
 
 
@@ -174,7 +174,7 @@ def chunk_blocks(arch: Architecture, pp: int, vpp: int) -> Tuple[Tuple[Blocks, .
 
 def inventory(arch: Architecture, finetune: FineTune = FULL, param_dtype: str = "bf16") -> Tuple[ParamTensor, ...]:
     """The parameter tensors, with the fine-tuning mode applied (frozen flags, adapters, quantized storage)."""
-    return finetuned(tensors(arch), finetune, arch.layers, param_dtype)
+    return finetuned(tensors(arch), finetune, arch.layers, param_dtype, peft_converts_experts(arch))
 
 
 @lru_cache(maxsize=1024)

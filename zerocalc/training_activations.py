@@ -48,7 +48,9 @@ TERM_POSITION = {
 # with LoRA on the attention (tests/test_finetune_validation.py).
 WEIGHT_TERMS = {"attention input": ("q", "k", "v"), "mlp input": ("gate", "up"), "mlp fc2 input": ("down",),
                 "moe input": ("down",), "router input (fp32 copy)": ("down",),
-                "experts: dispatched tokens": ("down",), "shared expert fc2 input": ("down",)}
+                "experts: dispatched tokens": ("down",), "shared expert fc2 input": ("down",),
+                "kv up-projection input": ("k", "v"), "q up-projection input": ("q",)}
+LATENT_NORMS = {"q down-projection norm": "q_lora_rank", "kv down-projection norm": "kv_lora_rank"}
 # The experts' activation term ends with the product the down projection reads: saved only for its weight.
 PRODUCT_TERMS = ("experts: activation and product",)
 NORM_TERMS = ("input norm", "post-attention norm", "pre-MLP norm", "post-MLP norm")
@@ -94,6 +96,12 @@ def norm_weight_bits(a, T: int, w: int, impl: str, width: int) -> int:
 def _module_dims(a, tp: int) -> Dict[str, tuple]:
     """(in, out) of each adaptable module on one tensor-parallel rank."""
     q, kv, h, f = a.q_size, a.kv_size, a.hidden, a.ffn
+    if a.mla:                                  # latent attention: q_proj to every head's q/k width, o_proj from v
+        q = a.heads * a.qk_head_dim            # (all-linear only: "k" and "v" stand for kv_a and kv_b)
+        return {"q": (h, q // tp), "o": (a.heads * a.v_head_dim // tp, h),
+                "k": (h, a.kv_lora_rank + a.qk_rope_dim),
+                "v": (a.kv_lora_rank, a.heads * (a.qk_nope_dim + a.v_head_dim) // tp),
+                "gate": (h, f // tp), "up": (h, f // tp), "down": (f // tp, h)}
     return {"q": (h, q // tp), "k": (h, kv // tp), "v": (h, kv // tp), "o": (q // tp, h),
             "gate": (h, f // tp), "up": (h, f // tp), "down": (f // tp, h)}
 
@@ -116,6 +124,8 @@ def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a,
             continue
         if name in NORM_TERMS and not train.norms:
             bits -= norm_weight_bits(a, t.outside, w, impl, a.hidden)
+        if name in LATENT_NORMS and not train.norms:      # DeepSeek's q_a / kv_a layernorms, frozen
+            bits -= norm_weight_bits(a, t.outside, w, impl, getattr(a, LATENT_NORMS[name]))
         if name == "q, k norms" and not train.norms:      # Qwen3 / Gemma 3 / OLMo q_norm and k_norm, frozen
             bits -= norm_weight_bits(a, t.inside, w, impl, a.q_size) + norm_weight_bits(a, t.inside, w, impl,
                                                                                           a.kv_size)
@@ -176,7 +186,11 @@ def training_for(ft, arch, recompute: str, param_dtype: str, dtype_bits) -> Opti
                         bool(ft.train_last_layers) or norms, "embed_tokens" in ft.train_modules,
                         "lm_head" in ft.train_modules, grads_from_start=embedding,
                         frozen_blocks=0 if norms else frozen, final_norm=norms)
-    return Training(frozenset(), frozenset(ft.targets), False, "embed_tokens" in ft.modules_to_save,
+    adapted = frozenset(ft.targets)
+    if arch.mla and ft.lora_targets != ("all-linear",):
+        # peft matches module names: latent attention has no k_proj / v_proj, and q_proj only without a q LoRA rank
+        adapted -= {"k", "v"} | ({"q"} if arch.q_lora_rank else set())
+    return Training(frozenset(), adapted, False, "embed_tokens" in ft.modules_to_save,
                     "lm_head" in ft.modules_to_save, ft.lora_rank, ft.lora_dropout > 0, ft.mode == "dora",
                     dtype_bits[ft.adapter_storage(param_dtype)], ft.quantized == "int8",
                     recompute == "full" or "embed_tokens" in ft.modules_to_save)
