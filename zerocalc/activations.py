@@ -228,7 +228,7 @@ def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None, 
     if train is None:
         return full
     whole = _full_layer(a, t, w, attention, impl, "none", kind, moe)
-    return adapt(full, whole, train, a, t, w, impl, tp, first)
+    return adapt(full, whole, train, a, t, w, impl, tp, first, moe)
 
 
 def _full_layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:

@@ -229,13 +229,6 @@ def caveats(ft: FineTune, arch) -> tuple:
     """What this view leaves out, in sentences the report and the page show beside the fine-tuning line."""
     out = []
     mlp = ft.adapters and peft_converts_experts(arch) and bool(set(ft.lora_targets) & set(MLP_TARGETS))
-    if mlp and ft.mode != "dora":
-        # Measured with peft 0.21.2 on transformers 5 (tiny Mixtral): the experts' ParamWrapper materialises each
-        # expert's W + BA, which the grouped matmuls save in every MoE layer, beside the adapters' own inputs.
-        out.append("the activations of the adapters peft puts on a mixture-of-experts model's router and fused "
-                   "experts (each expert's merged weight, saved by the experts' matmuls in every MoE layer) are "
-                   "not counted here, so the activations read low for this view; the adapters themselves, their "
-                   "gradients and optimizer state are counted, as peft lays them out.")
     if mlp and ft.mode == "dora":
         out.append("DoRA on a mixture-of-experts model's fused experts is not modelled: only the attention's and "
                    "the dense modules' adapters are counted.")

@@ -70,6 +70,8 @@ class Training(NamedTuple):
     saves_base_inputs: bool = False   # an 8-bit base keeps each linear's input
     grads_from_start: bool = False    # the first block's input needs a gradient (checkpointing, a trained embedding)
     frozen_blocks: int = 0            # leading blocks no gradient reaches: they save nothing
+    # peft's adapters on a MoE block's router ("router") and fused experts ("gate_up", "down"): finetune._moe_adapters
+    moe_adapted: frozenset = frozenset()
 
     final_norm: bool = False          # the final norm's weight trains
 
@@ -110,12 +112,49 @@ _SHARED_INPUT = {"q": "attention input", "k": "attention input", "v": "attention
                  "gate": "mlp input", "up": "mlp input", "down": "mlp fc2 input"}
 
 
+def _moe_kept(train: Training) -> tuple:
+    """Terms a MoE block keeps though its base weights are frozen, because an adapter's merged weight needs the
+    input's gradient: the router's input, the experts' dispatched tokens, the product the down projection reads."""
+    kept = ()
+    if "router" in train.moe_adapted:
+        kept += ("moe input",)
+    if "gate_up" in train.moe_adapted:
+        kept += ("experts: dispatched tokens",)
+    if "down" in train.moe_adapted:
+        kept += PRODUCT_TERMS
+    return kept
+
+
+def _moe_adapter_terms(train: Training, a, w: int, moe) -> Dict[str, int]:
+    """What peft's ParamWrapper saves in a MoE block (measured on a tiny Mixtral, tests/test_finetune_validation.py):
+    each local expert's merged weight W + BA, which the grouped matmul saves for the input's gradient, and the
+    LoRA factors cast to the compute dtype, which the batched product of B and A saves; the router's merged
+    weight likewise."""
+    ep, etp = (moe.ep, moe.etp) if moe is not None else (1, 1)
+    E, h, f, r = a.experts // ep, a.hidden, a.moe_ffn // etp, train.rank
+    up = 2 * f if a.gated_mlp else f
+    terms = {}
+    if "router" in train.moe_adapted:
+        terms["lora router: merged weight"] = w * a.experts * h
+    if "gate_up" in train.moe_adapted:
+        terms["lora experts gate/up: merged weights"] = w * E * up * h
+        terms["lora experts gate/up: factors"] = w * E * 2 * r * (h + up)
+    if "down" in train.moe_adapted:
+        terms["lora experts down: merged weights"] = w * E * h * f
+        terms["lora experts down: factors"] = w * E * r * (f + h)
+    return terms
+
+
 def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a, t, w: int, impl: str, tp: int,
-          first: bool) -> Dict[str, int]:
+          first: bool, moe=None) -> Dict[str, int]:
     """One block's terms (bits) when only `train` trains: drop what frozen weights and gradient-free positions
     need, add what the adapters save."""
     out = {}
+    keep = _moe_kept(train)
     for name, bits in terms.items():
+        if name in keep:                              # the experts' or router's adapters need it
+            out[name] = bits
+            continue
         if name in TERM_POSITION and not train.needs_gradient(TERM_POSITION[name], first):
             if name in NORM_TERMS and train.norms:       # the weight gradient still needs the normalised copy
                 out[name] = norm_weight_bits(a, t.outside, w, impl, a.hidden)
@@ -133,6 +172,8 @@ def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a,
             saves = ACTIVATION_SAVES[a.activation] + (1 if a.gated_mlp else 0)
             bits -= bits // saves                     # the product [S, f], one of the term's `saves` tensors
         out[name] = bits
+    if train.moe_adapted and "experts: dispatched tokens" in terms:
+        out.update(_moe_adapter_terms(train, a, w, moe))
     dims = _module_dims(a, tp)
     T = t.inside
     for m in sorted(train.adapted, key=MODULE_POSITION.get):
@@ -186,11 +227,19 @@ def training_for(ft, arch, recompute: str, param_dtype: str, dtype_bits) -> Opti
                         bool(ft.train_last_layers) or norms, "embed_tokens" in ft.train_modules,
                         "lm_head" in ft.train_modules, grads_from_start=embedding,
                         frozen_blocks=0 if norms else frozen, final_norm=norms)
+    from .finetune import peft_converts_experts
     adapted = frozenset(ft.targets)
     if arch.mla and ft.lora_targets != ("all-linear",):
         # peft matches module names: latent attention has no k_proj / v_proj, and q_proj only without a q LoRA rank
         adapted -= {"k", "v"} | ({"q"} if arch.q_lora_rank else set())
+    moe_adapted = frozenset()
+    if peft_converts_experts(arch) and ft.mode != "dora":
+        # peft re-targets gate / up / down onto the fused experts (and the router under all-linear)
+        moe_adapted = frozenset((["router"] if ft.lora_targets == ("all-linear",) else []) +
+                                (["gate_up"] if {"gate", "up"} <= adapted else []) +
+                                (["down"] if "down" in adapted else []))
+        adapted -= {"gate", "up", "down"}
     return Training(frozenset(), adapted, False, "embed_tokens" in ft.modules_to_save,
                     "lm_head" in ft.modules_to_save, ft.lora_rank, ft.lora_dropout > 0, ft.mode == "dora",
                     dtype_bits[ft.adapter_storage(param_dtype)], ft.quantized == "int8",
-                    recompute == "full" or "embed_tokens" in ft.modules_to_save)
+                    recompute == "full" or "embed_tokens" in ft.modules_to_save, moe_adapted=moe_adapted)
