@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
 
 from tests.e2e.conftest import screenshot, wait_ready
 from ui.state import DTYPES, from_query, resolve
@@ -52,6 +52,23 @@ def open_tab(page, name):
 def open_section(page, label):
     page.locator("[data-testid=stSidebar] summary", has_text=label).click()
     wait_ready(page)
+
+
+def choose(page, label, option):
+    """Pick `option` in Streamlit's selectbox `label`: open the list, then click the option; a rerun still under
+    way can close a list just opened, so it is opened again (up to five times)."""
+    box = page.get_by_label(label, exact=True)
+    item = page.get_by_role("option", name=option, exact=True)
+    for _ in range(5):
+        wait_ready(page)
+        box.click()
+        try:
+            item.wait_for(timeout=5_000)
+            item.click()
+            return
+        except PlaywrightTimeout:
+            page.keyboard.press("Escape")
+    raise AssertionError(f"the {label!r} list never showed {option!r}")
 
 
 def size(page, which):
@@ -355,11 +372,8 @@ def test_readme_screenshots(page, server, which):
 def test_choosing_qlora_splits_the_bars_and_explains_the_saving(page, server):
     open_app(page, server, "?model=llama-3-8b&gpu=RTX-4090-24GB&workers=1&recompute=full")
     open_section(page, "Fine-tuning (freeze, LoRA, DoRA, QLoRA)")
-    mode = page.get_by_label("What trains", exact=True)
-    expect(mode).to_be_visible(timeout=30_000)                     # the section's rerun has drawn it
-    wait_ready(page)
-    mode.click()                                                   # Streamlit's selectbox: open, then pick
-    page.get_by_role("option", name="qlora", exact=True).click()
+    expect(page.get_by_label("What trains", exact=True)).to_be_visible(timeout=30_000)   # the section is drawn
+    choose(page, "What trains", "qlora")
     expect(page).to_have_url(re.compile(r"finetune=qlora"), timeout=30_000)
     wait_ready(page)
     report = core_report({"model": "llama-3-8b", "gpu": "RTX-4090-24GB", "workers": "1", "recompute": "full",
