@@ -361,6 +361,31 @@ def _finetune(box) -> None:
         box.caption("Every parameter trains: the ledger applies to all of them.")
 
 
+def _fields(names):
+    def draw(box):
+        for name in names:
+            widget(name, box)
+    return draw
+
+
+def _step(box) -> None:
+    _fields(STEP_FIELDS)(box)
+    if st.session_state["recompute"] == "full":
+        widget("recompute_every", box)
+
+
+# The lazy sidebar sections after the loaders, in order: key, label, what draws them, needs a model with a shape.
+SECTIONS = (
+    ("sec_arch", "Architecture", _architecture, True),
+    ("sec_precision", "Precision and optimizer", _fields(PRECISION_FIELDS), False),
+    ("sec_cluster", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
+    ("sec_parallel", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
+    ("sec_step", "Step details (accumulation, kernels, dtype)", _step, True),
+    ("sec_finetune", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
+    ("sec_assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
+)
+
+
 def sidebar(loaders=None) -> None:
     """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders."""
     sb = st.sidebar
@@ -383,35 +408,12 @@ def sidebar(loaders=None) -> None:
     box = _section(sb, "sec_load", "Load a config.json, a Hub model or a training config")
     if box.open and loaders is not None:
         loaders(box)
-    if model != PARAMS_ONLY:
-        box = _section(sb, "sec_arch", "Architecture")
+    for key, label, draw, with_shape in SECTIONS:
+        if with_shape and model == PARAMS_ONLY:
+            continue                                   # a bare parameter count has no shape to edit or split
+        box = _section(sb, key, label)
         if box.open:
-            _architecture(box)
-    box = _section(sb, "sec_precision", "Precision and optimizer")
-    if box.open:
-        for name in PRECISION_FIELDS:
-            widget(name, box)
-    box = _section(sb, "sec_cluster", "Sharding, nodes and offload")
-    if box.open:
-        for name in CLUSTER_FIELDS:
-            widget(name, box)
-    if model != PARAMS_ONLY:
-        box = _section(sb, "sec_parallel", "Model parallelism (tp, pp, cp, ep)")
-        if box.open:
-            _parallel(box)
-        box = _section(sb, "sec_step", "Step details (accumulation, kernels, dtype)")
-        if box.open:
-            for name in STEP_FIELDS:
-                widget(name, box)
-            if st.session_state["recompute"] == "full":
-                widget("recompute_every", box)
-        box = _section(sb, "sec_finetune", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)")
-        if box.open:
-            _finetune(box)
-    box = _section(sb, "sec_assumptions", "Working-set assumptions")
-    if box.open:
-        for name in ASSUMPTION_FIELDS:
-            widget(name, box)
+            draw(box)
 
 
 def read_state() -> dict:
