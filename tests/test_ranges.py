@@ -13,6 +13,7 @@ from zerocalc.model_presets import MODEL_PRESETS
 from zerocalc.ranges import (ASSUMPTIONS, DEFAULT_VARY, FITS, FITS_EVEN_AT_HIGH, FITS_LOW_ONLY, NO_FIT, VERDICTS,
                              ranges, ranges_dict, verdict)
 from zerocalc.ranks import layout_report
+from zerocalc.layout import Layout
 from zerocalc.scenario import FieldError
 from zerocalc.workload import Workload
 
@@ -76,6 +77,28 @@ def test_bands_are_ordered_and_verdicts_consistent(model, workers, micro, contex
         assert set(b.drivers) == set(vary)
     for f in r.point:
         assert r.low[f] <= r.point[f] <= r.high[f]
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(["gpt2", "llama-3-8b", "mixtral-8x7b", "qwen3-30b-a3b"]),
+       layout=st.sampled_from([Layout(), Layout(tp=2), Layout(pp=2, micro_batches=4), Layout(tp=2, pp=2)]),
+       workers=st.sampled_from([1, 4, 64]), micro=st.integers(1, 4), context=st.integers(0, 3 * GIB),
+       frag=st.integers(0, 40), recompute=st.sampled_from(["none", "full"]))
+def test_the_overheads_move_without_a_new_report_exactly_as_a_new_report(model, layout, workers, micro, context,
+                                                                           frag, recompute):
+    # zerocalc.ranges moves the CUDA context and the allocator reserve analytically (peak.with_overheads): each
+    # band end and swing must equal a whole report with those values, on every rank layout (the worst rank and
+    # its peak phase are those with the most tensors at every context and percent).
+    scenario, work = setup(model, workers, micro_batch=micro, cuda_context_bytes=context,
+                           fragmentation_percent=frag, recompute=recompute, layout=layout)
+    r = ranges(scenario, work)
+    low, high = peaks(scenario, work, **r.low), peaks(scenario, work, **r.high)
+    for b in r.bands:
+        assert (b.low_bytes, b.high_bytes) == (low[b.stage], high[b.stage])
+        for name, (lo, hi) in b.swing.items():
+            fields = ASSUMPTIONS[name].fields
+            assert lo == peaks(scenario, work, **{f: r.low[f] for f in fields})[b.stage]
+            assert hi == peaks(scenario, work, **{f: r.high[f] for f in fields})[b.stage]
 
 
 def test_verdicts():

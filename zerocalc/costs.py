@@ -23,7 +23,8 @@ Per micro-batch and layer, with T the rank's tokens (b x s / cp), h the hidden s
 
 from __future__ import annotations
 
-from typing import Dict
+from functools import lru_cache
+from typing import Dict, Tuple
 
 from .model_states import communication_bytes
 from .moe_activations import routed_pairs
@@ -86,13 +87,20 @@ def _attention_flops(workload) -> int:
     return 4 * workload.micro_batch * (workload.seq_len // layout.cp) * workload.seq_len * (a.q_size // layout.tp)
 
 
+@lru_cache(maxsize=4096)     # a pure function of the holdings, met again in every report of a layout
+def _matrix_elements(holdings: tuple) -> Tuple[int, int]:
+    """Local elements of one block's weight matrices (2-D layer tensors), and of the output head."""
+    block = sum(h.local_elements for h in holdings if h.tensor.place == "layer" and len(h.tensor.shape) == 2)
+    head = sum(h.local_elements for h in holdings if h.tensor.role == "head")
+    return block, head
+
+
 def forward_flops(workload, rank) -> int:
     """Forward FLOPs per step on one rank: 2 per multiply-add of each local weight matrix per token, plus the
     attention matmuls, over its layers and the micro-batches of a step (Megatron-LM's model-FLOPs terms)."""
     layout = workload.layout
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
-    block = sum(h.local_elements for h in rank.holdings if h.tensor.place == "layer" and len(h.tensor.shape) == 2)
-    head = sum(h.local_elements for h in rank.holdings if h.tensor.role == "head")
+    block, head = _matrix_elements(rank.holdings)
     return layout.micro_batches * (rank.layers * (2 * tokens * block + _attention_flops(workload))
                                    + 2 * tokens * head)
 
@@ -116,7 +124,7 @@ def recompute_flops(workload, rank) -> int:
         per_layer = _attention_flops(workload) if workload.attention == "eager" else 0
         return layout.micro_batches * rank.layers * per_layer
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
-    block = sum(h.local_elements for h in rank.holdings if h.tensor.place == "layer" and len(h.tensor.shape) == 2)
+    block = _matrix_elements(rank.holdings)[0]
     return layout.micro_batches * recomputed_blocks(workload, rank.layers) * (2 * tokens * block
                                                                              + _attention_flops(workload))
 

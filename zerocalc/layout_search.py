@@ -21,7 +21,7 @@ from typing import List, NamedTuple
 
 from .costs import bubble_fraction, time_overhead
 from .layout import LAYOUT_LIMITS, Layout
-from .ranks import layout_report
+from .ranks import fitting_stages, layout_report
 
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
 SHOWN = 50                                                       # plans listed in the JSON; all are counted
@@ -108,6 +108,7 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
     global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
     plans = []
     options = [(r, off) for off in OFFLOADS for r in _recomputes(workload)]
+    scenarios = {}           # (dp, offload) -> scenario: the same for every layout with that dp
     for tp, pp, cp, ep, sp in candidate_layouts(workload, gpus, scenario.gpus_per_node):
         dp = gpus // (tp * pp * cp)
         if global_batch % (dp * workload.micro_batch):
@@ -116,26 +117,28 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
         if micro_batches > LAYOUT_LIMITS["micro_batches"][1]:
             continue
         layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
-        base_s = replace(scenario, workers=dp, shard_group=None)
         base_w = replace(workload, layout=layout)
-        scenarios = {(scenario.offload_optimizer, scenario.offload_params): base_s}
         workloads = {workload.recompute: base_w}
 
-        def evaluate(recompute, offload):
-            # Each variant built once per layout, when first asked for (replace() re-validates the dataclass).
-            if offload not in scenarios:
-                scenarios[offload] = replace(base_s, offload_optimizer=offload[0], offload_params=offload[1])
+        def variant(recompute, offload):
+            # Each variant built once, when first asked for (replace() re-validates the dataclass).
+            if (dp, offload) not in scenarios:
+                scenarios[dp, offload] = replace(scenario, workers=dp, shard_group=None,
+                                                 offload_optimizer=offload[0], offload_params=offload[1])
             if recompute not in workloads:
                 every = base_w.recompute_every if recompute == workload.recompute else 1   # one in N: the view's
                 workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every)
-            return layout_report(scenarios[offload], workloads[recompute])
+            return scenarios[dp, offload], workloads[recompute]
+
+        def evaluate(recompute, offload):
+            return layout_report(*variant(recompute, offload))
 
         wanted = {0, 1, 2, 3} if dp * cp > 1 else {0}      # with dp x cp = 1 ZeRO has nothing to shard
         cheapest = evaluate(*options[0])
         if all(cheapest.peaks[s].fits for s in wanted):
             open_stages = set(wanted)
-        else:                                         # the most memory-saving setting decides what can fit
-            open_stages = {p.stage for p in evaluate(*options[-1]).peaks if p.fits and p.stage in wanted}
+        else:       # the most memory-saving setting decides what can fit: its fit alone, not its whole report
+            open_stages = set(fitting_stages(*variant(*options[-1]))) & wanted
         for recompute, offload in options:
             if not open_stages:
                 break

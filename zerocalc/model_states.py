@@ -8,6 +8,7 @@ elements per worker, and placed on the GPU unless an offload switch moves that p
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from .ledger import LedgerEntry, build_ledger
@@ -51,14 +52,22 @@ class ModelStatesReport(NamedTuple):
 
 
 def _placement(scenario, stage: int) -> Dict[str, str]:
-    """Category -> where a worker keeps it at this stage."""
+    """Category -> where a worker keeps it at this stage (a shared dict: read it, never change it)."""
+    return _placement_of(scenario.offload_optimizer, scenario.offload_params, stage)
+
+
+@lru_cache(maxsize=64)      # a pure function of its three arguments, which take few values
+def _placement_of(offload_optimizer: str, offload_params: str, stage: int) -> Dict[str, str]:
     where = {c: "gpu" for c in CATEGORIES}
-    for switch in ("offload_optimizer", "offload_params"):
-        target = getattr(scenario, switch)
+    for switch, target in (("offload_optimizer", offload_optimizer), ("offload_params", offload_params)):
         if target != "none":
             for category in OFFLOADED_CATEGORIES[switch] & PARTITIONED[stage]:
                 where[category] = target
     return where
+
+
+# The tensors each stage communicates at every micro-batch rather than once per step (communication_bytes).
+_PER_MICRO_BATCH = {0: (), 1: (), 2: ("gradients",), 3: ("gradients", "parameters")}
 
 
 def communication_bytes(scenario, stage: int, params: int = None, ranks: int = None, micro_batches: int = 1) -> int:
@@ -76,7 +85,7 @@ def communication_bytes(scenario, stage: int, params: int = None, ranks: int = N
         "gradients": DTYPE_BITS[scenario.comm_dtype or scenario.grad_dtype],
         "parameters": DTYPE_BITS[scenario.comm_dtype or scenario.param_dtype],
     }
-    per_micro = {0: (), 1: (), 2: ("gradients",), 3: ("gradients", "parameters")}[stage]
+    per_micro = _PER_MICRO_BATCH[stage]
     return sum(times * (micro_batches if tensor in per_micro else 1) * -(-params * width[tensor] // 8)
                for tensor, times in COMM_TERMS[stage])
 
@@ -89,29 +98,45 @@ class StateRow(NamedTuple):
     sharded: Optional[int] = None   # elements once sharded, when a framework shards tensor by tensor (FSDP2)
 
 
+def row_sizes(row: StateRow) -> Tuple[int, int]:
+    """One rank's bytes of a ledger row kept whole, and split over its divisor (at stages that partition it)."""
+    entry, elements, divisor, sharded = row
+    return entry.nbytes(elements), entry.nbytes(-(-elements // divisor) if sharded is None else sharded)
+
+
 def row_bytes(row: StateRow, stage: int) -> int:
     """One rank's bytes of a ledger row at a stage: split over its divisor when the stage partitions it."""
-    entry, elements, divisor, sharded = row
-    if entry.category in PARTITIONED[stage]:
-        elements = -(-elements // divisor) if sharded is None else sharded
-    return entry.nbytes(elements)
+    whole, split = row_sizes(row)
+    return split if row.entry.category in PARTITIONED[stage] else whole
+
+
+def gpu_bytes_by_stage(scenario, rows) -> Tuple[int, ...]:
+    """Per stage, stage_results' gpu_bytes alone: the rows' bytes a rank keeps on its GPU."""
+    sizes = [(row.entry.category, *row_sizes(row)) for row in rows]
+    out = []
+    for stage in STAGES:
+        where, partitioned = _placement(scenario, stage), PARTITIONED[stage]
+        out.append(sum(split if category in partitioned else whole for category, whole, split in sizes
+                       if where[category] == "gpu"))
+    return tuple(out)
 
 
 def stage_results(scenario, rows, copies: int, unique_total: int, comm=lambda stage: 0) -> Tuple[StageResult, ...]:
     """The seed's loop over (entry, elements, divisor) rows: per stage, bytes per rank by category and entry,
     where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything)."""
+    sizes = [(row.entry.category, *row_sizes(row)) for row in rows]     # worked out once for the four stages
     stages = []
     for stage in STAGES:
-        where = _placement(scenario, stage)
+        where, partitioned = _placement(scenario, stage), PARTITIONED[stage]
         by_category = dict.fromkeys(CATEGORIES, 0)
         by_location = {"gpu": 0, "cpu": 0, "nvme": 0}
         by_entry, locations = [], []
-        for row in rows:
-            entry, nbytes = row.entry, row_bytes(row, stage)
+        for category, whole, split in sizes:
+            nbytes = split if category in partitioned else whole
             by_entry.append(nbytes)
-            locations.append(where[entry.category])
-            by_category[entry.category] += nbytes
-            by_location[where[entry.category]] += nbytes
+            locations.append(where[category])
+            by_category[category] += nbytes
+            by_location[where[category]] += nbytes
         total = sum(by_entry)
         stages.append(StageResult(stage, by_category, tuple(by_entry), tuple(locations), total,
                                   by_location["gpu"], by_location["cpu"], by_location["nvme"],

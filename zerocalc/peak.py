@@ -55,6 +55,24 @@ def _b(elements: int, bits: int) -> int:
     return -(-elements * bits // 8)
 
 
+def allocator_reserve(tensors: int, percent: int) -> int:
+    """The caching allocator's reserve over a phase's live tensors: percent of them, rounded up."""
+    return -(-tensors * percent // 100)
+
+
+def with_overheads(tensors: int, context: int, percent: int) -> int:
+    """A phase's total: its live tensors, the allocator's reserve over them and the CUDA context. Strictly
+    increasing in the tensors, so the phase (and the rank) with the most tensors is the peak at every context and
+    percent (zerocalc.ranges moves those two along their range without recomputing the step)."""
+    return tensors + allocator_reserve(tensors, percent) + context
+
+
+def tensor_bytes(peak: "StagePeak") -> int:
+    """The live tensors at a stage's peak phase: the peak without the allocator's reserve and the CUDA context."""
+    parts = peak.phases[peak.peak_phase]
+    return peak.peak_bytes - parts["allocator reserve"] - parts["CUDA context"]
+
+
 class ParamGroup(NamedTuple):
     """Parameters one rank holds that ZeRO shards over the same group, in the same dtype, trained alike."""
     name: str            # "" (dense, trainable), "experts", "fp32" (a router kept in fp32), "nf4, frozen", ...
@@ -134,11 +152,9 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     dense = scenario.group * layout.cp
     expert = max(1, layout.expert_data_parallel(scenario.workers) * scenario.group // scenario.workers)
     extra = _replicated_embedding_grad(workload, rank)
-    members = {}
-    for h in rank.holdings:
-        members.setdefault(h.group, []).append(h)
+    members = rank.group_holdings()
     return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
-                            expert if name.startswith("experts") else dense, tuple(members[name]))
+                            expert if name.startswith("experts") else dense, members[name])
                  for name, n in rank.group_params().items())
 
 
@@ -227,37 +243,61 @@ def dequantized_weight(workload, rank) -> int:
 
 
 def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> StagePeak:
-    s, P = stage.stage, shape.params
+    return stage_peaks(scenario, workload, (stage,), shape)[0]
+
+
+def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak, ...]:
+    """One rank's peak at each of its stage results (model_states.StageResult)."""
+    context, percent, capacity = workload.cuda_context_bytes, workload.fragmentation_percent, workload.capacity_bytes
+    peaks = []
+    for s, items in _phase_items(scenario, workload, ((r.stage, r.gpu_bytes) for r in stages), shape):
+        phases, totals = {}, {}
+        for name, phase in zip(PHASES, items):
+            parts = {k: v for k, v in phase if v}          # a part that is zero is not shown
+            tensors = sum(parts.values())
+            parts["allocator reserve"] = allocator_reserve(tensors, percent)
+            parts["CUDA context"] = context
+            phases[name], totals[name] = parts, with_overheads(tensors, context, percent)
+        peaks.append(StagePeak(s, phases, capacity, totals))
+    return tuple(peaks)
+
+
+def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: StepShape) -> Tuple[int, ...]:
+    """Per stage, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without the
+    phases' named parts: for a search that only asks what fits."""
+    context, percent = workload.cuda_context_bytes, workload.fragmentation_percent
+    return tuple(max(with_overheads(sum(v for _, v in phase), context, percent) for phase in items)
+                 for _, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape))
+
+
+def _phase_items(scenario, workload, stages, shape: StepShape):
+    """For each (stage, model-state bytes on the GPU): the stage and its (forward, backward, optimizer step)
+    components as (name, bytes) lists. What does not depend on the stage is worked out once."""
+    P, L = shape.params, shape.largest_layer_params
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     logits = _logits(workload, shape)
-    common = (("model states", stage.gpu_bytes), ("activations", shape.activation_bytes))
-    forward = [*common, ("logits and loss", logits["forward"])]
-    backward = [*common, ("logits and loss", logits["backward"])]
-    optimizer = [common[0]]
-    if s == 3:
-        L = shape.largest_layer_params
-        live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
-        persistent = _b(min(shape.persistent_params, P), shape.compute_bits)
-        gathered = _b(live, shape.compute_bits) + persistent
-        forward.append(("gathered parameters", gathered))
-        backward.append(("gathered parameters", gathered + _b(L, grad_bits)))   # + the gathered layer's gradient
-        optimizer.append(("persistent parameters", persistent))
-    copies = 2 if workload.overlap(s) else 1
-    backward.append(("gradient buckets", copies * _b(min(workload.reduce_bucket_size, trained), grad_bits)))
-    backward.append(("recompute (one block)", shape.act.recompute_working))
-    if s in (1, 2):
-        optimizer.append(("all-gather bucket", _b(min(workload.allgather_bucket_size, trained), param_bits)))
-    forward.append(("dequantized 4-bit weight", shape.dequantized))
-    backward.append(("dequantized 4-bit weight", shape.dequantized))
-    optimizer.append(("fp32 gradient copy", _fp32_grad_copy(scenario, s, shape)))
-
-    phases, totals = {}, {}
-    context, percent = workload.cuda_context_bytes, workload.fragmentation_percent
-    for name, items in zip(PHASES, (forward, backward, optimizer)):
-        parts = {k: v for k, v in items if v}          # a part that is zero is not shown
-        tensors = sum(parts.values())
-        parts["allocator reserve"] = reserve = -(-tensors * percent // 100)
-        parts["CUDA context"] = context
-        phases[name], totals[name] = parts, tensors + reserve + context
-    return StagePeak(s, phases, workload.capacity_bytes, totals)
+    reduce_bucket = _b(min(workload.reduce_bucket_size, trained), grad_bits)
+    allgather_bucket = _b(min(workload.allgather_bucket_size, trained), param_bits)
+    # ZeRO-3's live parameters: the gathered layer (plus prefetch, up to max_live) and the persistent small ones.
+    live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
+    persistent = _b(min(shape.persistent_params, P), shape.compute_bits)
+    gathered = _b(live, shape.compute_bits) + persistent
+    for s, gpu_bytes in stages:
+        common = (("model states", gpu_bytes), ("activations", shape.activation_bytes))
+        forward = [*common, ("logits and loss", logits["forward"])]
+        backward = [*common, ("logits and loss", logits["backward"])]
+        optimizer = [common[0]]
+        if s == 3:
+            forward.append(("gathered parameters", gathered))
+            backward.append(("gathered parameters", gathered + _b(L, grad_bits)))   # + the gathered layer's gradient
+            optimizer.append(("persistent parameters", persistent))
+        copies = 2 if workload.overlap(s) else 1
+        backward.append(("gradient buckets", copies * reduce_bucket))
+        backward.append(("recompute (one block)", shape.act.recompute_working))
+        if s in (1, 2):
+            optimizer.append(("all-gather bucket", allgather_bucket))
+        forward.append(("dequantized 4-bit weight", shape.dequantized))
+        backward.append(("dequantized 4-bit weight", shape.dequantized))
+        optimizer.append(("fp32 gradient copy", _fp32_grad_copy(scenario, s, shape)))
+        yield s, (forward, backward, optimizer)

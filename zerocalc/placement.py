@@ -86,23 +86,25 @@ class RankClass(NamedTuple):
     @property
     def params(self) -> int:
         """Parameter elements one rank holds (its TP/PP/EP shard, before ZeRO)."""
-        return sum(h.elements for h in self.holdings)
+        return sum(_group_params(self.holdings).values())
 
     def group_params(self) -> Dict[str, int]:
         return _group_params(self.holdings)
 
+    def group_holdings(self) -> Dict[str, Tuple[Holding, ...]]:
+        return _group_holdings(self.holdings)
+
     def largest_module(self) -> Tuple[str, int]:
         """The largest single module's local parameters: what ZeRO-3 gathers at once on this rank."""
-        modules = {}
-        for h in self.holdings:
-            modules[h.tensor.module] = modules.get(h.tensor.module, 0) + h.local_elements
-        name = max(modules, key=modules.get)
-        return name, modules[name]
+        return _largest_module(self.holdings)
 
     def persistent_params(self, threshold: int) -> int:
         """Elements of tensors at most `threshold` elements large (per rank): kept whole by ZeRO-3."""
-        return sum(h.elements for h in self.holdings if h.local_elements <= threshold)
+        return _persistent_params(self.holdings, threshold)
 
+
+# What a rank's holdings sum to, cached on the holdings alone: the layout search meets the same ones again in every
+# report of a layout and in every layout sharing its tp, pp and ep.
 
 @lru_cache(maxsize=4096)
 def _group_params(holdings: Tuple[Holding, ...]) -> Dict[str, int]:
@@ -110,6 +112,28 @@ def _group_params(holdings: Tuple[Holding, ...]) -> Dict[str, int]:
     for h in holdings:
         out[h.group] = out.get(h.group, 0) + h.elements
     return out
+
+
+@lru_cache(maxsize=4096)
+def _group_holdings(holdings: Tuple[Holding, ...]) -> Dict[str, Tuple[Holding, ...]]:
+    out: Dict[str, list] = {}
+    for h in holdings:
+        out.setdefault(h.group, []).append(h)
+    return {group: tuple(members) for group, members in out.items()}
+
+
+@lru_cache(maxsize=4096)
+def _largest_module(holdings: Tuple[Holding, ...]) -> Tuple[str, int]:
+    modules = {}
+    for h in holdings:
+        modules[h.tensor.module] = modules.get(h.tensor.module, 0) + h.local_elements
+    name = max(modules, key=modules.get)
+    return name, modules[name]
+
+
+@lru_cache(maxsize=4096)
+def _persistent_params(holdings: Tuple[Holding, ...], threshold: int) -> int:
+    return sum(h.elements for h in holdings if h.local_elements <= threshold)
 
 
 def local_elements(t: ParamTensor, tp: int, vocab_rows: int, ep: int = 1, etp: int = 1) -> int:
@@ -224,11 +248,15 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
     return tuple(classes)
 
 
-@lru_cache(maxsize=1024)
 def stored_holdings(arch: Architecture, layout: Layout, implementation: str, finetune: FineTune = FULL,
                     param_dtype: str = "bf16") -> Tuple[Holding, ...]:
     """One copy of every parameter as stored (vocabulary padded as the kernels pad it; tied weights once)."""
-    vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
+    return _stored_holdings(arch, padded_vocab(arch.vocab, layout.vocab_multiple(implementation)), finetune,
+                            param_dtype)
+
+
+@lru_cache(maxsize=1024)     # keyed by the padded vocabulary, the only part of the layout one copy depends on
+def _stored_holdings(arch: Architecture, vocab_rows: int, finetune: FineTune, param_dtype: str) -> Tuple[Holding, ...]:
     every = tuple(range(arch.layers))
     return tuple(Holding(t, local_elements(t, 1, vocab_rows), block_counts(arch, every, t) if t.place == "layer"
                          else 1, group_of(t))

@@ -37,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
+from .peak import tensor_bytes, with_overheads
 from .ranks import layout_report
 from .scenario import FieldError
 from .tables import STAGES
@@ -85,6 +86,8 @@ ASSUMPTIONS: Dict[str, Assumption] = {
         "DeepSpeed's defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py)"),
 }
 DEFAULT_VARY = ("cuda_context", "allocator_reserve")
+# Fields that change only a phase's overheads, not its tensors (peak.with_overheads): moved without a new report.
+OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent"})
 
 
 class StageBand(NamedTuple):
@@ -162,10 +165,17 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
                              "integers")
     low, point, high, notes = _ends(workload, vary, bounds)
 
+    point_report = layout_report(scenario, workload)
+    tensors = [tensor_bytes(p) for p in point_report.peaks]
+
     def peaks(fields):
+        if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
+            context = fields.get("cuda_context_bytes", workload.cuda_context_bytes)
+            percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
+            return [with_overheads(t, context, percent) for t in tensors]
         return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
 
-    at_point = [p.peak_bytes for p in layout_report(scenario, workload).peaks]
+    at_point = [p.peak_bytes for p in point_report.peaks]
     at_low, at_high = peaks(low), peaks(high)
     swings = {}
     for name in vary:

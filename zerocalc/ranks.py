@@ -15,8 +15,8 @@ from .costs import data_parallel_communication, layout_communication, recompute_
 from .layout import check_experts
 from .finetune import QUANT_TYPES, quantized_storage
 from .ledger import LedgerEntry, build_ledger
-from .model_states import StageResult, StateRow, row_bytes, stage_results
-from .peak import ParamGroup, StagePeak, StepShape, param_groups, rank_shape, stage_peak
+from .model_states import StageResult, StateRow, gpu_bytes_by_stage, row_bytes, stage_results
+from .peak import ParamGroup, StagePeak, StepShape, param_groups, rank_shape, stage_peak_bytes, stage_peaks
 from .placement import RankClass, rank_classes, stored_holdings, stored_params
 from .tables import DTYPE_BITS, STAGES
 
@@ -125,7 +125,7 @@ def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -
     comm = tuple({"data parallel": data_parallel_communication(scenario, workload, shape, stage), **mp}
                  for stage in STAGES)
     stages = stage_results(scenario, rows, rank.count, unique_total, lambda stage: sum(comm[stage].values()))
-    peaks = tuple(stage_peak(scenario, workload, r, shape) for r in stages)
+    peaks = stage_peaks(scenario, workload, stages, shape)
     return RankView(rank, shape, stages, peaks, comm, recompute_flops(workload, rank), rows)
 
 
@@ -150,19 +150,41 @@ def layout_report(scenario, workload) -> LayoutReport:
                         tuple(worst))
 
 
+def fitting_stages(scenario, workload) -> Tuple[int, ...]:
+    """The ZeRO stages at which layout_report(scenario, workload) fits, without the rest of its report (no
+    communication, cluster totals or one-copy sums): every rank has the same capacity, so the worst rank fits
+    exactly when every rank does. The layout search asks this of settings it may never list."""
+    check_experts(workload.layout, workload.arch, scenario.workers)
+    ledger = build_ledger(scenario)
+    classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation,
+                           workload.finetune, scenario.param_dtype)
+    fits = set(STAGES)
+    for c in classes:
+        shape = rank_shape(scenario, workload, c)
+        on_gpu = gpu_bytes_by_stage(scenario, state_rows(scenario, ledger, shape, workload.finetune))
+        fits -= {s for s, peak in enumerate(stage_peak_bytes(scenario, workload, on_gpu, shape))
+                 if peak > workload.capacity_bytes}
+    return tuple(sorted(fits))
+
+
 def _one_copy(scenario, workload, ledger) -> Tuple[int, ...]:
     """Bytes of one copy of the whole model per ledger entry, summed over the parameter groups."""
+    w = workload
+    return _one_copy_of(scenario, ledger, stored_holdings(w.arch, w.layout, w.implementation, w.finetune,
+                                                          scenario.param_dtype), w.finetune)
+
+
+@lru_cache(maxsize=256)     # one copy does not depend on the layout: the layout search asks again for every layout
+def _one_copy_of(scenario, ledger, holdings, finetune) -> Tuple[int, ...]:
     out = [0] * len(ledger)
     names = [e.name for e in ledger]
-    w = workload
-    holdings = stored_holdings(w.arch, w.layout, w.implementation, w.finetune, scenario.param_dtype)
     groups = {}
     for h in holdings:
         groups.setdefault(h.group, []).append(h)
     for group, members in groups.items():
         n = sum(h.elements for h in members)
         one = ParamGroup(group, n, n if not group.endswith("frozen") else 0, 1, tuple(members))
-        for row in group_rows(scenario, ledger, one, w.finetune):
+        for row in group_rows(scenario, ledger, one, finetune):
             base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
             out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
     return tuple(out)
@@ -184,8 +206,7 @@ def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StageP
     s, w = report.scenario, replace(report.workload, micro_batch=micro_batch)
     candidates = []
     for v in report.ranks:
-        shape = rank_shape(s, w, v.rank)
-        candidates.append(tuple(stage_peak(s, w, r, shape) for r in v.stages))
+        candidates.append(stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)))
     return _worst(candidates)
 
 
@@ -197,5 +218,5 @@ def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...
     for v in report.ranks:
         shape = v.shape._replace(groups=param_groups(s, w, v.rank))
         stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
-        candidates.append(tuple(stage_peak(s, w, r, shape) for r in stages))
+        candidates.append(stage_peaks(s, w, stages, shape))
     return _worst(candidates)

@@ -5,7 +5,7 @@ Integers are bytes. Keys named in the core issue are a public interface: keep th
 
 from __future__ import annotations
 
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, is_dataclass, replace
 from fractions import Fraction
 
 from . import __version__
@@ -21,6 +21,14 @@ from .ranks import LayoutReport, layout_report
 from .solve import solve
 from .tables import CONVENTIONS, PARTITIONED
 
+
+
+def plain(obj, skip=()) -> dict:
+    """A dataclass's fields as a dict, one level deep: what asdict gives for these flat records, without its
+    recursive deep copy (40% of the report's time when it walked the whole architecture inside the workload only
+    to drop it). Nested dataclasses still go through asdict; the records hold no lists or dicts to share."""
+    return {f.name: (asdict(v) if is_dataclass(v := getattr(obj, f.name)) else v)
+            for f in fields(obj) if f.name not in skip}
 
 def _exact(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
@@ -183,22 +191,22 @@ def _activation_rank(report: LayoutReport):
     return max(report.ranks, key=lambda v: v.shape.activation_bytes)
 
 
-def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
+def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True) -> dict:
     """The peak-memory half of the report: architecture, layout, activations, per-rank and worst-rank live sets,
-    fit, solvers (and, when asked, every layout of the same GPUs that fits)."""
+    fit, and with `answers` the solvers and the fits-on table (and, when asked, every layout of the same GPUs that
+    fits)."""
     s, workload = report.scenario, report.workload
     a = workload.arch
     heaviest = _activation_rank(report)
     shape = heaviest.shape
     largest_name, largest = largest_layer(a)
-    solution = solve(s, workload)
     out = {
         "architecture": {**counts(a), "largest_layer_params": largest, "largest_layer": largest_name,
                          "stored_params": report.stored_params, "moe_layers": a.moe_layers,
-                         **trainable_counts(report), **{k: v for k, v in asdict(a).items()}},
-        "finetune": {**asdict(workload.finetune), "description": describe(workload.finetune, s.param_dtype),
+                         **trainable_counts(report), **plain(a)},
+        "finetune": {**plain(workload.finetune), "description": describe(workload.finetune, s.param_dtype),
                      "caveats": list(caveats(workload.finetune, a))},
-        "workload": {k: v for k, v in asdict(workload).items() if k not in ("arch", "layout", "finetune")},
+        "workload": plain(workload, skip=("arch", "layout", "finetune")),
         "layout": layout_dict(report),
         "activation_rank": heaviest.rank.name,
         "activation_bits": shape.act_bits,
@@ -213,14 +221,16 @@ def peak_dict(report: LayoutReport, layouts: bool = False) -> dict:
         "gpu": {"name": workload.gpu_label, "capacity_bytes": workload.capacity_bytes},
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
-        "solve": {
+    }
+    if answers or layouts:
+        solution = solve(s, workload)
+        out["solve"] = {
             "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
             "min_workers": {str(k): v for k, v in solution.min_workers.items()},
             "min_gpus": {str(k): v for k, v in solution.min_gpus.items()},
             "lowest_stage": solution.lowest_stage,
-        },
-        "fits_on": fits_on(report),
-    }
+        }
+        out["fits_on"] = fits_on(report)
     if layouts:
         from .layout_search import search_dict
         out["solve"].update(search_dict(s, workload))
@@ -256,7 +266,7 @@ def report_for(scenario, workload=None):
     return model_states(scenario) if workload is None else layout_report(scenario, workload)
 
 
-def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False) -> dict:
+def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, answers: bool = True) -> dict:
     s = report.scenario
     out = {
         "zerocalc_version": __version__,
@@ -266,20 +276,21 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False) 
         "workers": s.workers,
         "shard_group": s.group,
         "gpus_per_node": s.gpus_per_node,
-        "scenario": asdict(s),
+        "scenario": plain(s),
         "bytes_per_param": float(bytes_per_param(report.ledger)),
         "bytes_per_param_exact": _exact(bytes_per_param(report.ledger)),
         "one_copy_bytes": report.unique_total,
         "ledger": ledger_rows(report),
         "ledger_cells": ledger_cells(report),
         "stages": stage_rows(report),
-        "scaling": scaling(report),
     }
+    if answers:
+        out["scaling"] = scaling(report)
     if deepspeed is not None:
         out["deepspeed_estimator"] = deepspeed_dict(deepspeed)
     if isinstance(report, LayoutReport):
         out["world_size"] = report.workload.layout.world(s.workers)
-        out.update(peak_dict(report, layouts))
+        out.update(peak_dict(report, layouts, answers))
     return out
 
 
@@ -293,9 +304,16 @@ def deepspeed_for(report, buffer_factor: float = 1.5) -> DeepSpeedView:
                           workload.layout.model_parallel)
 
 
-def full_report(scenario, workload=None, buffer_factor: float = 1.5, layouts: bool = False) -> dict:
+# What full_report(answers=False) leaves out: only the detail views read them.
+ANSWER_KEYS = ("scaling", "deepspeed_estimator", "solve", "fits_on")
+
+
+def full_report(scenario, workload=None, buffer_factor: float = 1.5, layouts: bool = False,
+                answers: bool = True) -> dict:
     """Everything the UI shows, in one call: the report, with the per-rank and peak half when a workload is given
-    and DeepSpeed's own estimates beside it; `layouts` adds the search over every layout of the same GPUs."""
+    and DeepSpeed's own estimates beside it; `layouts` adds the search over every layout of the same GPUs.
+    `answers=False` leaves out ANSWER_KEYS (the scaling sweep, DeepSpeed's estimates, the solvers and the fits-on
+    table: 60% of the time), which only the detail views read; the first screen needs the bytes, peaks and fit."""
     report = report_for(scenario, workload)
-    view = deepspeed_for(report, buffer_factor) if workload is not None else None
-    return report_dict(report, view, layouts)
+    view = deepspeed_for(report, buffer_factor) if workload is not None and answers else None
+    return report_dict(report, view, layouts, answers)
