@@ -10,6 +10,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ui.state import FIELD, PARAMS_ONLY, from_query, resolve
+from ui.widgets import SECTIONS as SECTION_ROWS
 from zerocalc.fixes import apply as apply_fix
 from zerocalc.fixes import fixes as core_fixes
 from zerocalc.model_presets import MODEL_PRESETS
@@ -21,6 +22,12 @@ APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
         "Framework configs", "How to read it")
 SECTIONS = ("sec_load", "sec_arch", "sec_precision", "sec_cluster", "sec_parallel", "sec_step", "sec_assumptions")
+
+
+def set_sections(at, opened=(), closed=()):
+    """Open and close sidebar sections as their pills do (widgets.OPEN_SECTIONS holds the open sections' keys)."""
+    now = set(at.session_state["sections"] or ()) if "sections" in at.session_state else set()
+    at.session_state["sections"] = [k for k, *_ in SECTION_ROWS if k in (now | set(opened)) - set(closed)]
 ISSUE_13 = {"model": "llama-3-8b", "gpu": "A100-40GB", "micro_batch": "4", "seq_len": "4096", "stage": "2"}
 
 
@@ -31,8 +38,8 @@ def run_app(query=None, tab=None, sections=()):
     at.run()
     assert not at.exception, at.exception
     if tab or sections:
-        for name in sections:
-            at.session_state[name] = True
+        if sections:
+            set_sections(at, sections)
         if tab:
             at.session_state["tab"] = tab
         at.run()
@@ -48,8 +55,7 @@ def open_tab(at, name):
 
 
 def open_sections(at, *names):
-    for name in names:
-        at.session_state[name] = True
+    set_sections(at, names)
     at.run()
     assert not at.exception, at.exception
     return at
@@ -60,8 +66,28 @@ def warnings_shown(at) -> str:
     return " ".join(re.sub(r"\\(.)", r"\1", w.value) for w in at.warning)
 
 
+def header_text(at) -> str:
+    """The page's title and its line of what is being checked (one HTML block)."""
+    body = next(h.proto.body for h in at.get("html") if 'data-testid="zc-header"' in h.proto.body)
+    return html_lib.unescape(re.sub(r"<style>.*?</style>|<[^>]+>", " ", body, flags=re.S))
+
+
+def captions(at) -> str:
+    """The header's line and every caption."""
+    return " ".join([header_text(at)] + [c.value for c in at.caption])
+
+
+def answer_text(at) -> str:
+    """The verdict's sentence ("Does it fit on ...? ... Checking ZeRO-2: ..."), '' without a peak."""
+    body = next((h.proto.body for h in at.get("html") if 'data-testid="zc-answer"' in h.proto.body), "")
+    match = re.search(r'<p class="zc-answer"[^>]*>(.*?)</p>', body, flags=re.S)
+    return html_lib.unescape(re.sub(r"<[^>]+>", "", match.group(1))) if match else ""
+
+
 def text_of(at) -> str:
-    return re.sub(r"\\(.)", r"\1", " ".join(m.value for m in at.markdown)).replace("**", "")
+    """The verdict's sentence and every markdown, as read."""
+    markdown = re.sub(r"\\(.)", r"\1", " ".join(m.value for m in at.markdown)).replace("**", "")
+    return f"{answer_text(at)} {markdown}"
 
 
 def core_report(query):
@@ -121,14 +147,21 @@ def verdict_cards(at) -> list:
     return cards
 
 
+def subtotals(at) -> list:
+    """The model-state subtotal per worker at each stage as the page shows it: the last line of each verdict card,
+    or a metric per stage when there is no peak (params-only)."""
+    if any('data-testid="zc-verdict"' in h.proto.body for h in at.get("html")):
+        return [re.search(r"model states (.+?) per worker", text).group(1) for _, _, text in verdict_cards(at)]
+    return [m.value for m in at.metric][:4]
+
+
 def assert_overview_matches_core(at, report, unit="GB"):
     per_worker = {t["name"]: t for t in states(at)}
     for category in ("parameters", "gradients", "optimizer"):
         assert per_worker[category]["customdata"] == [s["per_worker_bytes"][category] for s in report["stages"]]
         assert per_worker[category]["y"] == pytest.approx(
             [s["per_worker_bytes"][category] / UNIT_BYTES[unit] for s in report["stages"]])
-    assert [m.value for m in at.metric][:4] == [format_bytes(s["per_worker_total_bytes"], unit)
-                                                for s in report["stages"]]
+    assert subtotals(at) == [format_bytes(s["per_worker_total_bytes"], unit) for s in report["stages"]]
     if "peak" in report:
         bars = {t["name"]: t for t in peak_bars(at)}
         for p in report["peak"]:
@@ -146,13 +179,12 @@ def test_default_view_leads_with_the_verdict_and_matches_the_core():
     at = run_app()
     report = core_report({})
     assert_overview_matches_core(at, report)
-    assert [m.value for m in at.metric][:4] == ["107.81 GB", "37.06 GB", "25.27 GB", "13.48 GB"]
-    first = at.markdown[0].value + " " + at.markdown[1].value
-    assert "does it fit" in first and "ZeRO-1, ZeRO-2 and ZeRO-3 fit; ZeRO-0 does not" in text_of(at)
+    assert subtotals(at) == ["107.81 GB", "37.06 GB", "25.27 GB", "13.48 GB"]
+    assert "does it fit" in header_text(at) and "ZeRO-1, ZeRO-2 and ZeRO-3 fit; ZeRO-0 does not" in text_of(at)
     assert len(at.get("plotly_chart")) == 1                                # the overview: one chart
     assert dict(at.query_params) == {}
-    labels = [m.label for m in at.metric][:4]
-    assert all("model states" in label for label in labels)                # labelled as the subtotal it is
+    cards = verdict_cards(at)
+    assert all("of which model states" in text for _, _, text in cards)    # labelled as a part of the peak
 
 
 def test_negative_headroom_reads_as_over_and_the_html_marks_it_red():
@@ -235,11 +267,11 @@ def test_the_ledger_has_a_total_row_and_its_own_stage_picker():
 
 def test_the_caption_follows_the_ledger_not_the_convention():
     at = run_app({"master_dtype": "none"})
-    caption = " ".join(c.value for c in at.caption)
+    caption = captions(at)
     assert "convention zero-paper, modified" in caption and "= 12 bytes per parameter" in caption
     assert "16 bytes per parameter" not in caption
     at = run_app()
-    caption = " ".join(c.value for c in at.caption)
+    caption = captions(at)
     assert "convention zero-paper:" in caption and "= 16 bytes per parameter" in caption
 
 
@@ -249,8 +281,8 @@ def test_workers_change_the_sharded_numbers_and_the_link():
     assert dict(at.query_params) == {"workers": "64"}
     report = core_report({"workers": "64"})
     assert_overview_matches_core(at, report)
-    assert at.metric[0].value == "107.81 GB"           # stage 0 is not sharded
-    assert at.metric[3].value != "13.48 GB"
+    assert subtotals(at)[0] == "107.81 GB"             # stage 0 is not sharded
+    assert subtotals(at)[3] != "13.48 GB"
 
 
 def test_a_dtype_change_moves_exactly_the_category_that_uses_it():
@@ -268,7 +300,7 @@ def test_convention_resets_the_dtypes_and_units_relabel():
     at = run_app(sections=["sec_precision"])
     at.selectbox(key="convention").set_value("megatron").run()
     assert at.selectbox(key="param_dtype").value == "bf16" and at.selectbox(key="grad_dtype").value == "fp32"
-    at.radio(key="units").set_value("GiB").run()
+    at.button_group(key="units").set_value("GiB").run()
     assert_overview_matches_core(at, core_report({"convention": "megatron", "units": "GiB"}), unit="GiB")
     open_tab(at, "Model states")
     assert "per worker (GiB)" in table(at, "stage_table").columns
@@ -299,7 +331,7 @@ def test_step_controls_change_activations_but_not_model_states():
     states_before = {t["name"]: t for t in states(at)}["optimizer"]["customdata"]
     at.number_input(key="micro_batch").set_value(4).run()
     at.number_input(key="seq_len").set_value(4096).run()
-    at.radio(key="attention").set_value("eager").run()
+    at.button_group(key="attention").set_value("eager").run()
     at.selectbox(key="recompute").set_value("full").run()
     query = {"micro_batch": "4", "seq_len": "4096", "attention": "eager", "recompute": "full"}
     assert dict(at.query_params) == query
@@ -398,7 +430,7 @@ def test_every_sidebar_control_reaches_the_link_without_an_exception():
         if kind == "bool":
             at.checkbox(key=name).check().run() if value else at.checkbox(key=name).uncheck().run()
         elif name in ("breakdown", "stage", "attention", "units"):
-            at.radio(key=name).set_value(value).run()
+            at.button_group(key=name).set_value(value).run()
         elif kind == "prob":
             at.slider(key=name).set_value(value).run()
         elif kind == "choice":
@@ -417,7 +449,7 @@ def test_every_sidebar_control_reaches_the_link_without_an_exception():
 def test_closed_sections_keep_their_values():
     at = run_app(sections=["sec_cluster"])
     at.number_input(key="gpus_per_node").set_value(4).run()
-    at.session_state["sec_cluster"] = False
+    set_sections(at, closed=["sec_cluster"])
     at.run()
     at.number_input(key="workers").set_value(16).run()
     assert dict(at.query_params) == {"workers": "16", "gpus_per_node": "4"}
@@ -446,7 +478,7 @@ def test_a_shared_link_restores_the_exact_view():
     at = run_app(query)
     assert not at.warning
     assert at.selectbox(key="model").value == "llama-3-8b" and at.number_input(key="workers").value == 64
-    assert at.number_input(key="micro_batch").value == 2 and at.radio(key="units").value == "GiB"
+    assert at.number_input(key="micro_batch").value == 2 and at.button_group(key="units").value == "GiB"
     assert dict(at.query_params) == query
     assert_overview_matches_core(at, core_report(query), unit="GiB")
 
@@ -472,11 +504,11 @@ def test_params_only_mode_parses_counts_and_refuses_garbage():
     at = run_app({"model": PARAMS_ONLY})
     at.text_input(key="params_text").set_value("1B").run()
     at.number_input(key="workers").set_value(4).run()
-    assert [m.value for m in at.metric][:4] == ["16.00 GB", "7.00 GB", "5.50 GB", "4.00 GB"]   # seed 000
+    assert subtotals(at) == ["16.00 GB", "7.00 GB", "5.50 GB", "4.00 GB"]   # seed 000
     assert "architecture" in text_of(at)
     at.text_input(key="params_text").set_value("lots").run()
     assert "Parameters" in warnings_shown(at) and "allowed" in warnings_shown(at)
-    assert at.metric[0].value == "16.00 GB"                 # the last valid count is kept
+    assert subtotals(at)[0] == "16.00 GB"                   # the last valid count is kept
 
 
 @pytest.mark.parametrize("model", list(MODEL_PRESETS))
@@ -486,8 +518,7 @@ def test_no_exception_for_any_preset(model):
     report = core_report({"model": model})
     shown = sum(t["customdata"][0] for t in states(at))
     assert shown == report["stages"][0]["per_worker_total_bytes"]
-    assert [m.value for m in at.metric][:4] == [format_bytes(s["per_worker_total_bytes"], "GB")
-                                                for s in report["stages"]]
+    assert subtotals(at) == [format_bytes(s["per_worker_total_bytes"], "GB") for s in report["stages"]]
 
 
 def test_the_model_picker_names_total_and_active_parameters():
@@ -495,7 +526,7 @@ def test_the_model_picker_names_total_and_active_parameters():
     picker = at.selectbox(key="model")
     assert "mixtral-8x7b · 46.70B total, 12.88B active" in picker.options
     assert "llama-3-8b · 8.03B" in picker.options and len(picker.options) == len(MODEL_PRESETS) + 2
-    caption = " ".join(c.value for c in at.caption)
+    caption = captions(at)
     assert "46,702,792,704 parameters; 12,879,925,248 active per token" in caption
 
 

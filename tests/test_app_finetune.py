@@ -3,11 +3,7 @@ the link and the numbers; the bars split frozen and trained groups; the group le
 the QLoRA line explains when a quantized base is not smaller (litgpt#1112, torchtune#2255). The core is the oracle:
 every byte shown is compared with zerocalc.report.full_report for the same link."""
 
-from tests.test_app import core_report, dataframe_with, run_app, states, warnings_shown
-
-
-def captions(at) -> str:
-    return " ".join(c.value for c in at.caption)
+from tests.test_app import captions, core_report, dataframe_with, run_app, states, warnings_shown
 
 QLORA_LINK = {"model": "llama-3-8b", "finetune": "qlora", "lora_rank": "16", "lora_targets": "all-linear",
               "gpu": "RTX-4090-24GB", "workers": "1", "recompute": "full"}
@@ -50,7 +46,7 @@ def test_a_qlora_link_restores_the_view_and_says_why_it_is_or_is_not_smaller():
     assert at.selectbox(key="finetune").value == "qlora"
     assert list(at.multiselect(key="lora_targets").value) == ["all-linear"]
     report = core_report(QLORA_LINK)
-    stage = at.radio(key="stage").value
+    stage = at.button_group(key="stage").value
     cmp = report["finetune_comparison"]
     # Measured against peft + bitsandbytes (tests/test_finetune_validation.py): r16 all-linear adds 41,943,040.
     assert report["architecture"]["adapter_params"] == 41_943_040

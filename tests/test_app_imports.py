@@ -165,7 +165,7 @@ def test_a_framework_config_sets_the_view_and_marks_its_stage(name, stage):
     upload_framework(at, FIXTURES / "frameworks" / name)
     success = messages(at, "success")
     assert f"Imported {name}" in success and f"ZeRO-{stage} selected" in success
-    assert at.radio(key="stage").value == stage
+    assert at.button_group(key="stage").value == stage
     details = text_of(at)
     assert "Set:" in details
     imported = import_config({"json": "deepspeed", "yaml": "accelerate", "toml": "torchtitan"}[name.rsplit(".", 1)[1]],
@@ -216,10 +216,12 @@ def test_a_torchtitan_layer_frequency_sets_one_block_in_n_and_a_full_mode_resets
     layer = tmp_path / "layer_sac.toml"
     layer.write_text('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n')
     upload_framework(at, layer)
-    assert at.session_state["recompute"] == "full" and at.session_state["recompute_every"] == 2
+    values = at.session_state["_values"]                  # every field's value, drawn or not (widgets.VALUES)
+    assert values["recompute"] == "full" and values["recompute_every"] == 2
     assert at.query_params["recompute_every"] == "2"
     full = tmp_path / "full.toml"
     full.write_text('[activation_checkpoint]\nmode = "full"\n')
     upload_framework(at, full)
-    assert at.session_state["recompute"] == "full" and at.session_state["recompute_every"] == 1
+    values = at.session_state["_values"]
+    assert values["recompute"] == "full" and values["recompute_every"] == 1
     assert "recompute_every" not in at.query_params

@@ -3,7 +3,8 @@ that fit, the layout in the link, and refusals that reset only the field at faul
 
 import pytest
 
-from tests.test_app import core_report, dataframe_with, figure, open_sections, open_tab, run_app, traces, warnings_shown
+from tests.test_app import (captions, core_report, dataframe_with, figure, open_sections, open_tab, run_app, text_of,
+                            traces, warnings_shown)
 
 
 LAYOUT_LINK = {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "sequence_parallel": "true",
@@ -18,10 +19,10 @@ def test_a_layout_link_restores_the_controls_and_the_per_rank_view():
     assert at.checkbox(key="sequence_parallel").value is True
     assert dict(at.query_params) == LAYOUT_LINK
     report = core_report(LAYOUT_LINK)
-    stage = at.radio(key="stage").value
-    caption = " ".join(c.value for c in at.caption)
+    stage = at.button_group(key="stage").value
+    caption = captions(at)
     assert "world 64 GPUs = dp 4 x tp 8 x pp 2 x cp 1" in caption
-    assert f"Worst rank: {report['peak'][stage]['rank']}" in " ".join(m.value for m in at.markdown).replace("\\", "")
+    assert f"Worst rank: {report['peak'][stage]['rank']}" in text_of(at)
     open_tab(at, "Layouts and ranks")
     ranks = traces(figure(at, "fig_ranks"))
     for i, r in enumerate(report["ranks"]):

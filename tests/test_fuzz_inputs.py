@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
+from tests.test_app import subtotals
 from ui.panels import escape_markdown
 from ui.state import FIELD, FIELDS, canonical, from_query, resolve, to_query
 from zerocalc.cli import main as cli_main
@@ -106,7 +107,7 @@ def test_link_parameters_through_the_app(query):
     resolved = check_link(query)
     report = full_report(resolved.scenario, resolved.workload)
     unit = resolved.state["units"]
-    shown = [m.value for m in at.metric][:4]
+    shown = subtotals(at)
     assert shown == [format_bytes(s["per_worker_total_bytes"], unit) for s in report["stages"]]
     bad = [k for k in query if k not in FIELD]
     shown = " ".join(w.value for w in at.warning)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
-
-import streamlit as st
+from collections import OrderedDict
 
 from zerocalc.activation_formulas import formulas_for
 from zerocalc.fixes import fixes
@@ -37,30 +36,55 @@ def _key(resolved) -> str:
     return last[1]
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
-def _report(key: str, layouts: bool, _resolved) -> dict:
+class _PerState:
+    """A function's results for the last 256 distinct arguments, shared by every session (the arguments are the
+    state's key and a few flags; the last argument, the resolved state, rides along unhashed). A dict and a lock
+    rather than st.cache_resource, whose argument hashing took longer than a cached answer needs."""
+
+    def __init__(self, fn, size: int = 256):
+        self.fn, self.size, self.lock, self.results = fn, size, threading.Lock(), OrderedDict()
+
+    def __call__(self, *args):
+        key, payload = args[:-1], args[-1]          # the last argument rides along: the resolved state
+        with self.lock:
+            if key in self.results:
+                self.results.move_to_end(key)
+                return self.results[key]
+        value = self.fn(*args)                  # outside the lock: a slow answer holds up no other state
+        with self.lock:
+            self.results[key] = value
+            if len(self.results) > self.size:
+                self.results.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        with self.lock:
+            self.results.clear()
+
+
+@_PerState
+def _report(key: str, layouts: bool, answers: bool, _resolved) -> dict:
     r = _resolved
-    return full_report(r.scenario, r.workload, r.state["buffer_factor"], layouts=layouts)
+    return full_report(r.scenario, r.workload, r.state["buffer_factor"], layouts=layouts, answers=answers)
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
+@_PerState
 def _ranges(key: str, _resolved):
     r = _resolved
     return None if r.workload is None else ranges_dict(ranges(r.scenario, r.workload))
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
+@_PerState
 def _formulas(key: str, _resolved) -> dict:
     r = _resolved
     return {} if r.workload is None else formulas_for(r.scenario, r.workload)
 
 
-@st.cache_resource(max_entries=256, show_spinner=False)
-def _fixes(key: str, layouts: bool, _resolved) -> list:
-    r = _resolved
+@_PerState
+def _fixes(key: str, layouts: bool, resolved_and_report) -> list:
+    r, report = resolved_and_report
     if r.workload is None:
         return []
-    report = _report(key, False, r)
     stage = r.state["stage"]
     if report["peak"][stage]["fits"]:
         return []
@@ -68,8 +92,9 @@ def _fixes(key: str, layouts: bool, _resolved) -> list:
     return fixes(r.scenario, r.workload, stage, layouts=layouts or world <= LAYOUT_FIX_GPUS)
 
 
-def report_of(resolved, layouts: bool = False) -> dict:
-    return _report(_key(resolved), layouts, resolved)
+def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:
+    """The full report; `answers=False` without what only the detail tabs read (zerocalc.report.ANSWER_KEYS)."""
+    return _report(_key(resolved), layouts, answers or layouts, resolved)
 
 
 def ranges_of(resolved):
@@ -81,5 +106,6 @@ def formulas_of(resolved) -> dict:
     return _formulas(_key(resolved), resolved)
 
 
-def fixes_of(resolved, layouts: bool = False) -> list:
-    return _fixes(_key(resolved), layouts, resolved)
+def fixes_of(resolved, report: dict, layouts: bool = False) -> list:
+    """What would make the checked stage fit; `report` is this state's report (with or without the answers)."""
+    return _fixes(_key(resolved), layouts, (resolved, report))

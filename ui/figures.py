@@ -88,12 +88,22 @@ def _scaled(values, unit):
     return [v / UNIT_BYTES[unit] for v in values]
 
 
+class Spec(go.Figure):
+    """A figure held as its plain spec: traces and layout as dicts of known properties. st.plotly_chart reads a
+    Plotly figure through to_dict(), so the page never builds Plotly's object tree (building it and copying it back
+    cost 3.8 ms a chart); tests/test_app_figures.py builds every spec again as a go.Figure with full validation."""
+
+    def __init__(self, spec: dict):    # deliberately not go.Figure.__init__: nothing reads the object tree
+        self._spec = spec
+
+    def to_dict(self) -> dict:
+        return self._spec
+
+
 def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None, height=400, subtitle=None,
-            annotations=None) -> go.Figure:
-    """One Figure built in a single pass (Plotly validates once; update_layout and add_hline cost far more). The
-    capacity is a dashed line named in the subtitle, never a label over a bar. The traces and layout are plain
-    dicts of known properties, so the figure skips Plotly's property validation (1 ms a chart); the tests build every
-    figure again with validation (tests/test_app_figures.py)."""
+            annotations=None, showlegend=True) -> "Spec":
+    """One figure as its plain spec, built in a single pass. The capacity is a dashed line named in the subtitle,
+    never a label over a bar."""
     head = dict(text=title, x=0, xanchor="left", font=dict(size=15))
     if subtitle:
         head["subtitle"] = dict(text=subtitle, font=dict(size=12))
@@ -115,7 +125,9 @@ def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None, hei
         layout["shapes"] = shapes
     if annotations:
         layout["annotations"] = annotations
-    return go.Figure({"data": traces, "layout": layout}, _validate=False)
+    if not showlegend:
+        layout["showlegend"] = False
+    return Spec({"data": traces, "layout": layout})
 
 
 def _bar(name, x, values, unit, term=None, outline=None, group="", legendgroup=None, showlegend=True):
@@ -147,7 +159,7 @@ def _grouped(stages) -> bool:
     return any(": " in name for name in stages[0]["per_worker_entry_bytes"])
 
 
-def per_worker(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> go.Figure:
+def per_worker(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> Spec:
     """Persistent model state per worker, one bar per stage, stacked by category or by ledger entry; `highlight`
     marks one stage's bar."""
     stages = report["stages"]
@@ -195,7 +207,7 @@ def group_names(report: dict) -> dict:
     return names
 
 
-def overview(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> go.Figure:
+def overview(report: dict, unit: str, breakdown: str = "category", highlight: int = None) -> Spec:
     """The overview in one chart: at each ZeRO stage, the model states per worker (left bar, by category or
     ledger entry) beside the peak per GPU (right bar, by component), against the GPU's capacity. One chart, not
     two: the page updates faster, and the subtotal sits beside the peak it is a part of."""
@@ -214,9 +226,7 @@ def overview(report: dict, unit: str, breakdown: str = "category", highlight: in
                          f"checked: {PHASE_LABELS[peaks[highlight]['peak_phase']]}")]
     fig = _figure(traces, unit, "Model states and peak per GPU, by ZeRO stage",
                   subtitle=capacity_title(report, unit), capacity=report["gpu"]["capacity_bytes"],
-                  annotations=marks, height=400)
-    fig.layout.showlegend = False       # legend_html draws it: lighter to render, and it wraps on a phone
-    fig._zc_traces = traces             # the plain traces, for legend_html (Plotly's own objects are slow to read)
+                  annotations=marks, height=400, showlegend=False)   # legend_html draws it: lighter, and it wraps
     return fig
 
 
@@ -226,13 +236,13 @@ PATTERN_CSS = {"/": "repeating-linear-gradient(135deg, rgba(255,255,255,.75) 0 2
                     "repeating-linear-gradient(135deg, rgba(255,255,255,.7) 0 1px, transparent 1px 4px)"}
 
 
-def legend_html(fig: go.Figure) -> str:
+def legend_html(fig: Spec) -> str:
     """The figure's legend as HTML: one swatch per term (its fixed colour, its group's hatch), grouped as the bars
     are (model states on the left bar, the peak on the right)."""
     import html
     groups = {"states": "left bar, model states per worker:", "peak": "right bar, peak per GPU:"}
     seen, parts = set(), {}
-    for t in getattr(fig, "_zc_traces", None) or [d.to_plotly_json() for d in fig.data]:
+    for t in fig.to_dict()["data"]:
         name, group = t["name"], t.get("offsetgroup")
         key = (group, name)
         if key in seen or t["type"] != "bar":
@@ -251,7 +261,7 @@ def legend_html(fig: go.Figure) -> str:
             f'border-radius:2px}}</style><div data-testid="zc-legend">{rows}</div>')
 
 
-def cluster(report: dict, unit: str) -> go.Figure:
+def cluster(report: dict, unit: str) -> Spec:
     """Cluster-wide bytes per stage, split into one copy and redundant copies."""
     stages = report["stages"]
     traces = [_bar("one copy", STAGE_LABELS, [s["cluster_unique_bytes"] for s in stages], unit),
@@ -281,7 +291,7 @@ def _band_trace(report: dict, ranges: dict, labels, unit: str):
                 hovertemplate=f"range end: %{{y:,.2f}} {unit} (%{{customdata:,}} bytes)<extra></extra>")
 
 
-def peak(report: dict, unit: str, ranges: dict = None, highlight: int = None) -> go.Figure:
+def peak(report: dict, unit: str, ranges: dict = None, highlight: int = None) -> Spec:
     """Each stage's peak phase, stacked by component, against the GPU's capacity (and the assumption band)."""
     peaks = report["peak"]
     tops = [p["phases"][p["peak_phase"]] for p in peaks]
@@ -297,7 +307,7 @@ def peak(report: dict, unit: str, ranges: dict = None, highlight: int = None) ->
                    capacity=report["gpu"]["capacity_bytes"], annotations=marks)
 
 
-def timeline(report: dict, stage: int, unit: str) -> go.Figure:
+def timeline(report: dict, stage: int, unit: str) -> Spec:
     """The live set in each phase of one step, for one stage."""
     p = report["peak"][stage]
     phases = list(p["phases"])
@@ -307,7 +317,7 @@ def timeline(report: dict, stage: int, unit: str) -> go.Figure:
                    subtitle=capacity_title(report, unit), capacity=p["capacity_bytes"])
 
 
-def ranks(report: dict, stage: int, unit: str) -> go.Figure:
+def ranks(report: dict, stage: int, unit: str) -> Spec:
     """Each rank class's peak at one ZeRO stage, stacked by component, against the GPU; the worst one framed."""
     rows = report["ranks"]
     worst = report["peak"][stage]["rank"]
@@ -320,7 +330,7 @@ def ranks(report: dict, stage: int, unit: str) -> go.Figure:
                    capacity=report["gpu"]["capacity_bytes"])
 
 
-def scaling(report: dict, unit: str) -> go.Figure:
+def scaling(report: dict, unit: str) -> Spec:
     """Per-worker persistent state against the number of workers (log axis), one line per stage."""
     rows = report["scaling"]
     traces = []
@@ -339,7 +349,7 @@ def _pair_x(names=("A", "B")):
     return [[label for label in STAGE_LABELS for _ in names], [n for _ in STAGE_LABELS for n in names]]
 
 
-def compare_states(a: dict, b: dict, unit: str) -> go.Figure:
+def compare_states(a: dict, b: dict, unit: str) -> Spec:
     """Model states per worker by category, plan A and plan B side by side at each stage."""
     x = _pair_x()
     traces = []
@@ -349,7 +359,7 @@ def compare_states(a: dict, b: dict, unit: str) -> go.Figure:
     return _figure(traces, unit, "Model states per worker: plan A | plan B", subtitle="persistent state only")
 
 
-def compare_peak(a: dict, b: dict, unit: str) -> go.Figure:
+def compare_peak(a: dict, b: dict, unit: str) -> Spec:
     """Each stage's peak, plan A and plan B side by side, against each plan's GPU (dashed: A, dotted: B)."""
     x = _pair_x()
     tops = [r["peak"][s]["phases"][r["peak"][s]["peak_phase"]] for s in range(4) for r in (a, b)]

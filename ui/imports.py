@@ -307,7 +307,7 @@ def exports_tab(resolved) -> None:
     from zerocalc.frameworks.export import export_caveats, export_config
 
     from .panels import escape_markdown
-    from .widgets import STAGE_LABELS
+    from .figures import STAGE_LABELS
 
     s, w, lay, stage = export_inputs(resolved)
     imported = st.session_state.get("framework_import")

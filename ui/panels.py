@@ -21,7 +21,7 @@ from zerocalc.units import format_bytes
 from . import figures, finetune, tables
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
-from .widgets import set_fields, widget
+from .widgets import current, set_fields, widget
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -66,8 +66,7 @@ def ledger_caption(report: dict, state: dict) -> str:
 
 
 def header(report: dict, state: dict, model_name: str) -> None:
-    st.html(PAGE_CSS)
-    st.markdown("#### zerocalc · does it fit?")
+    """The title and the one line that says what is being checked, as one HTML block (with the page's CSS)."""
     layout = report.get("layout")
     world = "" if layout is None or layout["world_size"] == layout["dp"] else \
         (f" · world {layout['world_size']:,} GPUs = dp {layout['dp']:,} x tp {layout['tp']} x pp {layout['pp']} "
@@ -78,9 +77,11 @@ def header(report: dict, state: dict, model_name: str) -> None:
         params += f" ({arch['active_params']:,} active per token)"
     training = finetune.summary(report)
     training = f" · {training}; the ledger applies to what trains" if training else ""
-    st.caption(f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
-               f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. GB = 10^9 bytes, "
-               f"GiB = 2^30 bytes.")
+    line = (f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
+            f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. GB = 10^9 bytes, "
+            f"GiB = 2^30 bytes.")
+    st.html(f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
+            f'<p>{html.escape(line)}</p></div>')
     for caveat in report.get("finetune", {}).get("caveats", []):
         st.warning(f"Not counted: {caveat}", icon="⚠️")
 
@@ -94,8 +95,12 @@ PAGE_CSS = """<style>
 [data-testid="stSidebarContent"] [data-testid="stSidebarUserContent"] { padding-top: 0.5rem; }
 .st-key-zc_subtotals [data-testid="stMetricValue"] { font-size: 1.1rem; }
 .st-key-zc_subtotals [data-testid="stMetricLabel"] p { font-size: 0.8rem; }
+.zc-head { padding-top: 0.75rem; }
+.zc-head h4 { font-size: 1.25rem; font-weight: 600; margin: 0 0 0.4rem 0; padding: 0; line-height: 1.3; }
+.zc-head p { font-size: 0.875rem; color: rgba(49, 51, 63, 0.6); margin: 0; }
 </style>"""
 CARD_CSS = """<style>
+.zc-answer { margin: 0 0 0.6rem 0; font-size: 1rem; line-height: 1.5; }
 .zc-cards { display: grid; grid-template-columns: repeat(4, minmax(0, 1fr)); gap: 0.5rem; }
 @media (max-width: 640px) { .zc-cards { grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 0.35rem; } }
 .zc-card { border-radius: 0.5rem; padding: 0.45rem 0.6rem; border: 1px solid; line-height: 1.3; }
@@ -104,7 +109,8 @@ CARD_CSS = """<style>
 .zc-checked { border-width: 3px; }
 .zc-stage { font-weight: 700; font-size: 0.95rem; }
 .zc-peak { font-size: 1.25rem; font-weight: 700; }
-.zc-sub, .zc-band { font-size: 0.8rem; }
+.zc-sub, .zc-band, .zc-states { font-size: 0.8rem; }
+.zc-states { opacity: 0.85; border-top: 1px solid rgba(0, 0, 0, 0.12); margin-top: 0.25rem; padding-top: 0.2rem; }
 .zc-neg { color: #b91c1c; font-weight: 700; }
 .zc-pos { color: #15803d; font-weight: 700; }
 .zc-band.zc-warn { color: #92400e; font-weight: 600; }
@@ -113,7 +119,7 @@ CARD_CSS = """<style>
 </style>"""
 
 
-def _card(p: dict, unit: str, checked: bool, band: dict = None) -> str:
+def _card(p: dict, unit: str, checked: bool, band: dict = None, states: int = None) -> str:
     fits = p["fits"]
     head = "✓ fits" if fits else "✗ does not fit"
     room = format_bytes(abs(p["headroom_bytes"]), unit)
@@ -130,7 +136,9 @@ def _card(p: dict, unit: str, checked: bool, band: dict = None) -> str:
             f'<div class="zc-stage">{STAGE_LABELS[p["stage"]]}{" (checked)" if checked else ""} · {head}</div>'
             f'<div class="zc-peak">{format_bytes(p["peak_bytes"], unit)} peak</div>'
             f'<div class="zc-sub">{100 * p["utilisation"]:.0f}% of {format_bytes(p["capacity_bytes"], unit)} · '
-            f'{headroom}</div>{band_html}</div>')
+            f'{headroom}</div>{band_html}'
+            f'<div class="zc-states">of which model states {format_bytes(states, unit)} per worker</div>'
+            f'</div>')
 
 
 def subtotals(report: dict, unit: str, stage: int, label: str) -> None:
@@ -171,13 +179,14 @@ def verdict(report: dict, ranges: dict, stage: int, unit: str) -> None:
              f"{100 * p['utilisation']:.0f}% of {format_bytes(p['capacity_bytes'], unit)} "
              + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
                                                                   if len(report["ranks"]) > 1 else ""))
-    st.markdown(f"**Does it fit on {escape_markdown(workers)}?** {answer[:1].upper()}{answer[1:]}. "
-                f"{escape_markdown(check)}")
+    sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {html.escape(workers)}?'
+                f'</strong> {html.escape(answer[:1].upper() + answer[1:])}. {html.escape(check)}</p>')
     bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}
-    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"])) for p in peaks)
-    st.html(CARD_CSS + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>')
-    subtotals(report, unit, stage, "Beneath each peak: the model-state subtotal per worker (parameters + "
-                                   "gradients + optimizer state), a part of the peak:")
+    # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
+    # (parameters + gradients + optimizer state), not a markdown, a caption and a metric per stage.
+    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["per_worker_total_bytes"])
+                    for p, s in zip(peaks, report["stages"]))
+    st.html(CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>')
     finetune.qlora_line(report, stage, unit)
 
 
@@ -231,17 +240,17 @@ def import_message() -> None:
 def overview(report: dict, unit: str, stage: int) -> None:
     """The overview chart with its own "bars by" control: a change reruns this panel alone."""
     if "peak" not in report:
-        chart(figures.per_worker(report, unit, st.session_state["breakdown"], stage), "fig_per_worker")
+        chart(figures.per_worker(report, unit, current("breakdown"), stage), "fig_per_worker")
     else:
-        fig = figures.overview(report, unit, st.session_state["breakdown"], stage)
+        fig = figures.overview(report, unit, current("breakdown"), stage)
         chart(fig, "fig_overview")
         st.html(figures.legend_html(fig))
     widget("breakdown")
-    if st.session_state.get("_breakdown_synced") != st.session_state["breakdown"]:   # this fragment's own rerun
+    if st.session_state.get("_breakdown_synced") != current("breakdown"):   # this fragment's own rerun
         from .share import sync_url
         from .widgets import read_state
         sync_url(read_state())
-        st.session_state["_breakdown_synced"] = st.session_state["breakdown"]
+        st.session_state["_breakdown_synced"] = current("breakdown")
     notes = []
     if "peak" in report:
         notes.append("Left bar at each stage: the model states per worker (persistent); right bar: the peak per "

@@ -16,9 +16,8 @@ import streamlit as st
 from zerocalc.units import parse_count
 
 from .state import FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query
-from .widgets import seed
+from .widgets import VALUES, seed, set_fields
 
-SEEDED = "_seeded"
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
 
@@ -52,12 +51,9 @@ def plan_from_query(plan: dict):
 
 def start_session() -> list:
     """On a session's first run, seed every widget (and plan A) from the link; return the link's warnings (once)."""
-    if SEEDED in st.session_state:
-        # Keep the values of widgets not drawn this run (a closed section) across reruns: Streamlit drops the
-        # state of a keyed widget that a run does not draw, unless the run sets it again.
-        for f in FIELDS:
-            if f.name in st.session_state:
-                st.session_state[f.name] = st.session_state[f.name]
+    if VALUES in st.session_state:                       # seeded: not the session's first run
+        # The fields' values live in the store (widgets.VALUES); only the parameter-count text, drawn for
+        # params-only, is kept across the runs that do not draw it.
         if "params_text" in st.session_state:
             st.session_state["params_text"] = st.session_state["params_text"]
         return []
@@ -69,7 +65,6 @@ def start_session() -> list:
     if plan is not None:
         st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
         warnings += plan_warnings
-    st.session_state[SEEDED] = True
     return view_warnings + resolved.warnings + warnings
 
 
@@ -86,7 +81,8 @@ def params_from_text(state: dict) -> list:
     except ValueError as exc:
         return [f"Parameters: {exc}; allowed: a count from 1 to 10^18 such as 7B, 1.5T or 124439808. "
                 f"Showing the last valid count, {state['params']:,}."]
-    state["params"] = st.session_state["params"] = value   # the last valid count, kept for a later typo
+    state["params"] = value
+    set_fields({"params": value})                          # the last valid count, kept for a later typo
     return []
 
 

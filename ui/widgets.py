@@ -1,19 +1,21 @@
-"""Sidebar controls. Each widget's key is its state field's name, so st.session_state *is* the app state; the
-first run seeds it from the URL, and choosing a model or a convention resets the fields that follow from it.
+"""Sidebar controls. Each widget's key is its state field's name; the first run seeds the state from the URL, and choosing a model or a convention resets the fields that follow from it.
 
 The sidebar is light: the few controls every plan sets are always drawn; the rest live in sections (lazy
-expanders) whose widgets are drawn only while the section is open. Their values stay in the session state either
-way (share.start_session keeps them), so a closed section still counts and still reaches the link.
+expanders) whose widgets are drawn only while the section is open. Every field's value lives in one session dict
+(VALUES), drawn or not: a widget's key exists only while it is drawn (Streamlit drops an undrawn widget's state,
+and each selectbox, radio and number input walks every session key), and read_state copies the live widgets'
+values into the dict. So a closed section still counts and still reaches the link.
 """
 
 from __future__ import annotations
+
+import functools
 
 import streamlit as st
 
 from zerocalc.architecture import counts
 from zerocalc.model_presets import MODEL_PRESETS
 
-from .figures import STAGE_LABELS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FIELDS, FINETUNE_MODE_FIELDS,
                     PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
 
@@ -177,7 +179,7 @@ HELP = {
     "train_last_layers": "Freeze every block before the last k; they save no activations either.",
     "train_modules": "Modules trained in full beside the last k blocks (the rest stay frozen).",
 }
-RADIOS = {"units", "attention", "breakdown"}
+CHOICE_BUTTONS = {"units", "attention", "breakdown"}     # a few short choices: one segmented control
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 # The fields of each lazy section (drawn only while it is open; values kept in the state). The fine-tuning section
 # draws the training mode and then only the fields that mode reads (state.FINETUNE_MODE_FIELDS).
@@ -189,20 +191,38 @@ ASSUMPTION_FIELDS = ("cuda_context_bytes", "fragmentation_percent", "reduce_buck
 SEQ_PREVIOUS = "_seq_len_previous"
 
 
+VALUES = "_values"          # session key: every field's value, the app state
+
+
 def seed(state: dict) -> None:
-    """Put a state into the widgets' session slots on a session's first run. A slot that already holds a value
-    is the user's own input, sent before that first run finished (typing during the page load): it wins."""
-    for name, value in state.items():
-        if name not in st.session_state:
-            st.session_state[name] = value
+    """Store a state as the session's values on its first run. A widget that already holds a value is the user's
+    own input, sent before that first run finished (typing during the page load): it wins."""
+    live = st.session_state.to_dict()
+    st.session_state[VALUES] = {name: live.get(name, value) for name, value in state.items()}
+
+
+def current(name: str):
+    """A field's value now: its widget's while the widget is live (a callback, a fragment's rerun), else the
+    stored one."""
+    return st.session_state[name] if name in st.session_state else st.session_state[VALUES][name]
 
 
 def set_fields(values: dict) -> None:
-    """Set widget values from a callback (imports, fixes, compare): the next run draws them."""
+    """Set field values from a callback (imports, fixes, compare) or the script; a live widget takes the value
+    too, an undrawn one reads it from the store when it is next drawn."""
+    store = st.session_state[VALUES]
     for name, value in values.items():
-        st.session_state[name] = value
+        store[name] = value
+        if name in st.session_state:
+            st.session_state[name] = value
     if "seq_len" in values:
         st.session_state[SEQ_PREVIOUS] = values["seq_len"]
+
+
+def _live_key(name: str) -> None:
+    """Give an undrawn field's widget its stored value before it is drawn."""
+    if name not in st.session_state:
+        st.session_state[name] = st.session_state[VALUES][name]
 
 
 def _on_model_change():
@@ -210,21 +230,19 @@ def _on_model_change():
     st.session_state.pop(DENSE_IDS, None)
     st.session_state.pop("import_message", None)
     if model not in (CUSTOM, PARAMS_ONLY):
-        current = {"model": model}
-        for name in ARCH_FIELDS:
-            st.session_state[name] = default_for(name, current)
+        chosen = {"model": model}
+        set_fields({name: default_for(name, chosen) for name in ARCH_FIELDS})
 
 
 def _on_schedule_change():
     # Virtual stages exist only in the interleaved schedule (Megatron needs at least 2 there).
     interleaved = st.session_state["schedule"] == "interleaved"
-    st.session_state["vpp"] = max(2, st.session_state["vpp"]) if interleaved else 1
+    set_fields({"vpp": max(2, current("vpp")) if interleaved else 1})
 
 
 def _on_convention_change():
-    current = {"convention": st.session_state["convention"]}
-    for name in PRECISION_FIELDS:
-        st.session_state[name] = default_for(name, current)
+    chosen = {"convention": st.session_state["convention"]}
+    set_fields({name: default_for(name, chosen) for name in PRECISION_FIELDS})
 
 
 def _on_seq_len_change():
@@ -241,7 +259,7 @@ def _on_seq_len_change():
         while power * 2 < old:
             power *= 2
         new = max(power, int(f.lo))
-    st.session_state["seq_len"] = st.session_state[SEQ_PREVIOUS] = new
+    set_fields({"seq_len": new})
 
 
 def _on_targets_change():
@@ -249,7 +267,7 @@ def _on_targets_change():
     chosen = list(st.session_state["lora_targets"])
     if "all-linear" in chosen and len(chosen) > 1:
         added_all = chosen[-1] == "all-linear"
-        st.session_state["lora_targets"] = ["all-linear"] if added_all else [t for t in chosen if t != "all-linear"]
+        set_fields({"lora_targets": ["all-linear"] if added_all else [t for t in chosen if t != "all-linear"]})
 
 
 CALLBACKS = {"model": _on_model_change, "schedule": _on_schedule_change, "convention": _on_convention_change,
@@ -270,6 +288,7 @@ def preset_counts(model: str) -> dict:
     return _PRESET_COUNTS[model]
 
 
+@functools.lru_cache(maxsize=None)     # the picker formats every preset on every run: once per process is enough
 def model_label(model: str) -> str:
     if model == CUSTOM:
         return "custom (edit the architecture or load a config)"
@@ -284,21 +303,23 @@ def model_label(model: str) -> str:
 def widget(name: str, container=st, **extra):
     f = FIELD[name]
     label, help_text = LABELS[name], HELP.get(name)
+    _live_key(name)
     if name in CALLBACKS and "on_change" not in extra:
         extra["on_change"] = CALLBACKS[name]
     if name == "stage":
-        return container.radio(label, range(4), key=name, horizontal=True, format_func=STAGE_LABELS.__getitem__,
-                               help=help_text, **extra)
+        return container.segmented_control(label, range(4), key=name, required=True, format_func=str,
+                                           help=help_text, **extra)   # "ZeRO-0"... would wrap in the sidebar
     if name == "model":
         return container.selectbox(label, f.choices, key=name, help=help_text, format_func=model_label, **extra)
     if f.kind == "choice":
-        if name in RADIOS:
-            return container.radio(label, f.choices, key=name, help=help_text, horizontal=True, **extra)
+        if name in CHOICE_BUTTONS:
+            return container.segmented_control(label, f.choices, key=name, required=True, help=help_text, **extra)
         return container.selectbox(label, f.choices, key=name, help=help_text, **extra)
     if f.kind == "bool":
         return container.checkbox(label, key=name, help=help_text, **extra)
     if f.kind == "multi":
-        st.session_state[name] = list(st.session_state[name])       # a link's tuple; the widget keeps a list
+        if not isinstance(st.session_state[name], list):             # a link's tuple; the widget keeps a list
+            st.session_state[name] = list(st.session_state[name])
         return container.multiselect(label, f.choices, key=name, help=help_text, **extra)
     if f.kind == "prob":
         return container.slider(label, float(f.lo), float(f.hi), step=0.01, key=name, help=help_text, **extra)
@@ -309,11 +330,6 @@ def widget(name: str, container=st, **extra):
     if name in SLIDERS:
         return container.slider(label, int(f.lo), int(f.hi), step=1, key=name, help=help_text, **extra)
     return container.number_input(label, int(f.lo), int(f.hi), step=1, key=name, help=help_text, **extra)
-
-
-def _section(sb, key: str, label: str):
-    """A lazy sidebar section: its content runs only while it is open."""
-    return sb.expander(label, key=key, on_change="rerun")
 
 
 def _architecture(box) -> None:
@@ -333,11 +349,11 @@ def _parallel(box) -> None:
     widget("sequence_parallel", box)
     widget("pp", box)
     widget("schedule", box)
-    if st.session_state["schedule"] == "interleaved":
+    if current("schedule") == "interleaved":
         widget("vpp", box)
     for name in ("cp", "loss_parallel", "vocab_divisor"):
         widget(name, box)
-    if st.session_state.get("experts"):
+    if current("experts"):
         widget("ep", box)
         widget("etp", box)
     else:
@@ -349,11 +365,12 @@ RANK_SLIDER_MAX = 256
 
 def _finetune(box) -> None:
     widget("finetune", box)
-    names = FINETUNE_MODE_FIELDS[st.session_state["finetune"]]
+    names = FINETUNE_MODE_FIELDS[current("finetune")]
     for name in names:
-        if name in ("quant_block_size", "double_quant") and st.session_state["quant_type"] == "int8":
+        if name in ("quant_block_size", "double_quant") and current("quant_type") == "int8":
             continue                                   # LLM.int8 keeps a scale per row: no blocks to quantize
-        if name == "lora_rank" and st.session_state[name] <= RANK_SLIDER_MAX:
+        if name == "lora_rank" and current(name) <= RANK_SLIDER_MAX:
+            _live_key(name)
             box.slider(LABELS[name], 1, RANK_SLIDER_MAX, key=name, help=HELP[name])
         else:                                          # a larger rank (from a link) keeps a number box
             widget(name, box)
@@ -370,26 +387,33 @@ def _fields(names):
 
 def _step(box) -> None:
     _fields(STEP_FIELDS)(box)
-    if st.session_state["recompute"] == "full":
+    if current("recompute") == "full":
         widget("recompute_every", box)
 
 
-# The lazy sidebar sections after the loaders, in order: key, label, what draws them, needs a model with a shape.
+# The lazy sidebar sections, in order: key, its pill, its heading, what draws it (the loaders' drawer is given to
+# sidebar()), needs a model with a shape.
 SECTIONS = (
-    ("sec_arch", "Architecture", _architecture, True),
-    ("sec_precision", "Precision and optimizer", _fields(PRECISION_FIELDS), False),
-    ("sec_cluster", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
-    ("sec_parallel", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
-    ("sec_step", "Step details (accumulation, kernels, dtype)", _step, True),
-    ("sec_finetune", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
-    ("sec_assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
+    ("sec_load", "Load a config", "Load a config.json, a Hub model or a training config", None, False),
+    ("sec_arch", "Architecture", "Architecture", _architecture, True),
+    ("sec_precision", "Precision", "Precision and optimizer", _fields(PRECISION_FIELDS), False),
+    ("sec_cluster", "Sharding", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
+    ("sec_parallel", "Parallelism", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
+    ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
+    ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
+    ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
 )
+SECTION_PILLS = {key: pill for key, pill, *_ in SECTIONS}
+OPEN_SECTIONS = "sections"      # session key: the keys of the open sections
 
 
 def sidebar(loaders=None) -> None:
-    """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders."""
+    """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders.
+
+    The sections open from one row of pills (several at once), not from an expander each: one widget instead of
+    eight, and only the open ones draw anything (a section costs the page nothing while it is closed)."""
     sb = st.sidebar
-    model = st.session_state["model"]
+    model = current("model")
     widget("model", sb)
     if model == PARAMS_ONLY:
         sb.text_input(LABELS["params"], key="params_text", help=HELP["params"])
@@ -399,28 +423,36 @@ def sidebar(loaders=None) -> None:
                if c["expert_params"] else "")
         sb.caption(f"{c['params']:,} parameters{moe} · {source}")
     widget("gpu", sb)
-    if st.session_state["gpu"] == CUSTOM:
+    if current("gpu") == CUSTOM:
         widget("gpu_memory", sb)
     widget("workers", sb)
     widget("stage", sb)
     for name in ("micro_batch", "seq_len", "recompute", "convention", "units"):
         widget(name, sb)
-    box = _section(sb, "sec_load", "Load a config.json, a Hub model or a training config")
-    if box.open and loaders is not None:
-        loaders(box)
-    for key, label, draw, with_shape in SECTIONS:
+    chosen = sb.pills("More settings", list(SECTION_PILLS), format_func=SECTION_PILLS.__getitem__,
+                      selection_mode="multi", key=OPEN_SECTIONS,
+                      help="Open any of these sections (several at once); a closed section keeps its values.") or ()
+    for key, _, heading, draw, with_shape in SECTIONS:
+        if key not in chosen:
+            continue
+        box = sb.container(border=True, key=f"box_{key}")
+        box.markdown(f"**{heading}**")
+        draw = draw or loaders
         if with_shape and model == PARAMS_ONLY:
-            continue                                   # a bare parameter count has no shape to edit or split
-        box = _section(sb, key, label)
-        if box.open:
+            box.caption("A bare parameter count has no shape to edit or split: pick a model or load a config.")
+        elif draw is not None:
             draw(box)
 
 
 def read_state() -> dict:
-    """The state as the widgets hold it now (params typed as text is parsed by the caller)."""
-    state = {f.name: (tuple(st.session_state[f.name]) if f.kind == "multi" else st.session_state[f.name])
-             for f in FIELDS}
-    if DENSE_IDS in st.session_state:
-        state[DENSE_IDS] = st.session_state[DENSE_IDS]
+    """The state as the widgets hold it now: the live widgets' values copied into the store, then the store (params
+    typed as text is parsed by the caller)."""
+    store = st.session_state[VALUES]
+    live = st.session_state.to_dict()
+    for name in FIELD.keys() & live.keys():
+        store[name] = live[name]
+    state = {name: (tuple(value) if FIELD[name].kind == "multi" else value) for name, value in store.items()}
+    if DENSE_IDS in live:
+        state[DENSE_IDS] = live[DENSE_IDS]
     st.session_state[SEQ_PREVIOUS] = state["seq_len"]
     return state

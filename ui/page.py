@@ -1,0 +1,64 @@
+"""The page, top to bottom: a table of contents; the widgets, figures, tables and URL handling live in the other
+ui/ modules, every byte in zerocalc/.
+
+The page leads with the answer (which ZeRO stages fit on the chosen GPU, at what peak and headroom), then what
+would make the checked stage fit and the share link; the details live in tabs that run only when open. It is a
+function of its own module rather than app.py's body because Streamlit compiles the entry script (AppTest on
+every run) while an imported module is compiled once."""
+
+import streamlit as st
+
+from . import calibration, compare, compute, imports, panels, share, widgets
+from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
+
+TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
+        "Framework configs", "How to read it")
+# The tabs that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.report.ANSWER_KEYS);
+# with another tab open the page asks the core for the bytes, peaks and fit alone.
+ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
+
+
+def render() -> None:
+    link_warnings = share.start_session()
+    state = widgets.read_state()          # the widgets' values are in the session before they are drawn
+    problems = share.params_from_text(state)
+    resolved = resolve(state)
+    stage, unit = resolved.state["stage"], resolved.state["units"]
+    layouts = st.session_state.get("show_layouts", False)
+    answers = st.session_state.get("tab", TABS[0]) in ANSWER_TABS
+    report = compute.report_of(resolved, layouts, answers)
+    model = resolved.state["model"]
+    name = {CUSTOM: "custom architecture", PARAMS_ONLY: "parameter count"}.get(model, model)
+    top = st.container()                  # the answer: drawn into place after the overview chart is on its way
+
+    view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
+                                label_visibility="collapsed")
+    imported = (st.session_state.get("framework_import") or {}).get("name")
+    if view == "Overview":
+        panels.overview(report, unit, stage)
+    elif view == "Model states":
+        panels.model_states_tab(report, unit, stage, imported)
+    elif view == "Peak and step":
+        panels.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved))
+    elif view == "Layouts and ranks":
+        panels.ranks_tab(report, unit, stage)
+    elif view == "Compare":
+        compare.panel(resolved.state, compute.report_of, unit)
+    elif view == "Calibrate":
+        calibration.panel(resolved, unit)
+    elif view == "Framework configs":
+        imports.exports_tab(resolved)
+    elif view == "How to read it":
+        panels.about_tab(report)
+
+    with top:
+        panels.header(report, resolved.state, name)
+        panels.warnings(link_warnings + problems + resolved.warnings)
+        if state.get(DENSE_IDS) and model == CUSTOM:
+            st.caption("This architecture's dense-MLP layer list (mlp_only_layers) is kept in this session only: "
+                       "the link does not carry it.")
+        panels.import_message()
+        panels.verdict(report, compute.ranges_of(resolved), stage, unit)
+        panels.fixes(compute.fixes_of(resolved, report, layouts), resolved, stage, unit)
+        share.copy_link(share.share_link(share.sync_url(resolved.state)))
+    widgets.sidebar(imports.loaders)      # last: the sidebar's deltas follow the page's
