@@ -14,13 +14,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from zerocalc import Scenario, model_states  # noqa: E402
-from zerocalc.activations import activations  # noqa: E402
 from zerocalc.architecture import param_count  # noqa: E402
 from zerocalc.finetune import FineTune  # noqa: E402
 from zerocalc.model_presets import MODEL_PRESETS  # noqa: E402
 from zerocalc.layout import Layout  # noqa: E402
 from zerocalc.layout_search import search_layouts  # noqa: E402
-from zerocalc.ranks import layout_report, peaks  # noqa: E402
+from zerocalc.ranks import peaks  # noqa: E402
 from zerocalc.report import full_report  # noqa: E402
 from zerocalc.solve import lowest_stage, max_micro_batch, min_workers  # noqa: E402
 from zerocalc.workload import Workload  # noqa: E402
@@ -43,11 +42,17 @@ _SC_QLORA = Scenario.from_convention("pure-bf16", params=param_count(_L8), worke
 _WL_QLORA = Workload(_L8, seq_len=2048, finetune=FineTune(mode="qlora", lora_rank=16, lora_targets=("all-linear",)))
 
 
+def _zerocalc_caches():
+    """Every lru_cache in the core's modules (reports, activations, holdings, one-copy sums...)."""
+    return [f for name, module in sorted(sys.modules.items()) if name.split(".")[0] == "zerocalc"
+            for f in vars(module).values() if callable(getattr(f, "cache_clear", None))]
+
+
 def uncached(fn):
-    """fn with the per-input report cache emptied first, so each call computes from scratch."""
+    """fn with every cache in the core emptied first, so each call computes from scratch."""
     def run():
-        layout_report.cache_clear()
-        activations.cache_clear()
+        for cached in _zerocalc_caches():
+            cached.cache_clear()
         return fn()
     return run
 

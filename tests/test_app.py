@@ -527,7 +527,7 @@ def test_the_model_picker_names_total_and_active_parameters():
     assert "mixtral-8x7b · 46.70B total, 12.88B active" in picker.options
     assert "llama-3-8b · 8.03B" in picker.options and len(picker.options) == len(MODEL_PRESETS) + 2
     caption = captions(at)
-    assert "46,702,792,704 parameters; 12,879,925,248 active per token" in caption
+    assert "46,702,792,704 parameters (12,879,925,248 active per token, 45,097,156,608 in experts)" in caption
 
 
 def test_moe_bars_split_dense_and_expert_bytes():

@@ -9,6 +9,8 @@ every run) while an imported module is compiled once."""
 import streamlit as st
 
 from . import calibration, compare, compute, imports, panels, share, widgets
+from zerocalc.model_presets import MODEL_PRESETS
+
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
@@ -29,6 +31,8 @@ def render() -> None:
     report = compute.report_of(resolved, layouts, answers)
     model = resolved.state["model"]
     name = {CUSTOM: "custom architecture", PARAMS_ONLY: "parameter count"}.get(model, model)
+    if model in MODEL_PRESETS:
+        name = f"{model} ({MODEL_PRESETS[model][2]})"          # the preset's source: published count, repo
     top = st.container()                  # the answer: drawn into place after the overview chart is on its way
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",

@@ -74,7 +74,7 @@ def header(report: dict, state: dict, model_name: str) -> None:
     arch = report.get("architecture")
     params = f"{report['params']:,} parameters"
     if arch and arch.get("expert_params"):
-        params += f" ({arch['active_params']:,} active per token)"
+        params += f" ({arch['active_params']:,} active per token, {arch['expert_params']:,} in experts)"
     training = finetune.summary(report)
     training = f" · {training}; the ledger applies to what trains" if training else ""
     line = (f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
@@ -238,19 +238,27 @@ def import_message() -> None:
 
 @st.fragment
 def overview(report: dict, unit: str, stage: int) -> None:
-    """The overview chart with its own "bars by" control: a change reruns this panel alone."""
+    """The overview chart with its own "bars by" control: a change reruns this panel alone. The legend and the
+    notes under the chart are one HTML block."""
+    breakdown = current("breakdown")
     if "peak" not in report:
-        chart(figures.per_worker(report, unit, current("breakdown"), stage), "fig_per_worker")
+        chart(figures.per_worker(report, unit, breakdown, stage), "fig_per_worker")
+        legend = ""
     else:
-        fig = figures.overview(report, unit, current("breakdown"), stage)
+        fig = figures.overview(report, unit, breakdown, stage)
         chart(fig, "fig_overview")
-        st.html(figures.legend_html(fig))
+        legend = figures.legend_html(fig)
+    st.html(f'{legend}<p class="zc-notes" style="font-size:.875rem;color:rgba(49,51,63,.6);margin:.4rem 0 0 0">'
+            f'{html.escape(" ".join(_overview_notes(report, unit, stage)))}</p>')
     widget("breakdown")
     if st.session_state.get("_breakdown_synced") != current("breakdown"):   # this fragment's own rerun
         from .share import sync_url
         from .widgets import read_state
         sync_url(read_state())
         st.session_state["_breakdown_synced"] = current("breakdown")
+
+
+def _overview_notes(report: dict, unit: str, stage: int) -> list:
     notes = []
     if "peak" in report:
         notes.append("Left bar at each stage: the model states per worker (persistent); right bar: the peak per "
@@ -267,7 +275,7 @@ def overview(report: dict, unit: str, stage: int) -> None:
     elif report.get("architecture", {}).get("expert_params"):
         notes.append("Hatched: the experts' entries (their ZeRO state lives on the expert-data-parallel group); "
                      "dotted: routers kept in fp32.")
-    st.caption(" ".join(notes))
+    return notes
 
 
 # --- tabs -----------------------------------------------------------------------------------------------------

@@ -415,13 +415,8 @@ def sidebar(loaders=None) -> None:
     sb = st.sidebar
     model = current("model")
     widget("model", sb)
-    if model == PARAMS_ONLY:
+    if model == PARAMS_ONLY:                # a preset's exact counts and source are in the page's header line
         sb.text_input(LABELS["params"], key="params_text", help=HELP["params"])
-    elif model in MODEL_PRESETS:
-        c, source = preset_counts(model), MODEL_PRESETS[model][2]
-        moe = (f"; {c['active_params']:,} active per token ({c['expert_params']:,} in experts)"
-               if c["expert_params"] else "")
-        sb.caption(f"{c['params']:,} parameters{moe} · {source}")
     widget("gpu", sb)
     if current("gpu") == CUSTOM:
         widget("gpu_memory", sb)
