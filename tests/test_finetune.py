@@ -146,6 +146,7 @@ def test_cli_fine_tuning_flags_and_json_keys():
     import subprocess
     import sys
     from pathlib import Path
+    from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-m", "zerocalc", "--model", "llama-3-8b", "--finetune", "qlora",
@@ -199,3 +200,18 @@ def test_each_group_ledger_shows_which_entries_vanish():
                        "exp_avg_sq": 4.0}
     full = group_ledgers(view())["groups"]
     assert len(full) == 1 and full[0]["total_bytes_per_param"] == 16.0     # zero-paper: 2 + 2 + 12
+
+
+def test_the_report_is_the_same_json_whatever_the_hash_seed():
+    # q, k and v share a position in the block: their LoRA terms once followed a frozenset's order, which changes
+    # with PYTHONHASHSEED, so the same link gave differently ordered JSON from one process to the next.
+    import subprocess
+    import sys
+    from pathlib import Path
+    code = ("import json; from zerocalc.cli import main; "
+            "main(['--model', 'llama-3-8b', '--finetune', 'lora', '--lora-targets', 'all-linear', '--lora-dropout', "
+            "'0.1', '--json'])")
+    root = Path(__file__).resolve().parents[1]
+    outputs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=root,
+                              env={"PYTHONHASHSEED": seed, "PATH": ""}).stdout for seed in ("1", "2", "3", "4")}
+    assert len(outputs) == 1 and "lora q: input copy" in outputs.pop()

@@ -31,6 +31,7 @@ STAT_BITS, MASK_BITS = 32, 8
 # Where each module of a block sits in its forward order: a gradient reaches a term only once some module before
 # it trains. q, k, v at 1 (the attention core needs them), o at 2, gate and up at 3, down at 4.
 MODULE_POSITION = {"q": 1, "k": 1, "v": 1, "o": 2, "gate": 3, "up": 3, "down": 4}
+MODULE_ORDER = tuple(MODULE_POSITION)     # the terms' order: q, k, v share a position, a set's order is not fixed
 # Terms saved for an input gradient, by position (they need a gradient to reach them).
 TERM_POSITION = {
     "input norm": 0,
@@ -176,7 +177,7 @@ def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a,
         out.update(_moe_adapter_terms(train, a, w, moe))
     dims = _module_dims(a, tp)
     T = t.inside
-    for m in sorted(train.adapted, key=MODULE_POSITION.get):
+    for m in sorted(train.adapted, key=MODULE_ORDER.index):
         inp, outp = dims[m]
         needs = train.needs_gradient(MODULE_POSITION[m] - 1, first)     # does the module's input need one?
         shared = _SHARED_INPUT[m]
