@@ -220,9 +220,10 @@ def set_fields(values: dict) -> None:
 
 
 def _live_key(name: str) -> None:
-    """Give an undrawn field's widget its stored value before it is drawn."""
-    if name not in st.session_state:
-        st.session_state[name] = st.session_state[VALUES][name]
+    """Seat a widget's value before it is drawn: its own while it is live, else the stored one (a section just
+    opened). Set on every run, as every field was before the store: no drawn widget's value rests on what the
+    browser last sent alone (one load-test session once came back with every selectbox at its first option)."""
+    st.session_state[name] = current(name)
 
 
 def _on_model_change():
