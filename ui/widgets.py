@@ -16,7 +16,7 @@ import streamlit as st
 from zerocalc.architecture import counts
 from zerocalc.model_presets import MODEL_PRESETS
 
-from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FIELDS, FINETUNE_MODE_FIELDS,
+from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FINETUNE_MODE_FIELDS,
                     PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
 
 LABELS = {
