@@ -45,7 +45,7 @@ class _PerState:
         self.fn, self.size, self.lock, self.results = fn, size, threading.Lock(), OrderedDict()
 
     def __call__(self, *args):
-        key, payload = args[:-1], args[-1]          # the last argument rides along: the resolved state
+        key = args[:-1]                             # the last argument rides along: the resolved state
         with self.lock:
             if key in self.results:
                 self.results.move_to_end(key)
@@ -56,10 +56,6 @@ class _PerState:
             if len(self.results) > self.size:
                 self.results.popitem(last=False)
         return value
-
-    def clear(self) -> None:
-        with self.lock:
-            self.results.clear()
 
 
 @_PerState

@@ -2,21 +2,21 @@
 ui/ modules, every byte in zerocalc/.
 
 The page leads with the answer (which ZeRO stages fit on the chosen GPU, at what peak and headroom), then what
-would make the checked stage fit and the share link; the details live in tabs that run only when open. It is a
-function of its own module rather than app.py's body because Streamlit compiles the entry script (AppTest on
+would make the checked stage fit and the share link; the details live in views chosen from one switcher, only
+the open one running. It is a function of its own module rather than app.py's body because Streamlit compiles the entry script (AppTest on
 every run) while an imported module is compiled once."""
 
 import streamlit as st
 
-from . import calibration, compare, compute, imports, panels, share, widgets
 from zerocalc.model_presets import MODEL_PRESETS
 
+from . import calibration, compare, compute, imports, panels, share, widgets
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
         "Framework configs", "How to read it")
-# The tabs that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.report.ANSWER_KEYS);
-# with another tab open the page asks the core for the bytes, peaks and fit alone.
+# The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.report.ANSWER_KEYS);
+# with another view open the page asks the core for the bytes, peaks and fit alone.
 ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
 
 

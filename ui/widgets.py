@@ -1,7 +1,8 @@
-"""Sidebar controls. Each widget's key is its state field's name; the first run seeds the state from the URL, and choosing a model or a convention resets the fields that follow from it.
+"""Sidebar controls. Each widget's key is its state field's name; the first run seeds the state from the URL, and
+choosing a model or a convention resets the fields that follow from it.
 
-The sidebar is light: the few controls every plan sets are always drawn; the rest live in sections (lazy
-expanders) whose widgets are drawn only while the section is open. Every field's value lives in one session dict
+The sidebar is light: the few controls every plan sets are always drawn; the rest live in sections (opened from a
+row of pills) whose widgets are drawn only while the section is open. Every field's value lives in one session dict
 (VALUES), drawn or not: a widget's key exists only while it is drawn (Streamlit drops an undrawn widget's state,
 and each selectbox, radio and number input walks every session key), and read_state copies the live widgets'
 values into the dict. So a closed section still counts and still reaches the link.
@@ -222,8 +223,14 @@ def set_fields(values: dict) -> None:
 def _live_key(name: str) -> None:
     """Seat a widget's value before it is drawn: its own while it is live, else the stored one (a section just
     opened). Set on every run, as every field was before the store: no drawn widget's value rests on what the
-    browser last sent alone (one load-test session once came back with every selectbox at its first option)."""
-    st.session_state[name] = current(name)
+    browser last sent alone (one load-test session once came back with every selectbox at its first option).
+    The value goes in as the widget holds it: a link's tuple as a list, a preset's whole-number factor as a float."""
+    value, kind = current(name), FIELD[name].kind
+    if kind == "multi" and not isinstance(value, list):
+        value = list(value)
+    elif kind == "factor" and isinstance(value, int):
+        value = float(value)
+    st.session_state[name] = value
 
 
 def _on_model_change():
@@ -319,14 +326,10 @@ def widget(name: str, container=st, **extra):
     if f.kind == "bool":
         return container.checkbox(label, key=name, help=help_text, **extra)
     if f.kind == "multi":
-        if not isinstance(st.session_state[name], list):             # a link's tuple; the widget keeps a list
-            st.session_state[name] = list(st.session_state[name])
         return container.multiselect(label, f.choices, key=name, help=help_text, **extra)
     if f.kind == "prob":
         return container.slider(label, float(f.lo), float(f.hi), step=0.01, key=name, help=help_text, **extra)
     if f.kind == "factor":
-        if isinstance(st.session_state.get(name), int):     # a preset's whole number (a soft-cap of 30)
-            st.session_state[name] = float(st.session_state[name])
         return container.number_input(label, float(f.lo), float(f.hi), step=0.1, key=name, help=help_text, **extra)
     if name in SLIDERS:
         return container.slider(label, int(f.lo), int(f.hi), step=1, key=name, help=help_text, **extra)
