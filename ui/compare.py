@@ -13,9 +13,10 @@ from zerocalc.units import format_bytes
 
 from . import figures, tables
 from .figures import STAGE_LABELS
+from .labels import LABELS
 from .share import PLAN_A
 from .state import FIELD, FIELDS, canonical, default_for, format_value, from_query, resolve, to_query
-from .widgets import LABELS, set_fields
+from .widgets import set_fields
 
 VIEW_ONLY = ("units", "breakdown")     # change the display, not the plan
 

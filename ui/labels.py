@@ -1,0 +1,162 @@
+"""Every control's label and, for jargon, its help text: data the sidebar and the compare table read."""
+
+LABELS = {
+    "model": "Model (type to search)", "params": "Parameters (7B, 1.5T, 350M, 1e9 ...)", "layers": "Layers",
+    "hidden": "Hidden size", "heads": "Attention heads", "kv_heads": "KV heads (GQA)",
+    "head_dim": "Head size (0: hidden / heads)", "ffn": "FFN size", "vocab": "Vocabulary",
+    "context": "Context length (learned positions)", "tied_embeddings": "Tied embeddings",
+    "gated_mlp": "Gated MLP (SwiGLU)", "norm": "Norm", "bias": "Linear biases", "qkv_bias": "Q/K/V biases",
+    "positions": "Positions", "fused_qkv": "Fused QKV module", "fused_gate_up": "Fused gate/up module",
+    "activation": "Activation", "softmax_fp32": "Softmax in fp32 (eager)", "attn_dropout": "Attention dropout",
+    "resid_dropout": "Residual dropout", "embd_dropout": "Embedding dropout",
+    "attn_bias": "Attention biases (q, k, v, o)", "mlp_bias": "MLP biases", "qk_norm": "Q/K norm",
+    "sandwich_norm": "Sandwich norms", "attention_sinks": "Attention sinks", "attn_softcap": "Attention soft-cap",
+    "final_softcap": "Final logit soft-cap", "sliding_window": "Sliding window (0: none)",
+    "sliding_pattern": "Every n-th layer global", "local_rope": "Own rotary tables for local layers",
+    "q_lora_rank": "MLA q_lora_rank", "kv_lora_rank": "MLA kv_lora_rank (0: not MLA)",
+    "qk_nope_dim": "MLA qk_nope_head_dim", "qk_rope_dim": "MLA qk_rope_head_dim", "v_head_dim": "MLA v_head_dim",
+    "experts": "Routed experts (0: dense)", "experts_per_token": "Experts per token (top-k)",
+    "expert_ffn": "Expert FFN size (0: FFN size)", "shared_expert_ffn": "Shared expert FFN size",
+    "shared_expert_gate": "Shared expert gate", "router": "Router", "norm_topk": "Renormalise top-k",
+    "router_bias": "Router bias", "router_fp32": "Router kept in fp32", "route_weights_fp32": "fp32 routing weights",
+    "expert_bias": "Expert biases", "first_dense_layers": "First dense layers", "moe_step": "MoE every n-th layer",
+    "convention": "Convention (bytes per parameter)", "param_dtype": "Parameters dtype",
+    "grad_dtype": "Gradients dtype", "master_dtype": "Master copy dtype",
+    "grad_accum_dtype": "Extra gradient buffer", "optimizer": "Optimizer",
+    "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype",
+    "workers": "Data-parallel workers (dp)", "shard_group": "Shard group (0: all workers)",
+    "gpus_per_node": "Workers per node", "offload_optimizer": "Offload optimizer",
+    "offload_params": "Offload parameters (ZeRO-3)",
+    "micro_batch": "Micro-batch (sequences per GPU)", "seq_len": "Sequence length (± steps by powers of two)",
+    "attention": "Attention kernel", "recompute": "Activation recompute", "activation_dtype": "Activation dtype",
+    "implementation": "Kernels (what is saved)",
+    "reduce_bucket_size": "reduce_bucket_size (elements)", "allgather_bucket_size": "allgather_bucket_size (elements)",
+    "prefetch_bucket_size": "stage3_prefetch_bucket_size", "max_live_parameters": "stage3_max_live_parameters",
+    "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
+    "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
+    "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
+    "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
+    "gpu": "GPU", "gpu_memory": "Custom capacity (bytes)", "buffer_factor": "DeepSpeed buffer factor",
+    "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
+    "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
+    "vpp": "Virtual stages per rank (vpp)", "cp": "Context parallel (cp)", "sequence_parallel": "Sequence parallel",
+    "loss_parallel": "Vocab-parallel logits and loss", "vocab_divisor": "Pad vocabulary to a multiple of (x tp; 0: auto)",
+    "ep": "Expert parallel (ep)", "etp": "Expert tensor parallel (etp)",
+    "micro_batches": "Micro-batches per step (gradient accumulation)",
+    "recompute_every": "Full recompute of one block in N",
+    "finetune": "What trains", "lora_rank": "Adapter rank (r)", "lora_targets": "Adapted modules",
+    "lora_dropout": "Adapter dropout", "adapter_dtype": "Adapter dtype", "modules_to_save": "Also trained in full",
+    "train_last_layers": "Train the last k blocks", "train_modules": "Also train", "base_dtype": "Frozen base dtype",
+    "quant_type": "Base quantization", "quant_block_size": "4-bit block size",
+    "double_quant": "Double quantization (quantize the scales)",
+    "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
+}
+HELP = {
+    "model": "Type to search the 36 presets (published parameter counts); custom: edit the architecture or load "
+             "a config.json / Hub model; params-only: model states from a parameter count alone.",
+    "params": "A count such as 7B or 124439808; the peak needs an architecture, so only model states are shown.",
+    "convention": "Which tensors a framework keeps per parameter (zero-paper 16 bytes, deepspeed 20, megatron 18, "
+                  "fsdp2 16, pure-bf16 8); each dtype under Precision can then be changed.",
+    "units": "GB = 10^9 bytes, GiB = 2^30 bytes (nvidia-smi's MiB is 2^20 bytes).",
+    "stage": "The ZeRO stage you plan to run: 0 plain data parallel, 1 shards the optimizer state, 2 also the "
+             "gradients, 3 also the parameters (FSDP FULL_SHARD). The verdict, the fixes and the step timeline "
+             "check this one.",
+    "gpu": "Capacities as nvidia-smi / rocm-smi report them (an H100 80GB has 81,559 MiB = 85.52 GB).",
+    "gpu_memory": "The GPU's total memory in bytes, as nvidia-smi reports it (MiB x 1,048,576).",
+    "workers": "The ZeRO / FSDP group: GPUs that each hold a replica (or a shard) of the model. "
+               "World size = dp x tp x pp x cp.",
+    "micro_batch": "Sequences each GPU processes per forward/backward (per_device_train_batch_size).",
+    "seq_len": "Tokens per sequence. The + and - buttons step through powers of two; any value can be typed.",
+    "recompute": "Activation checkpointing: selective recomputes eager attention's scores; full keeps only each "
+                 "block's input and runs the forward again in backward (about a third more compute); one block "
+                 "in N only: Step details.",
+    "recompute_every": "With full recompute: checkpoint the N-th, 2N-th... block of each rank and keep every "
+                       "activation of the others (torchtitan's selective_ac_option = \"N\"). 1: every block.",
+    "attention": "flash / SDPA kernels save no s x s score matrix; eager attention does.",
+    "activation_dtype": "auto: the compute dtype (communication dtype, else the parameters').",
+    "implementation": "What the kernels save for backward: Hugging Face modules (validated within 10%) or "
+                      "Megatron's fused kernels (Korthikanti et al. 2022).",
+    "micro_batches": "Micro-batches per optimizer step (gradient accumulation); in flight on pipeline stages; "
+                     "ZeRO-2/3 reduce gradients after each one.",
+    "param_dtype": "dtype of the compute copy of the weights.", "grad_dtype": "dtype gradients are produced in.",
+    "master_dtype": "The optimizer's own copy of the weights (fp32 with mixed precision; none for pure bf16).",
+    "grad_accum_dtype": "An extra gradient accumulation buffer (DeepSpeed's fp32 gradients); none: no extra.",
+    "optimizer": "Adam / AdamW keep two moments per parameter; SGD with momentum one; Lion one; Adafactor "
+                 "factored moments; 8-bit Adam quantised moments.",
+    "optimizer_dtype": "dtype of the optimizer's moments.",
+    "comm_dtype": "dtype gradients and gathered parameters travel in (FSDP mixed precision); none: their own.",
+    "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ, MiCS): state split within groups of this "
+                   "size and replicated across groups.",
+    "gpus_per_node": "Workers on one machine: for DeepSpeed's estimator and offload per node.",
+    "offload_optimizer": "ZeRO-Offload: optimizer state (and its step) on the CPU or NVMe (stages 1-3).",
+    "offload_params": "ZeRO-Infinity: parameters on the CPU or NVMe, gathered to the GPU per layer (stage 3).",
+    "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB (0.5-1.5 GiB "
+                          "in the range shown).",
+    "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors (0-15% in "
+                             "the range shown).",
+    "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",
+    "allgather_bucket_size": "DeepSpeed's bucket for gathering updated parameters at stages 1-2, in elements.",
+    "prefetch_bucket_size": "ZeRO-3 parameters fetched ahead of use, in elements.",
+    "max_live_parameters": "ZeRO-3: most gathered parameters alive at once, in elements.",
+    "param_persistence_threshold": "ZeRO-3 keeps parameters this small (elements) whole on every worker.",
+    "overlap_comm": "auto: on for stage 3 only, as DeepSpeed; on doubles the reduce buckets.",
+    "buffer_factor": "The factor DeepSpeed's estimate_zero*_model_states_mem_needs multiplies by.",
+    "moe_imbalance_percent": "Under expert parallelism, the routed tokens the busiest rank's experts receive, as "
+                             "a share of a balanced load (100: balanced routing).",
+    "moe_capacity_percent": "A capacity factor drops tokens above it (125: 1.25x a balanced share); 0: dropless "
+                            "(Megatron's default).",
+    "tp": "Splits heads and the FFN across GPUs of a node (Megatron, torchtitan); must divide heads, KV heads, FFN.",
+    "pp": "Splits the layers into stages; the first stage also holds the embedding, the last the head.",
+    "schedule": "1F1B holds up to pp micro-batches on the first stage; interleaved adds virtual stages; "
+                "GPipe holds all micro-batches.",
+    "vpp": "Model chunks per pipeline rank (interleaved schedule); pp x vpp must divide the layers.",
+    "cp": "Splits the sequence across GPUs (ring attention, flash only); ZeRO then shards over dp x cp.",
+    "sequence_parallel": "Also splits norms, dropout and the residual stream over tp (Korthikanti et al. 2022).",
+    "loss_parallel": "Off: every tensor-parallel rank gathers the full logits (Hugging Face's colwise_rep head).",
+    "vocab_divisor": "Megatron's make_vocab_size_divisible_by (128 with megatron kernels; 0 picks it).",
+    "ep": "Splits the routed experts over ep ranks; their ZeRO state shards over the expert-data-parallel group "
+          "(dp x tp x cp / (ep x etp), Megatron-Core's parallel folding).",
+    "etp": "Splits each expert's FFN over etp ranks (Megatron-Core expert tensor parallel).",
+    "breakdown": "Stack the bars by category (parameters, gradients, optimizer) or by ledger entry.",
+    "kv_heads": "Grouped-query attention: heads that share one key/value head (multi-query = 1).",
+    "head_dim": "Per-head width when it is not hidden / heads (Gemma, Qwen3).",
+    "ffn": "Intermediate size of the MLP.", "context": "Learned position table size (GPT-2's n_positions).",
+    "tied_embeddings": "The output head shares the input embedding's weights.",
+    "gated_mlp": "gate, up and down projections (SwiGLU) instead of two.",
+    "norm": "LayerNorm, RMSNorm, or Gemma's fp32 RMSNorm.", "positions": "rotary or learned position embeddings.",
+    "fused_qkv": "One module for q, k, v (GPT-2 c_attn): ZeRO-3 gathers it at once.",
+    "fused_gate_up": "One module for gate and up (Phi-3).", "activation": "The MLP's activation function.",
+    "softmax_fp32": "Eager attention's softmax computed and saved in fp32 (Hugging Face's Llama family).",
+    "qk_norm": "Norms on queries and keys: per head (Qwen3, Gemma 3) or over all heads (OLMo 2).",
+    "sandwich_norm": "Norms before and after the attention and the MLP (Gemma 2/3).",
+    "attention_sinks": "One learned sink logit per head (gpt-oss).",
+    "sliding_window": "Local attention window (tokens); with flash it changes the saved tensors only for long "
+                      "sequences.",
+    "kv_lora_rank": "Multi-head latent attention (DeepSeek-V2/V3): the compressed KV width.",
+    "experts": "Routed experts per mixture-of-experts layer.",
+    "experts_per_token": "Experts each token is routed to (top-k): active parameters = dense + top-k / experts.",
+    "shared_expert_ffn": "Total FFN width of the shared expert(s) that every token runs (DeepSeek, Qwen2-MoE).",
+    "router_fp32": "DeepSeek keeps its router weights in fp32: stored and trained as fp32.",
+    "first_dense_layers": "DeepSeek first_k_dense_replace: the first layers keep a dense MLP.",
+    "moe_step": "Qwen decoder_sparse_step: layer i is MoE when (i + 1) is a multiple of this.",
+    "finetune": "full: every weight trains. freeze: only the last k blocks and / or named modules train. LoRA / "
+                "DoRA: low-rank adapters beside a frozen base (peft). QLoRA: adapters on a 4-bit (nf4 / fp4) or "
+                "8-bit base (bitsandbytes). Frozen weights keep no gradient, master copy or optimizer state.",
+    "lora_rank": "r: lora_A is r x in, lora_B is out x r for every adapted linear.",
+    "lora_targets": "peft's target_modules; all-linear adapts every linear of the blocks (not the head). Experts "
+                    "and routers are not adapted (they are not nn.Linear modules in transformers 5).",
+    "lora_dropout": "Above 0, each adapter saves a 1-byte dropout mask of its input.",
+    "adapter_dtype": "auto: peft's default, fp32 adapters on a 16-bit base (autocast_adapter_dtype). DeepSpeed "
+                     "casts the whole model to bf16 / fp16: choose that dtype to describe it.",
+    "modules_to_save": "peft's modules_to_save: a trained copy beside the frozen original.",
+    "base_dtype": "The frozen base weights' dtype; auto: the parameters dtype.",
+    "quant_type": "bitsandbytes: nf4 / fp4 pack two weights per byte with an absmax per block; int8 is LLM.int8 "
+                  "(a scale per output row). Only the blocks' linears are quantized.",
+    "quant_block_size": "Weights per absmax (bnb_4bit_blocksize, 64 by default).",
+    "double_quant": "bnb_4bit_use_double_quant: the absmax values stored in 8 bits, with fp32 scales per 256 "
+                    "blocks.",
+    "kbit_prepare": "peft's prepare_model_for_kbit_training upcasts every non-quantized weight (embedding, head, "
+                    "norms) to fp32, so activations are fp32 too.",
+    "train_last_layers": "Freeze every block before the last k; they save no activations either.",
+    "train_modules": "Modules trained in full beside the last k blocks (the rest stay frozen).",
+}
