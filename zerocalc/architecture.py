@@ -350,6 +350,10 @@ def _instances(a: "Architecture", t: ParamTensor) -> int:
     return layer_counts(a)[t.kind] if t.place == "layer" else 1
 
 
+# param_count, counts and largest_layer are architecture-only: the same for every layout and worker count, and
+# asked again on every recompute of the app (cached; counts hands out a copy of its dict).
+
+@lru_cache(maxsize=512)
 def param_count(a: "Architecture") -> int:
     """Exact parameter count, shared (tied) weights counted once."""
     return sum(t.elements * _instances(a, t) for t in tensors(a) if not t.tied)
@@ -363,6 +367,11 @@ def counts(a: "Architecture") -> Dict[str, int]:
     """Total, expert (routed), dense (the rest) and active parameters per token: dense + top-k / E of each MoE
     block's routed experts (shared experts and routers always run). Embedding and head included, as
     transformers counts a model's parameters."""
+    return dict(_counts(a))
+
+
+@lru_cache(maxsize=512)
+def _counts(a: "Architecture") -> Dict[str, int]:
     total = param_count(a)
     expert = sum(t.elements * _instances(a, t) for t in tensors(a) if t.expert)
     active = total - expert
@@ -377,6 +386,7 @@ def small_params(a: "Architecture", threshold: int) -> int:
     return sum(t.elements * _instances(a, t) for t in tensors(a) if not t.tied and t.elements <= threshold)
 
 
+@lru_cache(maxsize=512)
 def largest_layer(a: "Architecture") -> tuple:
     """(module name, parameters) of the largest single module: DeepSpeed's largest_layer_params. For fused
     experts that is every expert of a block."""

@@ -68,4 +68,11 @@ def build_ledger(scenario) -> Tuple[LedgerEntry, ...]:
 
 
 def bytes_per_param(ledger) -> Fraction:
+    if isinstance(ledger, tuple):        # build_ledger's: one of few, met again by every report
+        return _bytes_per_param(ledger)
+    return sum((e.bytes_per_param for e in ledger), Fraction(0))
+
+
+@lru_cache(maxsize=1024)     # Fraction sums are slow and a ledger does not depend on the workers
+def _bytes_per_param(ledger: Tuple[LedgerEntry, ...]) -> Fraction:
     return sum((e.bytes_per_param for e in ledger), Fraction(0))

@@ -205,13 +205,23 @@ def inventory(arch: Architecture, finetune: FineTune = FULL, param_dtype: str = 
 def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: str, finetune: FineTune = FULL,
                  param_dtype: str = "bf16") -> Tuple[RankClass, ...]:
     """The distinct ranks of a layout, in pipeline order."""
-    tp, pp = layout.tp, layout.pp
+    per_stage = dp * layout.tp * layout.cp
     vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
+    return tuple(c._replace(count=c.count * per_stage)
+                 for c in _pipeline_classes(arch, layout.tp, layout.pp, layout.vpp, layout.ep, layout.etp,
+                                            vocab_rows, finetune, param_dtype))
+
+
+# Keyed by what a rank holds, without dp and cp (they only multiply the class's count): a new worker count, and
+# every layout of a search that differs only in cp or micro-batches, reuses the same classes and holdings.
+@lru_cache(maxsize=1024)
+def _pipeline_classes(arch: Architecture, tp: int, pp: int, vpp: int, ep: int, etp: int, vocab_rows: int,
+                      finetune: FineTune, param_dtype: str) -> Tuple[RankClass, ...]:
+    """rank_classes with each class's count in pipeline ranks alone."""
     table = inventory(arch, finetune, param_dtype)
-    ranges = chunk_ranges(arch.layers, pp, layout.vpp)
-    split = {t: local_shape(t, tp, vocab_rows, layout.ep, layout.etp) for t in table}
-    per_stage = dp * tp * layout.cp
-    chunks = chunk_blocks(arch, pp, layout.vpp)
+    ranges = chunk_ranges(arch.layers, pp, vpp)
+    split = {t: local_shape(t, tp, vocab_rows, ep, etp) for t in table}
+    chunks = chunk_blocks(arch, pp, vpp)
 
     def signature(r):
         return chunks[r], r == 0, r == pp - 1
@@ -244,7 +254,7 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
                     n *= d
                 held.append(Holding(t, n, instances, group_of(t), shape[0]))
         classes.append(RankClass(_stage_name(tuple(ranks), pp), tuple(ranks), chunks[r], first, last,
-                                 len(ranks) * per_stage, tuple(held), ranges[r]))
+                                 len(ranks), tuple(held), ranges[r]))
     return tuple(classes)
 
 

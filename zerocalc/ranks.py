@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
-from typing import Dict, NamedTuple, Tuple
+from operator import attrgetter
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from .costs import data_parallel_communication, layout_communication, recompute_flops
 from .layout import check_experts
@@ -18,6 +19,7 @@ from .ledger import LedgerEntry, build_ledger
 from .model_states import StageResult, StateRow, gpu_bytes_by_stage, row_bytes, stage_results
 from .peak import ParamGroup, StagePeak, StepShape, param_groups, rank_shape, stage_peak_bytes, stage_peaks
 from .placement import RankClass, rank_classes, stored_holdings, stored_params
+from .scenario import Scenario
 from .tables import DTYPE_BITS, STAGES
 
 
@@ -56,13 +58,25 @@ class LayoutReport(NamedTuple):
         return stored_params(w.arch, w.layout, w.implementation, w.finetune, self.scenario.param_dtype)
 
 
-@lru_cache(maxsize=1024)
+# The scenario fields a ledger is built from (ledger.build_ledger): all that group_ledger reads of the scenario.
+_LEDGER_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer", "optimizer_dtype",
+                  "factored_dim")
+_ledger_fields = attrgetter(*_LEDGER_FIELDS)     # scenario -> the tuple of those fields
+
+
 def group_ledger(scenario, ledger, group: str) -> Tuple[LedgerEntry, ...]:
     """The ledger of one parameter group, its entries named after the group. A fixed storage dtype (a router kept
     in fp32, fp32 adapters, a bf16 base) sets the parameters' dtype, and for a trained group its gradients' (where
     they follow the parameter) and, without a master copy, its optimizer state's (torch optimizers keep state in
     the parameter's dtype); one stored at the master's width needs no master copy; a frozen group keeps only its
     parameters: no gradient, no master copy, no optimizer state."""
+    if not group:            # the dense, trainable parameters: the scenario's own ledger
+        return ledger
+    return _group_ledger(_ledger_fields(scenario), ledger, group)
+
+
+@lru_cache(maxsize=1024)     # keyed by the ledger's fields alone: a new worker count or offload finds it cached
+def _group_ledger(precision: tuple, ledger, group: str) -> Tuple[LedgerEntry, ...]:
     parts = group.split(", ") if group else []
     storage = next((p for p in parts if p in DTYPE_BITS), None)
     if "frozen" in parts:
@@ -70,6 +84,7 @@ def group_ledger(scenario, ledger, group: str) -> Tuple[LedgerEntry, ...]:
         if storage:
             ledger = tuple(e._replace(dtype=storage, bits=DTYPE_BITS[storage]) for e in ledger)
     elif storage:
+        scenario = Scenario(params=1, **dict(zip(_LEDGER_FIELDS, precision)))    # what the fields describe
         changes = {"param_dtype": storage}
         if scenario.grad_dtype == scenario.param_dtype:    # gradients follow their parameter, unless the ledger
             changes["grad_dtype"] = storage                # keeps them wider on purpose (Megatron's fp32 main_grad)
@@ -167,15 +182,33 @@ def fitting_stages(scenario, workload) -> Tuple[int, ...]:
     return tuple(sorted(fits))
 
 
+class _Precision(NamedTuple):
+    """What one copy reads of a scenario: the groups' ledgers, and the convention (FSDP2's per-tensor padding).
+    Not the workers, the shard group or offload, so a new worker count finds one copy cached; it stands in for
+    the scenario in group_rows (a field read that is not here fails loudly)."""
+    param_dtype: str
+    grad_dtype: str
+    master_dtype: Optional[str]
+    grad_accum_dtype: Optional[str]
+    optimizer: str
+    optimizer_dtype: str
+    factored_dim: int
+    convention: str
+
+
+_precision_of = attrgetter(*_Precision._fields)
+
+
 def _one_copy(scenario, workload, ledger) -> Tuple[int, ...]:
     """Bytes of one copy of the whole model per ledger entry, summed over the parameter groups."""
     w = workload
-    return _one_copy_of(scenario, ledger, stored_holdings(w.arch, w.layout, w.implementation, w.finetune,
-                                                          scenario.param_dtype), w.finetune)
+    return _one_copy_of(_Precision._make(_precision_of(scenario)), ledger,
+                        stored_holdings(w.arch, w.layout, w.implementation, w.finetune, scenario.param_dtype),
+                        w.finetune)
 
 
 @lru_cache(maxsize=256)     # one copy does not depend on the layout: the layout search asks again for every layout
-def _one_copy_of(scenario, ledger, holdings, finetune) -> Tuple[int, ...]:
+def _one_copy_of(scenario: _Precision, ledger, holdings, finetune) -> Tuple[int, ...]:
     out = [0] * len(ledger)
     names = [e.name for e in ledger]
     groups = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, fields, is_dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
 from . import __version__
 from .deepspeed_estimator import DeepSpeedView, deepspeed_view
@@ -27,8 +28,26 @@ def plain(obj, skip=()) -> dict:
     """A dataclass's fields as a dict, one level deep: what asdict gives for these flat records, without its
     recursive deep copy (40% of the report's time when it walked the whole architecture inside the workload only
     to drop it). Nested dataclasses still go through asdict; the records hold no lists or dicts to share."""
-    return {f.name: (asdict(v) if is_dataclass(v := getattr(obj, f.name)) else v)
-            for f in fields(obj) if f.name not in skip}
+    out = {}
+    for name in _field_names(type(obj)):
+        if name not in skip:
+            v = getattr(obj, name)
+            out[name] = asdict(v) if _is_dataclass_type(type(v)) else v
+    return out
+
+
+# Per class, not per value: is_dataclass(0) looks the attribute up on int and builds an AttributeError to say no,
+# and dataclasses.fields() rebuilds its tuple on every record. Classes do not change.
+
+@lru_cache(maxsize=64)
+def _field_names(cls) -> tuple:
+    return tuple(f.name for f in fields(cls))
+
+
+@lru_cache(maxsize=256)
+def _is_dataclass_type(cls) -> bool:
+    return is_dataclass(cls)
+
 
 def _exact(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator}/{value.denominator}"
@@ -37,15 +56,25 @@ def _exact(value: Fraction) -> str:
 def ledger_rows(report: ModelStatesReport) -> list:
     """One row per ledger entry: bytes per parameter, and the first stage that shards it."""
     rows = []
-    for entry, unique in zip(report.ledger, report.unique_by_entry):
+    for (head, first), unique in zip(_ledger_heads(tuple(report.ledger)), report.unique_by_entry):
+        row = dict(head)
+        row["one_copy_bytes"], row["sharded_from_stage"] = unique, first
+        rows.append(row)
+    return rows
+
+
+@lru_cache(maxsize=256)      # a ledger's own figures (Fraction arithmetic) do not depend on the workers
+def _ledger_heads(ledger) -> tuple:
+    """Per entry: the row's fields up to its bytes per parameter, and the first stage that shards it."""
+    heads = []
+    for entry in ledger:
         first = min(stage for stage, cats in PARTITIONED.items() if entry.category in cats)
-        rows.append({
+        heads.append(({
             "name": entry.name, "category": entry.category, "dtype": entry.dtype, "set_by": entry.source,
             "elements_per_param": _exact(Fraction(entry.num, entry.den)),
             "bytes_per_param": float(entry.bytes_per_param), "bytes_per_param_exact": _exact(entry.bytes_per_param),
-            "one_copy_bytes": unique, "sharded_from_stage": first,
-        })
-    return rows
+        }, first))
+    return tuple(heads)
 
 
 def _stage_row(r, per_node: int, names) -> dict:
@@ -64,7 +93,7 @@ def _stage_row(r, per_node: int, names) -> dict:
         "cluster_total_bytes": r.cluster_total,
         "cluster_unique_bytes": r.unique_total,
         "cluster_redundant_bytes": r.redundant_bytes,
-        "redundancy_factor": float(r.redundancy_factor),
+        "redundancy_factor": r.cluster_total / r.unique_total,   # float(Fraction(a, b)) is a / b, correctly rounded
         "communication_bytes_per_step": r.communication_bytes,
     }
 
@@ -113,9 +142,10 @@ def layout_dict(report: LayoutReport) -> dict:
 
 
 def _peak_row(p, rank_name: str = None) -> dict:
-    row = {"stage": p.stage, "phases": p.phases, "phase_totals": p.phase_totals, "peak_bytes": p.peak_bytes,
-           "peak_phase": p.peak_phase, "capacity_bytes": p.capacity_bytes, "fits": p.fits,
-           "headroom_bytes": p.headroom_bytes, "utilisation": p.peak_bytes / p.capacity_bytes}
+    peak, capacity = p.peak_bytes, p.capacity_bytes      # peak_bytes is a max over the phases: taken once
+    row = {"stage": p.stage, "phases": p.phases, "phase_totals": p.phase_totals, "peak_bytes": peak,
+           "peak_phase": p.peak_phase, "capacity_bytes": capacity, "fits": peak <= capacity,
+           "headroom_bytes": capacity - peak, "utilisation": peak / capacity}
     if rank_name is not None:
         row["rank"] = rank_name
     return row
@@ -162,24 +192,30 @@ def group_ledgers(report: LayoutReport) -> dict:
     names = [e.name for e in report.ledger]
     groups = []
     for g in view.shape.groups:
-        kept = {}
+        kept = {}            # entry -> bytes of the group: over one common divisor, so summed as integers
         for row in view.rows:
             group, _, entry = row.entry.name.rpartition(": ")
             if group != g.name:
                 continue
             key = entry if entry in names else "parameters"       # a quantized weight's parts are its parameters
-            kept[key] = kept.get(key, 0) + Fraction(row.entry.nbytes(row.elements)) / max(1, g.params)
+            kept[key] = kept.get(key, 0) + row.entry.nbytes(row.elements)
+        # int / int is correctly rounded: the same float as the exact Fraction's
+        per = max(1, g.params)
         groups.append({"group": g.name or "dense", "label": group_label(g.name), "params": g.params,
                        "trainable": not g.name.endswith("frozen"),
-                       "bytes_per_param": {n: (float(kept[n]) if n in kept else None) for n in names},
-                       "total_bytes_per_param": float(sum(kept.values()))})
+                       "bytes_per_param": {n: (kept[n] / per if n in kept else None) for n in names},
+                       "total_bytes_per_param": sum(kept.values()) / per})
     return {"rank": view.rank.name, "entries": names, "groups": groups}
 
 
 def trainable_counts(report: LayoutReport) -> dict:
     """Stored parameters that train and that do not (adapters and trained copies included), one copy each."""
     w, s = report.workload, report.scenario
-    held = stored_holdings(w.arch, w.layout, w.implementation, w.finetune, s.param_dtype)
+    return dict(_holding_counts(stored_holdings(w.arch, w.layout, w.implementation, w.finetune, s.param_dtype)))
+
+
+@lru_cache(maxsize=256)      # one copy of the model does not depend on the workers (handed out as a copy)
+def _holding_counts(held) -> dict:
     trainable = sum(h.elements for h in held if h.tensor.trainable)
     adapters = sum(h.elements for h in held if h.tensor.role == "adapter")
     return {"trainable_params": trainable, "frozen_params": sum(h.elements for h in held) - trainable,
@@ -191,6 +227,27 @@ def _activation_rank(report: LayoutReport):
     return max(report.ranks, key=lambda v: v.shape.activation_bytes)
 
 
+# Architecture-only: the same for every layout and worker count (spread into the report, never shared).
+
+@lru_cache(maxsize=256)
+def _architecture_sizes(a) -> dict:
+    """The architecture block's parameter counts and largest module."""
+    largest_name, largest = largest_layer(a)
+    return {**counts(a), "largest_layer_params": largest, "largest_layer": largest_name}
+
+
+def _architecture_fields(a) -> dict:
+    """plain(a), reused while the app passes the same Architecture object again. Only for that object: an equal
+    one may hold 0 where this one holds 0.0 (0 == 0.0), and the record echoes the fields' own values."""
+    held, record = _architecture_record(a)
+    return record if held is a else plain(a)
+
+
+@lru_cache(maxsize=256)
+def _architecture_record(a) -> tuple:
+    return a, plain(a)
+
+
 def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True) -> dict:
     """The peak-memory half of the report: architecture, layout, activations, per-rank and worst-rank live sets,
     fit, and with `answers` the solvers and the fits-on table (and, when asked, every layout of the same GPUs that
@@ -199,11 +256,9 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
     a = workload.arch
     heaviest = _activation_rank(report)
     shape = heaviest.shape
-    largest_name, largest = largest_layer(a)
     out = {
-        "architecture": {**counts(a), "largest_layer_params": largest, "largest_layer": largest_name,
-                         "stored_params": report.stored_params, "moe_layers": a.moe_layers,
-                         **trainable_counts(report), **plain(a)},
+        "architecture": {**_architecture_sizes(a), "stored_params": report.stored_params,
+                         "moe_layers": a.moe_layers, **trainable_counts(report), **_architecture_fields(a)},
         "finetune": {**plain(workload.finetune), "description": describe(workload.finetune, s.param_dtype),
                      "caveats": list(caveats(workload.finetune, a))},
         "workload": plain(workload, skip=("arch", "layout", "finetune")),
