@@ -5,7 +5,6 @@ modified by the views."""
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 
@@ -14,22 +13,28 @@ from zerocalc.fixes import fixes
 from zerocalc.ranges import ranges, ranges_dict
 from zerocalc.report import full_report
 
-from .state import DENSE_IDS, canonical
+from .state import DENSE_IDS, FIELDS, canonical
 
 DISPLAY_ONLY = ("units", "breakdown")
 LAYOUT_FIX_GPUS = 64          # beyond this world size, layouts join the fixes only once the search is asked for
 
 
-def state_key(state: dict) -> str:
-    core = {k: v for k, v in canonical(state).items() if k not in DISPLAY_ONLY}
-    core[DENSE_IDS] = list(state.get(DENSE_IDS, ()))
-    return json.dumps(core, sort_keys=True, default=str)
+KEY_FIELDS = tuple(f.name for f in FIELDS if f.name not in DISPLAY_ONLY)
+MULTI_FIELDS = frozenset(f.name for f in FIELDS if f.kind == "multi")
+
+
+def state_key(state: dict) -> tuple:
+    """What the core's answers depend on, hashable: the canonical state's values less the display-only fields
+    (a multi-choice field as a tuple), with a custom architecture's dense-layer list."""
+    core = canonical(state)
+    return tuple(tuple(core[n]) if n in MULTI_FIELDS else core[n] for n in KEY_FIELDS) + \
+        (tuple(state.get(DENSE_IDS, ())),)
 
 
 _LAST = threading.local()              # per script thread: (state dict, its key), computed once per resolved state
 
 
-def _key(resolved) -> str:
+def _key(resolved) -> tuple:
     last = getattr(_LAST, "pair", None)
     if last is None or last[0] is not resolved.state:
         last = _LAST.pair = (resolved.state, state_key(resolved.state))

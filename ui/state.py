@@ -9,6 +9,7 @@ by its kind and range, never evaluated; a bad or unknown one falls back to its d
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
@@ -161,22 +162,29 @@ def base_architecture(model: str) -> Architecture:
     return MODEL_PRESETS[model if model in MODEL_PRESETS else DEFAULT_MODEL][0]
 
 
-def default_for(name: str, state: dict):
-    """A field's default, given the (already chosen) model and convention."""
+def _default(name: str, model: str, convention: str):
     f = FIELD[name]
     if f.default is not None:
         return f.default
     if name in ARCH_FIELDS:
-        return _arch_value(base_architecture(state.get("model", DEFAULT_MODEL)), name)
-    value = CONVENTIONS[state.get("convention", DEFAULT_CONVENTION)][name]
+        return _arch_value(base_architecture(model), name)
+    value = CONVENTIONS[convention][name]
     return "none" if value is None else value
 
 
+@functools.lru_cache(maxsize=64)     # every rerun asks for each field's default (the link, the cache key)
+def _defaults(model: str, convention: str) -> Dict[str, object]:
+    """Every field's default for a model and convention (shared: callers never modify it)."""
+    return {f.name: _default(f.name, model, convention) for f in FIELDS}
+
+
+def default_for(name: str, state: dict):
+    """A field's default, given the (already chosen) model and convention."""
+    return _defaults(state.get("model", DEFAULT_MODEL), state.get("convention", DEFAULT_CONVENTION))[name]
+
+
 def defaults() -> dict:
-    state = {"model": DEFAULT_MODEL, "convention": DEFAULT_CONVENTION}
-    for f in FIELDS:
-        state[f.name] = default_for(f.name, state)
-    return state
+    return dict(_defaults(DEFAULT_MODEL, DEFAULT_CONVENTION))
 
 
 def allowed(f: Field) -> str:
@@ -230,21 +238,39 @@ def format_value(f: Field, value) -> str:
     return str(value)
 
 
-def _significant(state: dict) -> List[str]:
+def _significant(state: dict) -> Tuple[str, ...]:
     """Fields that matter for this state (architecture and layout fields only when a model with a shape is
     chosen: model parallelism splits tensors, so it needs them)."""
+    return _significant_for(*_significance_key(state))
+
+
+def _significance_key(state: dict) -> tuple:
+    return state["model"] == PARAMS_ONLY, state.get("finetune"), state.get("recompute") == "full"
+
+
+@functools.lru_cache(maxsize=64)
+def _idle_for(params_only: bool, finetune: str, full_recompute: bool) -> Tuple[str, ...]:
+    """The fields that do not matter: the rest of FIELDS."""
+    keep = set(_significant_for(params_only, finetune, full_recompute))
+    return tuple(f.name for f in FIELDS if f.name not in keep)
+
+
+@functools.lru_cache(maxsize=64)
+def _significant_for(params_only: bool, finetune: str, full_recompute: bool) -> Tuple[str, ...]:
     names = [f.name for f in FIELDS]
-    if state["model"] == PARAMS_ONLY:
-        return [n for n in names if n not in ARCH_FIELDS and n not in LAYOUT_FIELDS[:-1] and n not in FINETUNE_FIELDS]
-    idle = set(FINETUNE_FIELDS[1:]) - set(FINETUNE_MODE_FIELDS.get(state.get("finetune"), ()))
-    if state.get("recompute") != "full":
+    if params_only:
+        shaped = set(ARCH_FIELDS) | set(LAYOUT_FIELDS[:-1]) | set(FINETUNE_FIELDS)
+        return tuple(n for n in names if n not in shaped)
+    idle = set(FINETUNE_FIELDS[1:]) - set(FINETUNE_MODE_FIELDS.get(finetune, ()))
+    if not full_recompute:
         idle.add("recompute_every")                   # one block in N is a form of full recompute
-    return [n for n in names if n != "params" and n not in idle]
+    return tuple(n for n in names if n != "params" and n not in idle)
 
 
 def to_query(state: dict) -> Dict[str, str]:
     """The URL parameters of a state: fields that differ from their defaults, in FIELDS order."""
-    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default_for(n, state)}
+    default = _defaults(state["model"], state["convention"])
+    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default[n]}
 
 
 def from_query(query) -> Tuple[dict, List[str]]:
@@ -345,11 +371,10 @@ def _auto(value):
 
 def canonical(state: dict) -> dict:
     """The state with fields that do not matter for it (per _significant) at their defaults."""
-    keep = set(_significant(state))
+    default = _defaults(state["model"], state["convention"])   # model and convention are always significant
     out = dict(state)
-    for f in FIELDS:
-        if f.name not in keep:
-            out[f.name] = default_for(f.name, out)
+    for name in _idle_for(*_significance_key(state)):
+        out[name] = default[name]
     return out
 
 
