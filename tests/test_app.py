@@ -21,7 +21,8 @@ from zerocalc.units import UNIT_BYTES, format_bytes
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
         "Framework configs", "How to read it")
-SECTIONS = ("sec_load", "sec_arch", "sec_precision", "sec_cluster", "sec_parallel", "sec_step", "sec_assumptions")
+SECTIONS = ("sec_load", "sec_arch", "sec_precision", "sec_cluster", "sec_parallel", "sec_step", "sec_assumptions",
+            "sec_display")
 
 
 def set_sections(at, opened=(), closed=()):
@@ -297,7 +298,7 @@ def test_a_dtype_change_moves_exactly_the_category_that_uses_it():
 
 
 def test_convention_resets_the_dtypes_and_units_relabel():
-    at = run_app(sections=["sec_precision"])
+    at = run_app(sections=["sec_precision", "sec_display"])
     at.selectbox(key="convention").set_value("megatron").run()
     assert at.selectbox(key="param_dtype").value == "bf16" and at.selectbox(key="grad_dtype").value == "fp32"
     at.button_group(key="units").set_value("GiB").run()
@@ -332,7 +333,7 @@ def test_step_controls_change_activations_but_not_model_states():
     at.number_input(key="micro_batch").set_value(4).run()
     at.number_input(key="seq_len").set_value(4096).run()
     at.button_group(key="attention").set_value("eager").run()
-    at.selectbox(key="recompute").set_value("full").run()
+    at.button_group(key="recompute").set_value("full").run()
     query = {"micro_batch": "4", "seq_len": "4096", "attention": "eager", "recompute": "full"}
     assert dict(at.query_params) == query
     assert {t["name"]: t for t in states(at)}["optimizer"]["customdata"] == states_before
@@ -344,7 +345,7 @@ def test_step_controls_change_activations_but_not_model_states():
 def test_one_block_in_n_recompute_sits_under_full_recompute_and_reaches_the_link():
     at = run_app({"model": "llama-3-8b"}, sections=["sec_step"])
     assert "recompute_every" not in [w.key for w in at.number_input]          # only with full recompute
-    at.selectbox(key="recompute").set_value("full").run()
+    at.button_group(key="recompute").set_value("full").run()
     at.number_input(key="recompute_every").set_value(2).run()
     query = {"model": "llama-3-8b", "recompute": "full", "recompute_every": "2"}
     assert dict(at.query_params) == query
@@ -353,7 +354,7 @@ def test_one_block_in_n_recompute_sits_under_full_recompute_and_reaches_the_link
     assert report["ranks"][0]["activation_bytes"] < core_report({"model": "llama-3-8b"})["ranks"][0][
         "activation_bytes"]
     assert_overview_matches_core(at, report)
-    at.selectbox(key="recompute").set_value("none").run()
+    at.button_group(key="recompute").set_value("none").run()
     assert dict(at.query_params) == {"model": "llama-3-8b"}                  # idle without full recompute
 
 
@@ -475,12 +476,27 @@ def test_every_jargon_control_has_help_text():
 def test_a_shared_link_restores_the_exact_view():
     query = {"model": "llama-3-8b", "workers": "64", "param_dtype": "bf16", "grad_dtype": "bf16",
              "micro_batch": "2", "gpu": "H200-141GB", "units": "GiB", "stage": "2"}
-    at = run_app(query)
+    at = run_app(query, sections=["sec_display"])
     assert not at.warning
     assert at.selectbox(key="model").value == "llama-3-8b" and at.number_input(key="workers").value == 64
     assert at.number_input(key="micro_batch").value == 2 and at.button_group(key="units").value == "GiB"
     assert dict(at.query_params) == query
     assert_overview_matches_core(at, core_report(query), unit="GiB")
+    assert "Sizes in GiB = 2^30 bytes" in header_text(at)          # the unit in use, named once at the top
+
+
+def test_the_core_answers_are_cached_per_plan_not_per_display_choice():
+    from ui.compute import state_key
+    from ui.state import defaults
+    plan = defaults()
+    key = state_key(plan)
+    hash(key)                                                      # a dict key for the per-state caches
+    assert state_key({**plan, "units": "GiB", "breakdown": "entry"}) == key          # display only
+    assert state_key({**plan, "lora_targets": list(plan["lora_targets"])}) == key    # a list as its tuple
+    assert state_key({**plan, "recompute_every": 3}) == key        # idle without full recompute: canonical
+    assert state_key({**plan, "workers": plan["workers"] * 2}) != key
+    assert state_key({**plan, "recompute": "full", "recompute_every": 3}) != \
+        state_key({**plan, "recompute": "full"})
 
 
 def test_the_share_link_sits_above_the_tabs_with_a_copy_button():

@@ -1,16 +1,16 @@
 """The page, top to bottom: a table of contents; the widgets, figures, tables and URL handling live in the other
 ui/ modules, every byte in zerocalc/.
 
-The page leads with the answer (which ZeRO stages fit on the chosen GPU, at what peak and headroom), then what
-would make the checked stage fit and the share link; the details live in views chosen from one switcher, only
-the open one running. It is a function of its own module rather than app.py's body because Streamlit compiles the entry script (AppTest on
-every run) while an imported module is compiled once."""
+The page leads with the answer (which ZeRO stages fit on the chosen GPU, at what peak and headroom) and the share
+link, then what would make the checked stage fit; the details live in views chosen from one switcher, only the
+open one running. It is a function of its own module rather than app.py's body because Streamlit compiles the
+entry script (AppTest on every run) while an imported module is compiled once."""
 
 import streamlit as st
 
 from zerocalc.model_presets import MODEL_PRESETS
 
-from . import calibration, compare, compute, imports, panels, share, widgets
+from . import calibration, compare, compute, finetune, imports, panels, share, widgets
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
@@ -33,13 +33,25 @@ def render() -> None:
     name = {CUSTOM: "custom architecture", PARAMS_ONLY: "parameter count"}.get(model, model)
     if model in MODEL_PRESETS:
         name = f"{model} ({MODEL_PRESETS[model][2]})"          # the preset's source: published count, repo
-    top = st.container()                  # the answer: drawn into place after the overview chart is on its way
+    # The answer first: the title line, the verdict and the share link are one HTML block (one element, not three).
+    st.html(panels.header_html(report, resolved.state, name)
+            + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit)
+            + share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
+    panels.no_peak(report, unit, stage)
+    panels.caveats(report)
+    panels.warnings(link_warnings + problems + resolved.warnings)
+    if state.get(DENSE_IDS) and model == CUSTOM:
+        st.caption("This architecture's dense-MLP layer list (mlp_only_layers) is kept in this session only: "
+                   "the link does not carry it.")
+    panels.import_message()
+    finetune.qlora_line(report, stage, unit)
+    panels.fixes(compute.fixes_of(resolved, report, layouts), resolved, stage, unit)
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
                                 label_visibility="collapsed")
     imported = (st.session_state.get("framework_import") or {}).get("name")
     if view == "Overview":
-        panels.overview(report, unit, stage)
+        panels.overview(report, unit, stage, resolved.state["breakdown"])
     elif view == "Model states":
         panels.model_states_tab(report, unit, stage, imported)
     elif view == "Peak and step":
@@ -55,14 +67,4 @@ def render() -> None:
     elif view == "How to read it":
         panels.about_tab(report)
 
-    with top:
-        panels.header(report, resolved.state, name)
-        panels.warnings(link_warnings + problems + resolved.warnings)
-        if state.get(DENSE_IDS) and model == CUSTOM:
-            st.caption("This architecture's dense-MLP layer list (mlp_only_layers) is kept in this session only: "
-                       "the link does not carry it.")
-        panels.import_message()
-        panels.verdict(report, compute.ranges_of(resolved), stage, unit)
-        panels.fixes(compute.fixes_of(resolved, report, layouts), resolved, stage, unit)
-        share.copy_link(share.share_link(share.sync_url(resolved.state)))
     widgets.sidebar(imports.loaders)      # last: the sidebar's deltas follow the page's

@@ -1,9 +1,10 @@
 """The main area's panels. Each draws one part of the core's report; none computes a byte.
 
-Order of the page: the verdict (which stages fit on the chosen GPU, at what peak and headroom), what would make
-the checked stage fit, the share link, then tabs that run only when open: the overview (per-stage model states
-beside the peak against the GPU), model states (cluster, scaling, ledger, DeepSpeed's estimator), peak and step,
-layouts and ranks, compare, calibrate, framework configs, and how to read the page.
+Order of the page: the title line, the verdict (which stages fit on the chosen GPU, at what peak and headroom) and
+the share link as one HTML block, what would make the checked stage fit, then views that run only when open: the
+overview (per-stage model states beside the peak against the GPU), model states (cluster, scaling, ledger,
+DeepSpeed's estimator), peak and step, layouts and ranks, compare, calibrate, framework configs, and how to read
+the page.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from zerocalc.units import format_bytes
 from . import figures, finetune, tables
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
-from .widgets import current, set_fields, widget
+from .widgets import set_fields
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -65,8 +66,11 @@ def ledger_caption(report: dict, state: dict) -> str:
     return f"{convention}: {parts} = {report['bytes_per_param']:g} bytes per parameter"
 
 
-def header(report: dict, state: dict, model_name: str) -> None:
-    """The title and the one line that says what is being checked, as one HTML block (with the page's CSS)."""
+UNIT_WORDS = {"GB": "GB = 10^9 bytes", "GiB": "GiB = 2^30 bytes"}
+
+
+def header_html(report: dict, state: dict, model_name: str) -> str:
+    """The title and the one line that says what is being checked, in which unit (with the page's CSS)."""
     layout = report.get("layout")
     world = "" if layout is None or layout["world_size"] == layout["dp"] else \
         (f" · world {layout['world_size']:,} GPUs = dp {layout['dp']:,} x tp {layout['tp']} x pp {layout['pp']} "
@@ -78,10 +82,13 @@ def header(report: dict, state: dict, model_name: str) -> None:
     training = finetune.summary(report)
     training = f" · {training}; the ledger applies to what trains" if training else ""
     line = (f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
-            f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. GB = 10^9 bytes, "
-            f"GiB = 2^30 bytes.")
-    st.html(f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
+            f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. Sizes in "
+            f"{UNIT_WORDS[state['units']]} (units and bars: the Display section).")
+    return (f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
             f'<p>{html.escape(line)}</p></div>')
+
+
+def caveats(report: dict) -> None:
     for caveat in report.get("finetune", {}).get("caveats", []):
         st.warning(f"Not counted: {caveat}", icon="⚠️")
 
@@ -155,15 +162,21 @@ def _names(stages) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
 
-def verdict(report: dict, ranges: dict, stage: int, unit: str) -> None:
-    """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
-    the model-state subtotal beneath each, labelled as such."""
-    if "peak" not in report:
-        st.markdown("**No peak without an architecture**: pick a model, edit its fields, or load a config.json. "
-                    "Model states per worker:")
-        subtotals(report, unit, stage, "Model-state subtotal per worker (parameters + gradients + optimizer "
-                                       "state), by ZeRO stage:")
+def no_peak(report: dict, unit: str, stage: int) -> None:
+    """Without an architecture there is no peak to check: the model-state subtotals stand in for the answer."""
+    if "peak" in report:
         return
+    st.markdown("**No peak without an architecture**: pick a model, edit its fields, or load a config.json. "
+                "Model states per worker:")
+    subtotals(report, unit, stage, "Model-state subtotal per worker (parameters + gradients + optimizer "
+                                   "state), by ZeRO stage:")
+
+
+def verdict_html(report: dict, ranges: dict, stage: int, unit: str) -> str:
+    """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
+    the model-state subtotal beneath each, labelled as such ("" without a peak: see no_peak)."""
+    if "peak" not in report:
+        return ""
     peaks, gpu = report["peak"], report["gpu"]["name"]
     fit = [p["stage"] for p in peaks if p["fits"]]
     nofit = [p["stage"] for p in peaks if not p["fits"]]
@@ -186,8 +199,7 @@ def verdict(report: dict, ranges: dict, stage: int, unit: str) -> None:
     # (parameters + gradients + optimizer state), not a markdown, a caption and a metric per stage.
     cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["per_worker_total_bytes"])
                     for p, s in zip(peaks, report["stages"]))
-    st.html(CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>')
-    finetune.qlora_line(report, stage, unit)
+    return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 
 
 FIELD_OF = {"shard_group": lambda v: 0 if v is None else v}
@@ -236,11 +248,9 @@ def import_message() -> None:
 
 # --- overview -------------------------------------------------------------------------------------------------
 
-@st.fragment
-def overview(report: dict, unit: str, stage: int) -> None:
-    """The overview chart with its own "bars by" control: a change reruns this panel alone. The legend and the
-    notes under the chart are one HTML block."""
-    breakdown = current("breakdown")
+def overview(report: dict, unit: str, stage: int, breakdown: str) -> None:
+    """The overview chart; the legend and the notes under it are one HTML block. Its "bars by" choice lives in the
+    sidebar's Display section with the units (a control drawn here cost every rerun a widget: benchmarks.md)."""
     if "peak" not in report:
         chart(figures.per_worker(report, unit, breakdown, stage), "fig_per_worker")
         legend = ""
@@ -249,21 +259,21 @@ def overview(report: dict, unit: str, stage: int) -> None:
         chart(fig, "fig_overview")
         legend = figures.legend_html(fig)
     st.html(f'{legend}<p class="zc-notes" style="font-size:.875rem;color:rgba(49,51,63,.6);margin:.4rem 0 0 0">'
-            f'{html.escape(" ".join(_overview_notes(report, unit, stage)))}</p>')
-    widget("breakdown")
-    if st.session_state.get("_breakdown_synced") != current("breakdown"):   # this fragment's own rerun
-        from .share import sync_url
-        from .widgets import read_state
-        sync_url(read_state())
-        st.session_state["_breakdown_synced"] = current("breakdown")
+            f'{html.escape(" ".join(_overview_notes(report, unit, stage, breakdown)))}</p>')
 
 
-def _overview_notes(report: dict, unit: str, stage: int) -> list:
+BARS_BY = {"category": "by category (parameters, gradients, optimizer)", "entry": "by ledger entry"}
+
+
+def _overview_notes(report: dict, unit: str, stage: int, breakdown: str) -> list:
     notes = []
+    states = f"model states per worker {BARS_BY[breakdown]}"
     if "peak" in report:
-        notes.append("Left bar at each stage: the model states per worker (persistent); right bar: the peak per "
-                     "GPU at its peak phase, model states included, against the dashed capacity. One colour per "
-                     "term (see \"How to read it\"); the assumptions' range is under \"Peak and step\".")
+        notes.append(f"Left bar at each stage: the {states} (persistent); right bar: the peak per GPU at its "
+                     "peak phase, model states included, against the dashed capacity. One colour per term (see "
+                     "\"How to read it\"); the assumptions' range is under \"Peak and step\".")
+    else:
+        notes.append(f"Bars: the {states}.")
     groups = report["stages"][stage].get("per_worker_group_bytes")
     if groups and len(groups) > 1:
         labels = figures.group_names(report)

@@ -16,7 +16,7 @@ import streamlit as st
 from zerocalc.units import parse_count
 
 from .state import FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query
-from .widgets import VALUES, seed, set_fields
+from .widgets import PARAMS_TEXT, VALUES, seed, set_fields
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
@@ -52,16 +52,11 @@ def plan_from_query(plan: dict):
 def start_session() -> list:
     """On a session's first run, seed every widget (and plan A) from the link; return the link's warnings (once)."""
     if VALUES in st.session_state:                       # seeded: not the session's first run
-        # The fields' values live in the store (widgets.VALUES); only the parameter-count text, drawn for
-        # params-only, is kept across the runs that do not draw it.
-        if "params_text" in st.session_state:
-            st.session_state["params_text"] = st.session_state["params_text"]
         return []
     view, plan, warnings = split_query(_query())
     state, view_warnings = from_query(view)
     resolved = resolve(state)
-    seed(resolved.state)
-    st.session_state.setdefault("params_text", str(resolved.state["params"]))
+    seed({**resolved.state, PARAMS_TEXT: str(resolved.state["params"])})
     if plan is not None:
         st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
         warnings += plan_warnings
@@ -72,7 +67,7 @@ def params_from_text(state: dict) -> list:
     """Parse the parameter-count text box into the state; a message naming the field when it is not a count."""
     if state["model"] != PARAMS_ONLY:
         return []
-    text = st.session_state.get("params_text", str(state["params"]))
+    text = st.session_state[VALUES].get(PARAMS_TEXT, str(state["params"]))
     field = next(f for f in FIELDS if f.name == "params")
     try:
         value = parse_count(text)
@@ -137,11 +132,10 @@ COPY_BUTTON = """<div class="zc-share"><span class="zc-share-label">Link to this
 </style>"""
 
 
-def copy_link(link: str) -> None:
+def link_html(link: str) -> str:
     """The link, wrapped (never cut off or covered), with a visible copy button that copies the address bar
-    (which sync_url keeps equal to the link)."""
-    st.html(COPY_BUTTON.format(href=html.escape(link, quote=True), text=html.escape(link)),
-            unsafe_allow_javascript=True)
+    (which sync_url keeps equal to the link); its script needs st.html's unsafe_allow_javascript."""
+    return COPY_BUTTON.format(href=html.escape(link, quote=True), text=html.escape(link))
 
 
 def plan_json(state: dict) -> str:

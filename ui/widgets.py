@@ -21,19 +21,18 @@ from .labels import HELP, LABELS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FINETUNE_MODE_FIELDS,
                     PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
 
-CHOICE_BUTTONS = {"units", "attention", "breakdown"}     # a few short choices: one segmented control
+CHOICE_BUTTONS = {"units", "attention", "breakdown", "recompute"}     # a few short choices: one segmented control
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 # The fields of each lazy section (drawn only while it is open; values kept in the state). The fine-tuning section
 # draws the training mode and then only the fields that mode reads (state.FINETUNE_MODE_FIELDS).
 CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params")
 STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
+DISPLAY_FIELDS = ("units", "breakdown")       # how the answer is shown, never what it is
 ASSUMPTION_FIELDS = ("cuda_context_bytes", "fragmentation_percent", "reduce_bucket_size", "allgather_bucket_size",
                      "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
                      "moe_imbalance_percent", "moe_capacity_percent", "buffer_factor")
-SEQ_PREVIOUS = "_seq_len_previous"
-
-
 VALUES = "_values"          # session key: every field's value, the app state
+PARAMS_TEXT = "params_text"  # the parameter count as typed (params-only): kept in VALUES beside the fields
 
 
 def seed(state: dict) -> None:
@@ -44,9 +43,12 @@ def seed(state: dict) -> None:
 
 
 def current(name: str):
-    """A field's value now: its widget's while the widget is live (a callback, a fragment's rerun), else the
+    """A field's value now: its widget's while the widget is live (a callback, the run that draws it), else the
     stored one."""
-    return st.session_state[name] if name in st.session_state else st.session_state[VALUES][name]
+    try:                                 # one lookup, not a membership test and then the lookup
+        return st.session_state[name]
+    except KeyError:
+        return st.session_state[VALUES][name]
 
 
 def set_fields(values: dict) -> None:
@@ -57,8 +59,6 @@ def set_fields(values: dict) -> None:
         store[name] = value
         if name in st.session_state:
             st.session_state[name] = value
-    if "seq_len" in values:
-        st.session_state[SEQ_PREVIOUS] = values["seq_len"]
 
 
 def _live_key(name: str) -> None:
@@ -95,8 +95,9 @@ def _on_convention_change():
 
 
 def _on_seq_len_change():
-    """The + / - buttons (one step of 1) move to the next / previous power of two; a typed value is kept."""
-    new, old = st.session_state["seq_len"], st.session_state.get(SEQ_PREVIOUS)
+    """The + / - buttons (one step of 1) move to the next / previous power of two; a typed value is kept. The
+    store still holds the value before the change (read_state copies the live one in after the callbacks)."""
+    new, old = st.session_state["seq_len"], st.session_state[VALUES].get("seq_len")
     f = FIELD["seq_len"]
     if old is not None and new == old + 1:
         power = 1
@@ -241,12 +242,14 @@ def _step(box) -> None:
 SECTIONS = (
     ("sec_load", "Load a config", "Load a config.json, a Hub model or a training config", None, False),
     ("sec_arch", "Architecture", "Architecture", _architecture, True),
-    ("sec_precision", "Precision", "Precision and optimizer", _fields(PRECISION_FIELDS), False),
+    ("sec_precision", "Precision", "Convention, precision and optimizer", _fields(("convention",) + PRECISION_FIELDS),
+     False),
     ("sec_cluster", "Sharding", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
     ("sec_parallel", "Parallelism", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
     ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
+    ("sec_display", "Display", "Display: units and bars (no byte changes)", _fields(DISPLAY_FIELDS), False),
 )
 SECTION_PILLS = {key: pill for key, pill, *_ in SECTIONS}
 OPEN_SECTIONS = "sections"      # session key: the keys of the open sections
@@ -261,13 +264,14 @@ def sidebar(loaders=None) -> None:
     model = current("model")
     widget("model", sb)
     if model == PARAMS_ONLY:                # a preset's exact counts and source are in the page's header line
-        sb.text_input(LABELS["params"], key="params_text", help=HELP["params"])
+        st.session_state[PARAMS_TEXT] = params_text()
+        sb.text_input(LABELS["params"], key=PARAMS_TEXT, help=HELP["params"])
     widget("gpu", sb)
     if current("gpu") == CUSTOM:
         widget("gpu_memory", sb)
     widget("workers", sb)
     widget("stage", sb)
-    for name in ("micro_batch", "seq_len", "recompute", "convention", "units"):
+    for name in ("micro_batch", "seq_len", "recompute"):
         widget(name, sb)
     chosen = sb.pills("More settings", list(SECTION_PILLS), format_func=SECTION_PILLS.__getitem__,
                       selection_mode="multi", key=OPEN_SECTIONS,
@@ -284,15 +288,23 @@ def sidebar(loaders=None) -> None:
             draw(box)
 
 
+def params_text() -> str:
+    """The parameter count as typed: the text box's while it is live, else the stored text."""
+    try:
+        return st.session_state[PARAMS_TEXT]
+    except KeyError:
+        return st.session_state[VALUES][PARAMS_TEXT]
+
+
 def read_state() -> dict:
-    """The state as the widgets hold it now: the live widgets' values copied into the store, then the store (params
-    typed as text is parsed by the caller)."""
+    """The state as the widgets hold it now: the live widgets' values copied into the store, then the store's
+    fields (params typed as text is parsed by the caller)."""
     store = st.session_state[VALUES]
     live = st.session_state.to_dict()
-    for name in FIELD.keys() & live.keys():
+    for name in live.keys() & store.keys():
         store[name] = live[name]
-    state = {name: (tuple(value) if FIELD[name].kind == "multi" else value) for name, value in store.items()}
+    state = {name: (tuple(value) if FIELD[name].kind == "multi" else value)
+             for name, value in store.items() if name != PARAMS_TEXT}
     if DENSE_IDS in live:
         state[DENSE_IDS] = live[DENSE_IDS]
-    st.session_state[SEQ_PREVIOUS] = state["seq_len"]
     return state
