@@ -482,7 +482,7 @@ def test_a_shared_link_restores_the_exact_view():
     assert at.number_input(key="micro_batch").value == 2 and at.button_group(key="units").value == "GiB"
     assert dict(at.query_params) == query
     assert_overview_matches_core(at, core_report(query), unit="GiB")
-    assert "Sizes in GiB = 2^30 bytes" in header_text(at)          # the unit in use, named once at the top
+    assert "Sizes in GiB (2^30 bytes;" in header_text(at)          # the unit in use, named once at the top
 
 
 def test_the_core_answers_are_cached_per_plan_not_per_display_choice():

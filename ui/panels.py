@@ -66,7 +66,7 @@ def ledger_caption(report: dict, state: dict) -> str:
     return f"{convention}: {parts} = {report['bytes_per_param']:g} bytes per parameter"
 
 
-UNIT_WORDS = {"GB": "GB = 10^9 bytes", "GiB": "GiB = 2^30 bytes"}
+UNIT_WORDS = {"GB": "GB (10^9 bytes", "GiB": "GiB (2^30 bytes"}
 
 
 def header_html(report: dict, state: dict, model_name: str) -> str:
@@ -83,7 +83,7 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
     training = f" · {training}; the ledger applies to what trains" if training else ""
     line = (f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
             f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. Sizes in "
-            f"{UNIT_WORDS[state['units']]} (units and bars: the Display section).")
+            f"{UNIT_WORDS[state['units']]}; units and bars under Display).")
     return (f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
             f'<p>{html.escape(line)}</p></div>')
 
