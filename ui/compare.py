@@ -15,10 +15,10 @@ from . import figures, tables
 from .figures import STAGE_LABELS
 from .labels import LABELS
 from .share import PLAN_A
-from .state import FIELD, FIELDS, canonical, default_for, format_value, from_query, resolve, to_query
+from .state import (DISPLAY_FIELDS, FIELD, FIELDS, canonical, default_for, format_value, from_query, resolve,
+                    to_query)
 from .widgets import set_fields
 
-VIEW_ONLY = ("units", "breakdown")     # change the display, not the plan
 
 
 def _pin(state: dict) -> None:
@@ -51,7 +51,7 @@ def differences(a: dict, b: dict) -> list:
     rows = []
     for f in FIELDS:
         name = f.name
-        if name in VIEW_ONLY or qa.get(name) == qb.get(name):
+        if name in DISPLAY_FIELDS or qa.get(name) == qb.get(name):
             continue
         alone = dict(qa)
         if name in qb:

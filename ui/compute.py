@@ -13,13 +13,12 @@ from zerocalc.fixes import fixes
 from zerocalc.ranges import ranges, ranges_dict
 from zerocalc.report import full_report
 
-from .state import DENSE_IDS, FIELDS, canonical
+from .state import DENSE_IDS, DISPLAY_FIELDS, FIELDS, canonical
 
-DISPLAY_ONLY = ("units", "breakdown")
 LAYOUT_FIX_GPUS = 64          # beyond this world size, layouts join the fixes only once the search is asked for
 
 
-KEY_FIELDS = tuple(f.name for f in FIELDS if f.name not in DISPLAY_ONLY)
+KEY_FIELDS = tuple(f.name for f in FIELDS if f.name not in DISPLAY_FIELDS)
 MULTI_FIELDS = frozenset(f.name for f in FIELDS if f.kind == "multi")
 
 

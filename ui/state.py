@@ -73,6 +73,7 @@ FINETUNE_MODE_FIELDS = {"full": (), "freeze": ("train_last_layers", "train_modul
                         "dora": _LORA,
                         "qlora": _LORA + ("quant_type", "quant_block_size", "double_quant", "kbit_prepare")}
 FINETUNE_FIELDS = ("finetune",) + tuple(dict.fromkeys(n for names in FINETUNE_MODE_FIELDS.values() for n in names))
+DISPLAY_FIELDS = ("units", "breakdown")       # how the answer is shown, never what it is: no byte depends on them
 PRECISION_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer",
                     "optimizer_dtype", "comm_dtype")
 

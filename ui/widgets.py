@@ -18,8 +18,8 @@ from zerocalc.architecture import counts
 from zerocalc.model_presets import MODEL_PRESETS
 
 from .labels import HELP, LABELS
-from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, FINETUNE_MODE_FIELDS,
-                    PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
+from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
+                    FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
 
 CHOICE_BUTTONS = {"units", "attention", "breakdown", "recompute"}     # a few short choices: one segmented control
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
@@ -27,7 +27,6 @@ SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 # draws the training mode and then only the fields that mode reads (state.FINETUNE_MODE_FIELDS).
 CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params")
 STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
-DISPLAY_FIELDS = ("units", "breakdown")       # how the answer is shown, never what it is
 ASSUMPTION_FIELDS = ("cuda_context_bytes", "fragmentation_percent", "reduce_bucket_size", "allgather_bucket_size",
                      "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
                      "moe_imbalance_percent", "moe_capacity_percent", "buffer_factor")
