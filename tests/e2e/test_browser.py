@@ -287,6 +287,31 @@ def test_changing_inputs_updates_the_verdict_charts_and_the_link(page, server):
     assert page.console_errors == []
 
 
+STATE_BARS = """() => Array.from(document.querySelectorAll('[data-testid=stPlotlyChart] .js-plotly-plot'))
+  .flatMap(p => (p.data || []).filter(t => t.offsetgroup === 'states').map(t => t.name))"""
+
+
+def test_the_display_section_changes_units_and_bars_and_no_byte(page, server):
+    """Units and "bars by" live in the sidebar's Display section (ui.state.DISPLAY_FIELDS): a click relabels the
+    page and the link, and the bytes stay the core's."""
+    open_app(page, server, ISSUE_13)
+    report = core_report(query_dict(ISSUE_13))
+    open_section(page, "Display")
+    sidebar = page.locator("[data-testid=stSidebar]")
+    sidebar.get_by_role("radio", name="GiB", exact=True).click()
+    expect(page).to_have_url(re.compile(r"units=GiB"), timeout=30_000)
+    wait_ready(page)
+    expect(page.locator("[data-testid=zc-header] p")).to_contain_text("Sizes in GiB (2^30 bytes")
+    assert subtotals(page)[:4] == [format_bytes(s["per_worker_total_bytes"], "GiB") for s in report["stages"]]
+    assert set(page.evaluate(STATE_BARS)) == {"parameters", "gradients", "optimizer"}     # by category
+    sidebar.get_by_role("radio", name="entry", exact=True).click()
+    expect(page).to_have_url(re.compile(r"breakdown=entry"), timeout=30_000)
+    wait_ready(page)
+    page.wait_for_function(f"() => ({STATE_BARS})().includes('exp_avg_sq')", timeout=30_000)   # ledger entries
+    assert subtotals(page)[:4] == [format_bytes(s["per_worker_total_bytes"], "GiB") for s in report["stages"]]
+    assert page.console_errors == []
+
+
 def test_a_shared_link_shows_the_same_numbers_and_the_copy_button_copies_it(page, server):
     query = "?model=llama-3-8b&workers=64&param_dtype=bf16&grad_dtype=bf16&gpu=H200-141GB&units=GiB"
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
