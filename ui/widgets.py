@@ -42,8 +42,8 @@ def seed(state: dict) -> None:
 
 
 def current(name: str):
-    """A field's value now: its widget's while the widget is live (a callback, the run that draws it), else the
-    stored one."""
+    """A field's value (or the parameter text's) now: its widget's while the widget is live (a callback, the run
+    that draws it), else the stored one."""
     try:                                 # one lookup, not a membership test and then the lookup
         return st.session_state[name]
     except KeyError:
@@ -263,7 +263,7 @@ def sidebar(loaders=None) -> None:
     model = current("model")
     widget("model", sb)
     if model == PARAMS_ONLY:                # a preset's exact counts and source are in the page's header line
-        st.session_state[PARAMS_TEXT] = params_text()
+        st.session_state[PARAMS_TEXT] = current(PARAMS_TEXT)      # the text as typed, kept in the store
         sb.text_input(LABELS["params"], key=PARAMS_TEXT, help=HELP["params"])
     widget("gpu", sb)
     if current("gpu") == CUSTOM:
@@ -285,14 +285,6 @@ def sidebar(loaders=None) -> None:
             box.caption("A bare parameter count has no shape to edit or split: pick a model or load a config.")
         elif draw is not None:
             draw(box)
-
-
-def params_text() -> str:
-    """The parameter count as typed: the text box's while it is live, else the stored text."""
-    try:
-        return st.session_state[PARAMS_TEXT]
-    except KeyError:
-        return st.session_state[VALUES][PARAMS_TEXT]
 
 
 def read_state() -> dict:
