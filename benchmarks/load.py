@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, cpu_seconds, rss_bytes, start, stop  # noqa: E402
-from zerocalc import model_states  # noqa: E402
+from zerocalc.states.zero import model_states  # noqa: E402
 from ui.state import from_query, resolve  # noqa: E402
 
 CHART_BYTES = """() => {

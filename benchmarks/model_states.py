@@ -13,16 +13,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zerocalc import Scenario, model_states  # noqa: E402
-from zerocalc.architecture import param_count  # noqa: E402
-from zerocalc.finetune import FineTune  # noqa: E402
-from zerocalc.model_presets import MODEL_PRESETS  # noqa: E402
+from zerocalc import Scenario  # noqa: E402
+from zerocalc.states.zero import model_states
+from zerocalc.model.inventory import param_count  # noqa: E402
+from zerocalc.model.finetune import FineTune  # noqa: E402
+from zerocalc.model.presets import MODEL_PRESETS  # noqa: E402
 from zerocalc.layout import Layout  # noqa: E402
-from zerocalc.layout_search import search_layouts  # noqa: E402
-from zerocalc.ranks import peaks  # noqa: E402
-from zerocalc.report import full_report  # noqa: E402
-from zerocalc.solve import lowest_stage, max_micro_batch, min_workers  # noqa: E402
-from zerocalc.workload import Workload  # noqa: E402
+from zerocalc.parallel.search import search_layouts  # noqa: E402
+from zerocalc.parallel.ranks import peaks  # noqa: E402
+from zerocalc.output.report import full_report  # noqa: E402
+from zerocalc.answers.solve import lowest_stage, max_micro_batch, min_workers  # noqa: E402
+from zerocalc.step.workload import Workload  # noqa: E402
 
 _ARCH = MODEL_PRESETS["llama-3-70b"][0]
 _SC = Scenario(params=param_count(_ARCH), workers=64, param_dtype="bf16", grad_dtype="bf16")

@@ -1,4 +1,4 @@
-"""Each activation term's formula (zerocalc.activation_formulas) against the bytes the report counts.
+"""Each activation term's formula (zerocalc.step.formulas) against the bytes the report counts.
 
 The formulas come from running activations.activations() on symbolic dimensions, so they cannot drift from the
 arithmetic; these tests check that the run is faithful (same terms, same bytes, for every preset and the
@@ -15,11 +15,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ui.state import from_query, resolve
-from zerocalc.activation_formulas import Sym, SymbolicArchitecture, activation_formulas, formulas_for
-from zerocalc.activations import activations
-from zerocalc.architecture import Architecture
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.peak import activation_args
+from zerocalc.step.formulas import Sym, SymbolicArchitecture, activation_formulas, formulas_for
+from zerocalc.step.activations import activations
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.step.shape import activation_args
 
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 

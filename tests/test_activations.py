@@ -4,9 +4,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerocalc.activations import activations
-from zerocalc.architecture import Architecture
-from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.step.activations import activations
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.presets import MODEL_PRESETS
 
 # A GPT block as the paper models it: LayerNorm, 4h MLP, dropout on, MHA.
 S, B, H, A = 2048, 4, 4096, 32

@@ -11,11 +11,11 @@ from streamlit.testing.v1 import AppTest
 
 from ui.state import FIELD, PARAMS_ONLY, from_query, resolve
 from ui.widgets import SECTIONS as SECTION_ROWS
-from zerocalc.fixes import apply as apply_fix
-from zerocalc.fixes import fixes as core_fixes
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranks import layout_report
-from zerocalc.report import full_report
+from zerocalc.answers.fixes import apply as apply_fix
+from zerocalc.answers.fixes import fixes as core_fixes
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.output.report import full_report
 from zerocalc.units import UNIT_BYTES, format_bytes
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -386,7 +386,7 @@ def test_solver_sentences_name_what_they_hold_and_the_fits_on_table():
 def test_ranges_show_a_band_and_the_low_end_verdict():
     query = {"model": "llama-2-7b", "gpu": "A100-80GB", "stage": "3", "micro_batch": "3", "seq_len": "4096"}
     resolved = resolve(from_query(query)[0])
-    from zerocalc.ranges import ranges
+    from zerocalc.answers.ranges import ranges
     bands = ranges(resolved.scenario, resolved.workload).bands
     at = run_app(query, tab="Peak and step")
     verdicts = table(at, "verdict_table")

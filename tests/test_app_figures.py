@@ -10,7 +10,7 @@ from tests.test_app import core_report
 from ui import figures, tables
 from ui.figures import TERM_COLORS
 from ui.state import from_query, resolve
-from zerocalc.ranges import ranges, ranges_dict
+from zerocalc.answers.ranges import ranges, ranges_dict
 
 VIEWS = [{}, {"model": "mixtral-8x7b", "workers": "16"}, {"model": "params-only"},
          {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "sequence_parallel": "true",

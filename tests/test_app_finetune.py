@@ -1,7 +1,7 @@
 """The app in a fine-tuning view (AppTest): the training-mode selector, rank slider and target multiselect reach
 the link and the numbers; the bars split frozen and trained groups; the group ledger shows the entries that vanish;
 the QLoRA line explains when a quantized base is not smaller (litgpt#1112, torchtune#2255). The core is the oracle:
-every byte shown is compared with zerocalc.report.full_report for the same link."""
+every byte shown is compared with zerocalc.output.report.full_report for the same link."""
 
 from tests.test_app import captions, core_report, dataframe_with, run_app, states, warnings_shown
 
@@ -118,7 +118,7 @@ def test_bad_fine_tuning_values_in_a_link_are_named_and_reset():
 
 
 def test_dora_on_a_moe_models_mlp_warns_what_is_not_counted():
-    # DoRA on the fused experts is not modelled (zerocalc.finetune.caveats): the page says so above the verdict.
+    # DoRA on the fused experts is not modelled (zerocalc.model.finetune.caveats): the page says so above the verdict.
     at = run_app({"model": "mixtral-8x7b", "finetune": "dora", "lora_targets": "all-linear", "workers": "8"})
     assert "Not counted: DoRA on a mixture-of-experts model's fused experts" in warnings_shown(at)
     at = run_app({"model": "mixtral-8x7b", "finetune": "lora", "lora_targets": "all-linear", "workers": "8"})

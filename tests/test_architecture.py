@@ -4,9 +4,10 @@ import json
 
 import pytest
 
-from zerocalc.architecture import Architecture, largest_layer, param_count
-from zerocalc.hf_config import ConfigError, architecture_from_config
-from zerocalc.model_presets import MODEL_PRESETS, PUBLISHED_DIFFERENCES, ROUNDED
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.inventory import largest_layer, param_count
+from zerocalc.model.hf_config import ConfigError, architecture_from_config
+from zerocalc.model.presets import MODEL_PRESETS, PUBLISHED_DIFFERENCES, ROUNDED
 from zerocalc.scenario import FieldError
 
 EXACT = [name for name in MODEL_PRESETS if name not in ROUNDED]

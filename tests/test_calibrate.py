@@ -15,17 +15,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zerocalc import Scenario
-from zerocalc.architecture import param_count
-from zerocalc.calibrate import (FORMATS, CalibrationError, Measurement, compare, compare_stage, parse,
-                                parse_deepspeed, parse_memory_stats, parse_memory_summary, parse_nvidia_smi,
-                                parse_plain, parse_probe, parse_torch_oom)
+from zerocalc.model.inventory import param_count
+from zerocalc.answers.calibrate import (FORMATS, CalibrationError, Measurement, compare, compare_stage, parse,
+                                        parse_deepspeed, parse_memory_stats, parse_memory_summary, parse_nvidia_smi,
+                                        parse_plain, parse_probe, parse_torch_oom)
 from zerocalc.gpus import GPU_CATALOG
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.peak import StagePeak
-from zerocalc.ranks import layout_report
-from zerocalc.report import full_report
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.step.peak import StagePeak
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.output.report import full_report
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "calibration"

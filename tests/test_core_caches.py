@@ -9,14 +9,14 @@ import pytest
 
 from benchmarks.model_states import _zerocalc_caches, uncached
 from zerocalc import Scenario
-from zerocalc.architecture import counts, param_count
-from zerocalc.finetune import FineTune
+from zerocalc.model.inventory import counts, param_count
+from zerocalc.model.finetune import FineTune
 from zerocalc.layout import Layout
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranges import ranges, ranges_dict
-from zerocalc.report import full_report, trainable_counts
-from zerocalc.ranks import layout_report
-from zerocalc.workload import Workload
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.answers.ranges import ranges, ranges_dict
+from zerocalc.output.report import full_report, trainable_counts
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.step.workload import Workload
 
 LLAMA, MIXTRAL = MODEL_PRESETS["llama-3-8b"][0], MODEL_PRESETS["mixtral-8x7b"][0]
 CASES = {
@@ -53,21 +53,24 @@ def test_a_warm_report_equals_one_from_scratch(case):
 
 
 def test_uncached_empties_the_caches_a_fresh_worker_count_reuses():
-    from zerocalc import architecture, ledger, placement, ranks, report
-    added = [architecture.param_count, architecture._counts, architecture.largest_layer, ledger._bytes_per_param,
-             placement._pipeline_classes, ranks._group_ledger, ranks._one_copy_of, report._field_names,
+    from zerocalc.model import inventory, placement
+    from zerocalc.output import report
+    from zerocalc.parallel import ranks
+    from zerocalc.states import groups, ledger
+    added = [inventory.param_count, inventory._counts, inventory.largest_layer, ledger._bytes_per_param,
+             placement._pipeline_classes, groups._group_ledger, ranks._one_copy_of, report._field_names,
              report._is_dataclass_type, report._ledger_heads, report._architecture_sizes,
              report._architecture_record, report._holding_counts]
     found = {id(c) for c in _zerocalc_caches()}
     assert all(id(c) in found for c in added)
     _answers(*_inputs("3D, LoRA", 8))
-    assert all(c.cache_info().currsize for c in added if c is not ranks._group_ledger)
+    assert all(c.cache_info().currsize for c in added if c is not groups._group_ledger)
     assert uncached(lambda: [c.cache_info().currsize for c in added])() == [0] * len(added)
 
 
 def test_equal_architectures_echo_their_own_field_values():
     # 0 == 0.0, so a record cached by the architecture alone would hand one's values to the other
-    from zerocalc.report import _architecture_fields, plain
+    from zerocalc.output.report import _architecture_fields, plain
     as_float, as_int = replace(LLAMA, attn_dropout=0.0), replace(LLAMA, attn_dropout=0)
     assert as_float == as_int
     for arch in (as_float, as_int) * 2:

@@ -6,8 +6,9 @@ offload_optimizer=none GPU figure (15.93) comes from the old formula 4P + 16P/N 
 
 import pytest
 
-from zerocalc import Scenario, deepspeed_view, model_states
-from zerocalc.deepspeed_estimator import zero2_estimate, zero3_estimate
+from zerocalc import Scenario, deepspeed_view
+from zerocalc.states.zero import model_states
+from zerocalc.states.deepspeed_estimator import zero2_estimate, zero3_estimate
 
 GIB = 2**30
 

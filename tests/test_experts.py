@@ -4,13 +4,13 @@ the expert-data-parallel group (Megatron-Core's parallel folding), activations p
 import pytest
 
 from zerocalc import Scenario
-from zerocalc.architecture import counts, param_count
+from zerocalc.model.inventory import counts, param_count
 from zerocalc.layout import Layout
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.placement import rank_classes
-from zerocalc.ranks import layout_report
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.model.placement import rank_classes
+from zerocalc.parallel.ranks import layout_report
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 V3 = MODEL_PRESETS["deepseek-v3"][0]
 MIXTRAL = MODEL_PRESETS["mixtral-8x7b"][0]
@@ -76,7 +76,7 @@ def test_expert_layouts_a_model_cannot_take_are_named(layout, dp, field, allowed
 
 def test_the_cli_names_an_expert_layout_the_stage_cannot_take(capsys):
     # 256 GPUs with pp 8 leave 32 ranks per stage: ep 64 cannot fold into them (a message, not a traceback).
-    from zerocalc.cli import main
+    from zerocalc.cli.main import main
     assert main(["--model", "deepseek-v3", "--gpus", "256", "--pp", "8", "--ep", "64"]) == 2
     err = capsys.readouterr().err
     assert "--ep: got 64; allowed: ep x etp dividing dp x tp x cp (32)" in err and "Traceback" not in err

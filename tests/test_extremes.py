@@ -8,13 +8,15 @@ import re
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from zerocalc import Scenario, model_states
-from zerocalc.architecture import Architecture, param_count
-from zerocalc.report import full_report
+from zerocalc import Scenario
+from zerocalc.states.zero import model_states
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.inventory import param_count
+from zerocalc.output.report import full_report
 from zerocalc.tables import DTYPE_BITS, OPTIMIZERS
-from zerocalc.text_report import render_text
+from zerocalc.output.text import render_text
 from zerocalc.units import format_bytes
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 SCI = re.compile(r"\d[eE][+-]?\d")
 

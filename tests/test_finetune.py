@@ -8,13 +8,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerocalc import Scenario
-from zerocalc.architecture import param_count
-from zerocalc.finetune import TARGETS, FineTune
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranks import layout_report
-from zerocalc.report import full_report, trainable_counts
+from zerocalc.model.inventory import param_count
+from zerocalc.model.finetune import TARGETS, FineTune
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.output.report import full_report, trainable_counts
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 LLAMA = MODEL_PRESETS["llama-3-8b"][0]
 
@@ -165,7 +165,7 @@ def test_cli_fine_tuning_flags_and_json_keys():
 
 
 def test_the_text_report_says_what_trains_and_what_each_group_holds():
-    from zerocalc.text_report import render_text
+    from zerocalc.output.text import render_text
     r = view(FineTune(mode="qlora", lora_rank=16, lora_targets=("all-linear",)), workers=1)
     text = render_text(r)
     assert "bytes per parameter that trains (frozen parameters hold their stored weights only)" in text
@@ -188,7 +188,7 @@ def test_only_gradients_narrower_than_the_master_get_an_fp32_copy_at_the_step():
 def test_each_group_ledger_shows_which_entries_vanish():
     # The ledger view: a frozen group keeps only its stored weight, a trained one every entry of the
     # convention except a master copy it does not need (fp32 adapters are their own master).
-    from zerocalc.report import group_ledgers
+    from zerocalc.output.report import group_ledgers
     out = group_ledgers(view(FineTune(mode="qlora", lora_targets=("all-linear",)), convention="megatron"))
     by = {g["group"]: g for g in out["groups"]}
     nf4 = by["nf4, frozen"]["bytes_per_param"]
@@ -208,7 +208,7 @@ def test_the_report_is_the_same_json_whatever_the_hash_seed():
     import subprocess
     import sys
     from pathlib import Path
-    code = ("import json; from zerocalc.cli import main; "
+    code = ("import json; from zerocalc.cli.main import main; "
             "main(['--model', 'llama-3-8b', '--finetune', 'lora', '--lora-targets', 'all-linear', '--lora-dropout', "
             "'0.1', '--json'])")
     root = Path(__file__).resolve().parents[1]

@@ -20,12 +20,12 @@ pytest.importorskip("peft", reason="peft not installed: pip install -r requireme
 
 from tests.measure.peft_lora import llama_config, lora_inventory  # noqa: E402
 from zerocalc import Scenario  # noqa: E402
-from zerocalc.architecture import param_count  # noqa: E402
-from zerocalc.finetune import FineTune, quantized_storage  # noqa: E402
-from zerocalc.hf_config import architecture_from_config  # noqa: E402
-from zerocalc.ranks import layout_report  # noqa: E402
-from zerocalc.report import trainable_counts  # noqa: E402
-from zerocalc.workload import Workload  # noqa: E402
+from zerocalc.model.inventory import param_count  # noqa: E402
+from zerocalc.model.finetune import FineTune, quantized_storage  # noqa: E402
+from zerocalc.model.hf_config import architecture_from_config  # noqa: E402
+from zerocalc.parallel.ranks import layout_report  # noqa: E402
+from zerocalc.output.report import trainable_counts  # noqa: E402
+from zerocalc.step.workload import Workload  # noqa: E402
 
 TOLERANCE = 0.02
 MHA, GQA = llama_config(), llama_config(kv_heads=2)
@@ -195,7 +195,7 @@ def test_all_linear_lora_on_moe_models_within_2_percent(fam):
 
 
 def test_dora_on_a_moe_models_mlp_says_what_it_leaves_out():
-    from zerocalc.finetune import caveats
+    from zerocalc.model.finetune import caveats
     arch = architecture_from_config(_tiny("mixtral"))
     assert caveats(FineTune(mode="dora", lora_targets=("all-linear",)), arch)
     assert not caveats(FineTune(mode="lora", lora_targets=("all-linear",)), arch)

@@ -1,4 +1,4 @@
-"""What would make it fit (zerocalc.fixes): every listed change, applied, fits at the peak shown; the list is
+"""What would make it fit (zerocalc.answers.fixes): every listed change, applied, fits at the peak shown; the list is
 cheapest first, empty when the stage already fits, and each sentence names what it holds fixed."""
 
 from dataclasses import replace
@@ -8,13 +8,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from zerocalc import Scenario
-from zerocalc.architecture import param_count
-from zerocalc.fixes import COSTS, apply, fix_dict, fixes, held_settings, sentence
+from zerocalc.model.inventory import param_count
+from zerocalc.answers.fixes import COSTS, apply, fix_dict, fixes, held_settings, sentence
 from zerocalc.layout import Layout
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranks import layout_report
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 
 def setup(model, dp, convention="zero-paper", **kw):
@@ -133,7 +133,7 @@ def test_a_fix_never_holds_what_it_changes():
 
 
 def test_change_effect_is_the_difference_of_two_whole_reports():
-    from zerocalc.fixes import change_effect, effect_dict
+    from zerocalc.answers.fixes import change_effect, effect_dict
     a, wa = setup("llama-3-8b", 8)
     b, wb = setup("llama-3-8b", 32, micro_batch=2)
     effect = change_effect((a, wa, 3), (b, wb, 2))

@@ -8,14 +8,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.test_frameworks_fuzz import ACCELERATE_KEYS, ACCELERATE_VALUES, DEEPSPEED_KEYS, NASTY, configs
-from zerocalc.cli_frameworks import (add_framework_flags, apply_import, context_for, export_from_args, export_notes,
+from zerocalc.cli.frameworks import (add_framework_flags, apply_import, context_for, export_from_args, export_notes,
                                      framework_error_message, import_from_args, read_config_file)
 from zerocalc.frameworks import FrameworkConfigError, import_accelerate, import_deepspeed
 from zerocalc.frameworks.emitters import dump_yaml
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.model_states import model_states
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.states.zero import model_states
 from zerocalc.scenario import FieldError, Scenario
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 ARCH = MODEL_PRESETS["llama-2-7b"][0]
 

@@ -19,10 +19,10 @@ from streamlit.testing.v1 import AppTest
 from tests.test_app import subtotals
 from ui.panels import escape_markdown
 from ui.state import FIELD, FIELDS, canonical, from_query, resolve, to_query
-from zerocalc.cli import main as cli_main
-from zerocalc.hf_config import ConfigError, architecture_from_config
-from zerocalc.model_states import model_states
-from zerocalc.report import full_report
+from zerocalc.cli.main import main as cli_main
+from zerocalc.model.hf_config import ConfigError, architecture_from_config
+from zerocalc.states.zero import model_states
+from zerocalc.output.report import full_report
 from zerocalc.scenario import FieldError
 from zerocalc.units import format_bytes
 
@@ -143,7 +143,7 @@ def test_config_json_is_refused_by_name_or_counted(config):
         except ConfigError as exc:
             assert exc.field and exc.allowed and str(exc).startswith(f"{exc.field}: got ")
         else:
-            from zerocalc.architecture import param_count
+            from zerocalc.model.inventory import param_count
             assert param_count(arch) >= 1
 
 

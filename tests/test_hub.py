@@ -1,4 +1,4 @@
-"""zerocalc.hub against a real HTTP server on 127.0.0.1 that answers the Hub's file endpoints from local fixtures.
+"""zerocalc.model.hub against a real HTTP server on 127.0.0.1 that answers the Hub's file endpoints from local fixtures.
 
 The server (HubServer below) implements what huggingface_hub 2.4.0 asks of the Hub for hf_hub_download and
 get_hf_file_metadata: HEAD and GET of /{org}/{name}/resolve/{revision}/{filename} (the revision URL-quoted, so
@@ -39,9 +39,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zerocalc import hub as zhub
-from zerocalc.hf_config import architecture_from_config
-from zerocalc.hub import GATED, HubConfig, HubError, fetch_config, validate_repo_id, validate_revision, validate_token
+from zerocalc.model import hub as zhub
+from zerocalc.model.hf_config import architecture_from_config
+from zerocalc.model.hub import (GATED, HubConfig, HubError, fetch_config, validate_repo_id, validate_revision,
+                                validate_token)
 from zerocalc.scenario import FieldError
 
 try:
@@ -296,8 +297,8 @@ def blocked():
             mp.delenv(name, raising=False)
         mp.setenv("NO_PROXY", "127.0.0.1,localhost")
         mp.setattr(hf_constants, "HF_HUB_OFFLINE", False)  # another module may have imported it with offline set
-        # zerocalc.hub sets HF_HUB_DISABLE_TELEMETRY when it imports huggingface_hub first; here this module imported
-        # it, and telemetry would send GET https://huggingface.co/api/agent-harnesses (the guard would refuse it)
+        # zerocalc.model.hub sets HF_HUB_DISABLE_TELEMETRY when it imports huggingface_hub first; here this module
+        # imported it, and telemetry would send GET https://huggingface.co/api/agent-harnesses (the guard would refuse it)
         mp.setattr(hf_constants, "HF_HUB_DISABLE_TELEMETRY", True)
         mp.setattr(hf_constants, "HF_TOKEN_PATH", "/nonexistent/zerocalc-test/token")
         mp.setattr(hf_constants, "HF_STORED_TOKENS_PATH", "/nonexistent/zerocalc-test/stored_tokens")
@@ -486,7 +487,7 @@ def test_offline_serves_the_cache_and_refuses_what_it_lacks(server, cache, monke
 
 SUBPROCESS_SCRIPT = GUARD_SOURCE + '''
 import json, sys
-from zerocalc.hub import HubError, fetch_config
+from zerocalc.model.hub import HubError, fetch_config
 out = []
 for repo in sys.argv[1:]:
     try:
@@ -501,7 +502,7 @@ print(json.dumps(out))
 def run_with_env(repos, **env):
     full = {k: v for k, v in os.environ.items() if not k.upper().endswith("_PROXY") and not k.startswith("HF_")
             and k not in ("HUGGING_FACE_HUB_TOKEN", "TRANSFORMERS_OFFLINE")}
-    full.pop("HF_HUB_DISABLE_TELEMETRY", None)  # zerocalc.hub's own default is under test
+    full.pop("HF_HUB_DISABLE_TELEMETRY", None)  # zerocalc.model.hub's own default is under test
     full.pop("DISABLE_TELEMETRY", None)
     full.update(env, NO_PROXY="127.0.0.1,localhost", PYTHONPATH=str(ROOT))
     done = subprocess.run([sys.executable, "-c", SUBPROCESS_SCRIPT, *repos], env=full, cwd=ROOT,
@@ -727,7 +728,7 @@ def test_without_huggingface_hub_the_error_says_how_to_install_it(monkeypatch):
 
 
 def test_importing_zerocalc_hub_does_not_import_huggingface_hub():
-    code = "import sys, zerocalc.hub; assert 'huggingface_hub' not in sys.modules and 'httpx2' not in sys.modules"
+    code = "import sys, zerocalc.model.hub; assert 'huggingface_hub' not in sys.modules and 'httpx2' not in sys.modules"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
 

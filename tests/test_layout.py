@@ -8,16 +8,18 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from zerocalc import Scenario, model_states
-from zerocalc.activations import activations
-from zerocalc.architecture import Architecture, param_count
-from zerocalc.costs import bubble_fraction
+from zerocalc import Scenario
+from zerocalc.states.zero import model_states
+from zerocalc.step.activations import activations
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.inventory import param_count
+from zerocalc.parallel.costs import bubble_fraction
 from zerocalc.layout import Layout, chunk_layers, in_flight, padded_vocab
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.placement import rank_classes, stored_params
-from zerocalc.ranks import layout_report
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.model.placement import rank_classes, stored_params
+from zerocalc.parallel.ranks import layout_report
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 LLAMA8B = MODEL_PRESETS["llama-3-8b"][0]
 S, B, H, A = 2048, 4, 4096, 32

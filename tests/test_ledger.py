@@ -4,7 +4,8 @@ from fractions import Fraction
 
 import pytest
 
-from zerocalc import Scenario, build_ledger, bytes_per_param, model_states
+from zerocalc import Scenario, build_ledger, bytes_per_param
+from zerocalc.states.zero import model_states
 from zerocalc.tables import CONVENTIONS, DTYPE_BITS
 
 

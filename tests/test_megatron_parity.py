@@ -20,10 +20,11 @@ import pytest
 
 from tests.reference import megatron_memory as M
 from zerocalc import Scenario
-from zerocalc.architecture import Architecture, param_count
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.inventory import param_count
 from zerocalc.layout import Layout
-from zerocalc.ranks import layout_report
-from zerocalc.workload import Workload
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.step.workload import Workload
 
 GPT = dict(layers=24, hidden=2048, heads=16, ffn=8192, vocab=50257, seq_len=2048, gated_mlp=False,
            norm="layernorm", positions="rotary", activation="gelu", attn_dropout=0.1, resid_dropout=0.1,

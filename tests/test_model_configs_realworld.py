@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from zerocalc.architecture import ARCH_LIMITS, MOE_LIMITS, counts
-from zerocalc.hf_config import ConfigError, architecture_from_config
+from zerocalc.model.architecture import ARCH_LIMITS, MOE_LIMITS
+from zerocalc.model.inventory import counts
+from zerocalc.model.hf_config import ConfigError, architecture_from_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "model_configs"
 REALWORLD = ["llama-3.2-1b-instruct", "llama-3.2-3b-instruct", "llama-3.1-70b-instruct-fp8",

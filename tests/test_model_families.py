@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from zerocalc.architecture import Architecture, counts, largest_layer
-from zerocalc.hf_config import SUPPORTED, ConfigError, architecture_from_config
-from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.inventory import counts, largest_layer
+from zerocalc.model.hf_config import SUPPORTED, ConfigError, architecture_from_config
+from zerocalc.model.presets import MODEL_PRESETS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "model_configs"
 CONFIGS = sorted(p.stem for p in FIXTURES.glob("*.json") if not p.name.endswith(".source.json"))

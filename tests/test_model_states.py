@@ -2,7 +2,8 @@
 
 import pytest
 
-from zerocalc import FieldError, Scenario, model_states
+from zerocalc import FieldError, Scenario
+from zerocalc.states.zero import model_states
 
 GB = 10**9
 

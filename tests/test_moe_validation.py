@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch", reason="torch not installed: pip install -r
 pytest.importorskip("transformers", reason="transformers not installed: pip install -r requirements-validation.txt")
 
 from tests.measure.moe_activations import BATCH, SEQ, TINY, build, measure  # noqa: E402
-from zerocalc.activations import activations  # noqa: E402
-from zerocalc.hf_config import architecture_from_config  # noqa: E402
+from zerocalc.step.activations import activations  # noqa: E402
+from zerocalc.model.hf_config import architecture_from_config  # noqa: E402
 
 TOLERANCE = 0.02
 

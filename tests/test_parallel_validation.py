@@ -20,11 +20,11 @@ pytest.importorskip("transformers", reason="transformers not installed: pip inst
 from tests.measure.pipeline_stages import measure_pp  # noqa: E402
 from tests.measure.tensor_parallel import llama, measure_tp  # noqa: E402
 from zerocalc import Scenario  # noqa: E402
-from zerocalc.architecture import param_count  # noqa: E402
-from zerocalc.hf_config import architecture_from_config  # noqa: E402
+from zerocalc.model.inventory import param_count  # noqa: E402
+from zerocalc.model.hf_config import architecture_from_config  # noqa: E402
 from zerocalc.layout import Layout  # noqa: E402
-from zerocalc.ranks import layout_report  # noqa: E402
-from zerocalc.workload import Workload  # noqa: E402
+from zerocalc.parallel.ranks import layout_report  # noqa: E402
+from zerocalc.step.workload import Workload  # noqa: E402
 
 TOLERANCE = 0.02
 BATCH, SEQ = 2, 128

@@ -6,14 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerocalc import Scenario, model_states
-from zerocalc.architecture import largest_layer, param_count
+from zerocalc import Scenario
+from zerocalc.states.zero import model_states
+from zerocalc.model.inventory import largest_layer, param_count
 from zerocalc.gpus import GPU_CATALOG
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranks import layout_report, peaks
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report, peaks
 from zerocalc.scenario import FieldError
-from zerocalc.solve import max_micro_batch, min_workers, solve
-from zerocalc.workload import Workload
+from zerocalc.answers.solve import max_micro_batch, min_workers, solve
+from zerocalc.step.workload import Workload
 
 MIB = 2**20
 

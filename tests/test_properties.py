@@ -5,7 +5,8 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zerocalc import Scenario, build_ledger, model_states
+from zerocalc import Scenario, build_ledger
+from zerocalc.states.zero import model_states
 from zerocalc.scenario import DTYPE_FIELDS, OPTIONAL_DTYPE_FIELDS
 from zerocalc.tables import CONVENTIONS, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
 

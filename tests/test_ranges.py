@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zerocalc import Scenario
-from zerocalc.architecture import param_count
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranges import (ASSUMPTIONS, DEFAULT_VARY, FITS, FITS_EVEN_AT_HIGH, FITS_LOW_ONLY, NO_FIT, VERDICTS,
-                             ranges, ranges_dict, verdict)
-from zerocalc.ranks import layout_report
+from zerocalc.model.inventory import param_count
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.answers.ranges import (ASSUMPTIONS, DEFAULT_VARY, FITS, FITS_EVEN_AT_HIGH, FITS_LOW_ONLY, NO_FIT,
+                                     VERDICTS, ranges, ranges_dict, verdict)
+from zerocalc.parallel.ranks import layout_report
 from zerocalc.layout import Layout
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 GIB = 2**30
 
@@ -86,7 +86,7 @@ def test_bands_are_ordered_and_verdicts_consistent(model, workers, micro, contex
        frag=st.integers(0, 40), recompute=st.sampled_from(["none", "full"]))
 def test_the_overheads_move_without_a_new_report_exactly_as_a_new_report(model, layout, workers, micro, context,
                                                                            frag, recompute):
-    # zerocalc.ranges moves the CUDA context and the allocator reserve analytically (peak.with_overheads): each
+    # zerocalc.answers.ranges moves the CUDA context and the allocator reserve analytically (peak.with_overheads): each
     # band end and swing must equal a whole report with those values, on every rank layout (the worst rank and
     # its peak phase are those with the most tensors at every context and percent).
     scenario, work = setup(model, workers, micro_batch=micro, cuda_context_bytes=context,

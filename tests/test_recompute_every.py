@@ -10,23 +10,23 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from zerocalc import Scenario
-from zerocalc.activations import activations
-from zerocalc.costs import recompute_flops
-from zerocalc.fixes import fixes
+from zerocalc.step.activations import activations
+from zerocalc.parallel.costs import recompute_flops
+from zerocalc.answers.fixes import fixes
 from zerocalc.layout import Layout
-from zerocalc.layout_search import search_layouts
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranks import layout_report
-from zerocalc.report import full_report
+from zerocalc.parallel.search import search_layouts
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.output.report import full_report
 from zerocalc.scenario import FieldError
-from zerocalc.workload import Workload
+from zerocalc.step.workload import Workload
 
 LLAMA8B = MODEL_PRESETS["llama-3-8b"][0]
 SCENARIO = Scenario.from_convention("zero-paper", params=1, workers=8)
 
 
 def scenario_for(arch, workers=8):
-    from zerocalc.architecture import param_count
+    from zerocalc.model.inventory import param_count
     return Scenario.from_convention("zero-paper", params=param_count(arch), workers=workers)
 
 
@@ -121,7 +121,7 @@ def test_a_fix_offers_every_block_when_one_in_n_does_not_fit():
     w = Workload(LLAMA8B, micro_batch=4, seq_len=8192, recompute="full", recompute_every=2, gpu="A100-40GB")
     found = [f for f in fixes(s, w, 3) if f.kind.startswith("recompute")]
     assert found and found[0].workload["recompute_every"] == 1
-    from zerocalc.fixes import apply, sentence
+    from zerocalc.answers.fixes import apply, sentence
     s2, w2 = apply(found[0], s, w)
     assert w2.recompute_every == 1 and layout_report(s2, w2).peaks[3].fits
     assert "of every block" in sentence(found[0], s, w, "GB", 3)
@@ -144,7 +144,7 @@ def test_the_report_names_the_checkpointed_block_terms():
 def test_a_fix_that_turns_recompute_off_drops_one_in_n():
     # A layout found by the search may run without recompute: applying it must give a valid workload (the app
     # raised here before: recompute none with recompute_every 2).
-    from zerocalc.fixes import Fix, apply
+    from zerocalc.answers.fixes import Fix, apply
     s = scenario_for(LLAMA8B)
     w = Workload(LLAMA8B, recompute="full", recompute_every=2)
     fix = Fix("layout", 3, {}, {"recompute": "none"}, {"tp": 2}, 0, 1, (), 6, "")

@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ui.state import from_query, resolve
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.report import ANSWER_KEYS, full_report, plain
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.output.report import ANSWER_KEYS, full_report, plain
 
 
 @settings(max_examples=30, deadline=None)

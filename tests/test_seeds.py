@@ -1,6 +1,7 @@
 """The seed documents' figures, reproduced exactly (../shared/seeds/)."""
 
-from zerocalc import Scenario, model_states
+from zerocalc import Scenario
+from zerocalc.states.zero import model_states
 from zerocalc.units import format_bytes
 
 GB = 10**9

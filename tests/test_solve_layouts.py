@@ -12,13 +12,13 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from zerocalc import Scenario
-from zerocalc.architecture import param_count
+from zerocalc.model.inventory import param_count
 from zerocalc.layout import Layout
-from zerocalc.layout_search import search_layouts
-from zerocalc.model_presets import MODEL_PRESETS
-from zerocalc.ranks import layout_report, peaks
-from zerocalc.solve import solve
-from zerocalc.workload import Workload
+from zerocalc.parallel.search import search_layouts
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report, peaks
+from zerocalc.answers.solve import solve
+from zerocalc.step.workload import Workload
 
 ROOT = Path(__file__).resolve().parents[1]
 

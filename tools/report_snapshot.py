@@ -51,10 +51,10 @@ def _digest(value) -> str:
 
 def app_case(query: dict) -> dict:
     from ui.state import from_query, resolve
-    from zerocalc.activation_formulas import formulas_for
-    from zerocalc.fixes import fixes
-    from zerocalc.ranges import ranges, ranges_dict
-    from zerocalc.report import full_report
+    from zerocalc.step.formulas import formulas_for
+    from zerocalc.answers.fixes import fixes
+    from zerocalc.answers.ranges import ranges, ranges_dict
+    from zerocalc.output.report import full_report
 
     state, warnings = from_query(query)
     r = resolve(state)
@@ -73,7 +73,7 @@ def app_case(query: dict) -> dict:
 
 
 def cli_case(args: list) -> dict:
-    from zerocalc.cli import main
+    from zerocalc.cli.main import main
     out = {}
     for mode in ("text", "json"):
         buf, err = io.StringIO(), io.StringIO()
@@ -87,7 +87,7 @@ def cli_case(args: list) -> dict:
 
 
 def cases(quick: bool):
-    from zerocalc.model_presets import MODEL_PRESETS
+    from zerocalc.model.presets import MODEL_PRESETS
     models = list(MODEL_PRESETS)[:: 6 if quick else 1]
     for model in models:
         for name, query in VARIATIONS.items():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """zerocalc probe: record GPU memory peaks per phase of a training step and print one line to paste into zerocalc's
-calibration (zerocalc.calibrate.parse reads it).
+calibration (zerocalc.answers.calibrate.parse reads it).
 
 Copy this one file next to your training script; it needs only torch, imported when a probe starts:
 

@@ -1,4 +1,4 @@
-"""Calibrate: paste what a real run printed and see it against the estimate (zerocalc.calibrate): measured vs
+"""Calibrate: paste what a real run printed and see it against the estimate (zerocalc.answers.calibrate): measured vs
 estimated per quantity (allocated, reserved, nvidia-smi's used), the residual, and the assumption that would absorb
 it, with a button that sets it. The probe script users run in their loop (tools/zerocalc_probe.py) downloads here.
 """
@@ -45,7 +45,7 @@ def _apply(field: str, value: int) -> None:
 
 
 def panel(resolved, unit: str) -> None:
-    from zerocalc.calibrate import FORMAT_HELP, compare_stage, parse   # imported when the tab first opens
+    from zerocalc.answers.calibrate import FORMAT_HELP, compare_stage, parse  # imported when the tab first opens
     st.markdown("Paste what a real run printed: `torch.cuda.max_memory_allocated()` / `max_memory_reserved()`, "
                 "the JSON of `torch.cuda.memory_stats()`, `torch.cuda.memory_summary()`, `nvidia-smi "
                 "--query-gpu=memory.used,memory.total --format=csv` lines, DeepSpeed's `see_memory_usage` lines, "

@@ -1,6 +1,6 @@
 """Compare two plans: pin the current view as plan A, change anything, and see A and B (the current view) side by
 side: the model-state bars and the peak per stage, and a table of the fields that differ with the bytes each one
-moves when it alone changes (zerocalc.fixes.change_effect, from whole reports). Both plans live in the link
+moves when it alone changes (zerocalc.answers.fixes.change_effect, from whole reports). Both plans live in the link
 (share.link_params: the view's fields plain, plan A's with an "a." prefix).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from zerocalc.fixes import change_effect, effect_dict
+from zerocalc.answers.fixes import change_effect, effect_dict
 from zerocalc.units import format_bytes
 
 from . import figures, tables

@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from zerocalc.activation_formulas import formulas_for
-from zerocalc.fixes import fixes
-from zerocalc.ranges import ranges, ranges_dict
-from zerocalc.report import full_report
+from zerocalc.step.formulas import formulas_for
+from zerocalc.answers.fixes import fixes
+from zerocalc.answers.ranges import ranges, ranges_dict
+from zerocalc.output.report import full_report
 
 from .state import DENSE_IDS, DISPLAY_FIELDS, FIELDS, canonical
 
@@ -93,7 +93,7 @@ def _fixes(key: str, layouts: bool, resolved_and_report) -> list:
 
 
 def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:
-    """The full report; `answers=False` without what only the detail tabs read (zerocalc.report.ANSWER_KEYS)."""
+    """The full report; `answers=False` without what only the detail tabs read (zerocalc.output.report.ANSWER_KEYS)."""
     return _report(_key(resolved), layouts, answers or layouts, resolved)
 
 
@@ -102,7 +102,7 @@ def ranges_of(resolved):
 
 
 def formulas_of(resolved) -> dict:
-    """Each activation term's formula with its values (zerocalc.activation_formulas), for the Peak tab."""
+    """Each activation term's formula with its values (zerocalc.step.formulas), for the Peak tab."""
     return _formulas(_key(resolved), resolved)
 
 

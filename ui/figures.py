@@ -278,7 +278,7 @@ def _names(parts_list) -> list:
 
 
 def _band_trace(report: dict, ranges: dict, labels, unit: str):
-    """The low-high band of each stage's peak (zerocalc.ranges) as a vertical segment over each bar: drawn from
+    """The low-high band of each stage's peak (zerocalc.answers.ranges) as a vertical segment over each bar: drawn from
     the core's two ends, no difference taken."""
     x, y, data = [], [], []
     for label, b in zip(labels, ranges["stages"]):

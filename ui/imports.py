@@ -14,8 +14,8 @@ from dataclasses import fields as dc_fields
 
 import streamlit as st
 
-from zerocalc.architecture import counts, param_count
-from zerocalc.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
+from zerocalc.model.inventory import counts, param_count
+from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
 from zerocalc.scenario import FieldError
 
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
@@ -121,8 +121,8 @@ def on_config_upload() -> None:
 
 
 def hub_fetch():
-    """zerocalc.hub.fetch_config with the token from the session, the endpoint and cache from the environment."""
-    from zerocalc.hub import fetch_config
+    """zerocalc.model.hub.fetch_config with the token from the session, the endpoint and cache from the environment."""
+    from zerocalc.model.hub import fetch_config
     return fetch_config(st.session_state.get("hub_id", "").strip(),
                         revision=(st.session_state.get("hub_revision") or "").strip() or None,
                         token=st.session_state.get("hub_token") or None, timeout_s=10,
@@ -131,7 +131,7 @@ def hub_fetch():
 
 
 def on_hub_fetch() -> None:
-    from zerocalc.hub import HubError
+    from zerocalc.model.hub import HubError
     try:
         hub = hub_fetch()
         arch = architecture_from_config(hub.config)
@@ -215,7 +215,7 @@ def framework_fields(imported, applied, state: dict) -> dict:
 
 
 def on_framework_upload() -> None:
-    from zerocalc.cli_frameworks import apply_import, context_for
+    from zerocalc.cli.frameworks import apply_import, context_for
     from zerocalc.frameworks import FrameworkConfigError, guess_format, import_config
 
     key = upload_key("framework_upload")

@@ -8,14 +8,14 @@ entry script (AppTest on every run) while an imported module is compiled once.""
 
 import streamlit as st
 
-from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.model.presets import MODEL_PRESETS
 
 from . import calibration, compare, compute, finetune, imports, panels, share, widgets
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
         "Framework configs", "How to read it")
-# The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.report.ANSWER_KEYS);
+# The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.output.report.ANSWER_KEYS);
 # with another view open the page asks the core for the bytes, peaks and fit alone.
 ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from zerocalc.activation_formulas import LEGEND
-from zerocalc.fixes import sentence as fix_sentence
+from zerocalc.step.formulas import LEGEND
+from zerocalc.answers.fixes import sentence as fix_sentence
 from zerocalc.units import format_bytes
 
 from . import figures, finetune, tables

@@ -14,17 +14,17 @@ import math
 from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from zerocalc.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
-from zerocalc.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
-from zerocalc.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
-                               FineTune)
+from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from zerocalc.model.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
+from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
+                                     FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
-from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
 from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
 from zerocalc.units import parse_count
-from zerocalc.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
+from zerocalc.step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 
 PARAMS_ONLY = "params-only"
 CUSTOM = "custom"
@@ -67,7 +67,8 @@ VARIANT_ARCH_FIELDS = ("attn_bias", "mlp_bias", "qk_norm", "sandwich_norm", "att
                        "router_bias", "router_fp32", "route_weights_fp32", "expert_bias", "first_dense_layers",
                        "moe_step")
 ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS
-# Fine-tuning (zerocalc.finetune.FineTune): which fields each training mode reads; the others do not matter for it.
+# Fine-tuning (zerocalc.model.finetune.FineTune): which fields each training mode reads; the others do not matter
+# for it.
 _LORA = ("lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save", "base_dtype")
 FINETUNE_MODE_FIELDS = {"full": (), "freeze": ("train_last_layers", "train_modules", "base_dtype"), "lora": _LORA,
                         "dora": _LORA,
@@ -397,7 +398,7 @@ def resolve(state: dict) -> Resolved:
     """Core inputs from a state. A value the core refuses (a shard group that does not divide the workers, heads
     that do not divide the hidden size) is reset to its default with a warning naming it, and the rest is kept."""
     from zerocalc import FieldError, Scenario
-    from zerocalc.architecture import param_count
+    from zerocalc.model.inventory import param_count
     from zerocalc.layout import check_experts
 
     state, warnings = dict(state), []

@@ -187,7 +187,7 @@ def deepspeed_table(report: dict, unit: str) -> "pandas.DataFrame":
 # heads, KV heads and the FFN are divided by tp. Checked against the core in tests/test_app_tables.py.
 def activation_table(report: dict, unit: str, formulas: dict) -> "pandas.DataFrame":
     """Every saved-activation term: where, its size, and its formula in bits with the values plugged in
-    (zerocalc.activation_formulas: the same code that counts the bytes, run on symbols)."""
+    (zerocalc.step.formulas: the same code that counts the bytes, run on symbols)."""
     terms = report["activation_terms"]
     groups = (("each dense layer" if terms.get("per_moe_layer") else "each layer", "per_layer"),
               ("each MoE layer", "per_moe_layer"), ("each local-attention layer (extra)", "per_sliding_layer"),
@@ -226,7 +226,7 @@ OFFLOAD_LABELS = {("none", "none"): "none", ("cpu", "none"): "optimizer", ("cpu"
 
 
 def layouts_table(report: dict, unit: str) -> "pandas.DataFrame":
-    """The layouts of the same GPUs that fit, cheapest first (zerocalc.layout_search)."""
+    """The layouts of the same GPUs that fit, cheapest first (zerocalc.parallel.search)."""
     rows = []
     for p in report["solve"]["layouts"]:
         rows.append({
@@ -275,7 +275,8 @@ def phase_table(calibration: dict, unit: str) -> "pandas.DataFrame":
 
 
 def difference_table(rows: list, unit: str) -> "pandas.DataFrame":
-    """Compare mode: each field that differs, both values and what it alone moves (zerocalc.fixes.change_effect)."""
+    """Compare mode: each field that differs, both values and what it alone moves
+    (zerocalc.answers.fixes.change_effect)."""
     out = []
     for r in rows:
         out.append({"field": r["field"], "plan A": r["a"], "plan B": r["b"],

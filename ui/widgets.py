@@ -14,8 +14,8 @@ import functools
 
 import streamlit as st
 
-from zerocalc.architecture import counts
-from zerocalc.model_presets import MODEL_PRESETS
+from zerocalc.model.inventory import counts
+from zerocalc.model.presets import MODEL_PRESETS
 
 from .labels import HELP, LABELS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,

@@ -8,8 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Optional
 
-from .tables import (CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_FACTORED_DIM, DTYPE_BITS, OFFLOAD_TARGETS,
-                     OPTIMIZERS)
+from .tables import CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_FACTORED_DIM, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
 
 # Integer ranges, shared by the validation below, the CLI and the UI's widgets.
 INT_LIMITS = {

@@ -14,7 +14,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
 
 from tests.e2e.conftest import screenshot, wait_ready
 from ui.state import DTYPES, from_query, resolve
-from zerocalc.report import full_report
+from zerocalc.output.report import full_report
 from zerocalc.units import format_bytes
 
 ISSUE_13 = "?model=llama-3-8b&gpu=A100-40GB&micro_batch=4&seq_len=4096&stage=2"

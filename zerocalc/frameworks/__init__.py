@@ -9,8 +9,7 @@ export a view back to them. Standard library only; importers read text or bytes 
 from .accelerate import import_accelerate
 from .common import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig
 from .deepspeed import import_deepspeed
-from .export import (ExportError, export_accelerate, export_caveats, export_config, export_deepspeed,
-                     export_torchtitan)
+from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
 from .torchtitan import import_torchtitan
 from .yaml_subset import parse_yaml
 

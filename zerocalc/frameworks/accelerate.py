@@ -23,8 +23,19 @@ from __future__ import annotations
 
 from ..scenario import INT_LIMITS
 from . import deepspeed
-from .common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, accelerate_bool, choice,
-                     decode_text, parse_json, require_mapping_keys, strict_int)
+from .common import (
+    Builder,
+    Doc,
+    FrameworkConfigError,
+    ImportContext,
+    ImportedConfig,
+    accelerate_bool,
+    choice,
+    decode_text,
+    parse_json,
+    require_mapping_keys,
+    strict_int,
+)
 from .yaml_subset import parse_yaml
 
 CLUSTER_KEYS = ("compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",

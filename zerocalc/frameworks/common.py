@@ -187,7 +187,7 @@ class ImportContext:
 class ImportedConfig:
     """One imported framework file, as plain data.
 
-    scenario / workload: zerocalc.scenario.Scenario / zerocalc.workload.Workload field names -> values, only those
+    scenario / workload: zerocalc.scenario.Scenario / zerocalc.step.workload.Workload field names -> values, only those
     the file determines (or the framework's default for an absent key that matters for memory).
     layout: tp, pp, vpp, cp, ep, sequence_parallel, micro_batches, schedule, gpus (world = dp x tp x pp x cp; dp is
     scenario["workers"]). selected_stage: the ZeRO stage the file chose (0-3), or None.

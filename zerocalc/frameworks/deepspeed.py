@@ -10,10 +10,18 @@ field to the current view and says so.
 
 from __future__ import annotations
 
-from ..workload import WORKLOAD_LIMITS
+from ..step.workload import WORKLOAD_LIMITS
 from . import deepspeed_schema as S
-from .common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, choice, lax_int,
-                     parse_relaxed_json)
+from .common import (
+    Builder,
+    Doc,
+    FrameworkConfigError,
+    ImportContext,
+    ImportedConfig,
+    choice,
+    lax_int,
+    parse_relaxed_json,
+)
 from .deepspeed_batch import HF_SRC, BatchReader
 
 ZERO_SRC = "DeepSpeedZeroConfig default (deepspeed/runtime/zero/config.py, 0.19.8)"

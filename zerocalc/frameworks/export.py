@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import MISSING, fields
 
-from ..activations import RECOMPUTE
 from ..scenario import FieldError, Scenario, require_choice, require_int
+from ..step.activations import RECOMPUTE
+from ..step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 from ..tables import DTYPE_BITS
-from ..workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 from .common import FORMATS, FrameworkConfigError
 from .deepspeed_schema import COMMUNICATION_DTYPES
 from .emitters import dump_toml, dump_yaml

@@ -17,9 +17,18 @@ from __future__ import annotations
 import re
 import tomllib
 
-from ..workload import WORKLOAD_LIMITS
-from .common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, choice, decode_text,
-                     line_col, strict_int)
+from ..step.workload import WORKLOAD_LIMITS
+from .common import (
+    Builder,
+    Doc,
+    FrameworkConfigError,
+    ImportContext,
+    ImportedConfig,
+    choice,
+    decode_text,
+    line_col,
+    strict_int,
+)
 
 COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
 SRC = f"torchtitan job_config.py default ({COMMIT[:7]})"

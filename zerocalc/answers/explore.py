@@ -1,0 +1,75 @@
+"""Views that vary one input: per-worker memory against the worker count, the fit on every catalogued GPU, and
+the worked formula behind each ledger cell. Plain data, for the CLI's JSON and the UI's charts alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, List
+
+from ..gpus import GPU_CATALOG
+from ..states.groups import state_rows as group_rows
+from ..states.zero import StateRow, row_bytes
+from ..step.shape import param_groups
+from ..tables import PARTITIONED
+
+SCALING_WORKERS = tuple(2**k for k in range(13))   # 1 .. 4096, the UI's log axis
+
+
+def stage_rows(report, stage: int):
+    """The ledger rows behind a stage's per-worker cells: the scenario's own for pure data parallelism, the
+    worst rank's (one row per entry and parameter group) under a layout."""
+    ranks = getattr(report, "ranks", None)
+    if ranks is None:
+        s = report.scenario
+        return tuple(StateRow(e, e.elements(s.params), s.group) for e in report.ledger)
+    return ranks[report.worst[stage]].rows
+
+
+def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
+    """Per-worker persistent bytes per stage as the data-parallel degree varies (the shard group follows it), for
+    the rank holding the most parameters."""
+    ranks = getattr(report, "ranks", None)
+    s = report.scenario
+    rows = {"workers": list(workers)}
+    for stage in range(4):
+        rows[f"stage_{stage}"] = []
+    view = None if ranks is None else max(ranks, key=lambda v: v.shape.params)
+    for n in workers:
+        if view is None:
+            state_rows = [StateRow(e, e.elements(s.params), n) for e in report.ledger]
+        else:
+            scaled = replace(s, workers=n, shard_group=None)
+            shape = view.shape._replace(groups=param_groups(scaled, report.workload, view.rank))
+            state_rows = group_rows(scaled, report.ledger, shape, report.workload.finetune)
+        for stage in range(4):
+            rows[f"stage_{stage}"].append(sum(row_bytes(r, stage) for r in state_rows))
+    return rows
+
+
+def fits_on(report) -> List[dict]:
+    """For each catalogued GPU: its capacity and, per stage, the worst rank's peak and whether it fits (a peak
+    does not depend on the capacity it is checked against)."""
+    rows = []
+    for key, (label, capacity, _) in GPU_CATALOG.items():
+        rows.append({"gpu": key, "name": label, "capacity_bytes": capacity,
+                     "fits": {str(p.stage): p.peak_bytes <= capacity for p in report.peaks},
+                     "peak_bytes": {str(p.stage): p.peak_bytes for p in report.peaks}})
+    return rows
+
+
+def ledger_cells(report) -> List[dict]:
+    """Every (entry, stage) cell with the numbers of its formula: elements x bits / 8 / divisor = bytes. Entry by
+    entry, each entry's four stages together."""
+    per_stage = []
+    for r in report.stages:
+        cells = []
+        for i, row in enumerate(stage_rows(report, r.stage)):
+            entry = row.entry
+            divisor = row.divisor if entry.category in PARTITIONED[r.stage] else 1
+            cells.append({"entry": entry.name, "category": entry.category, "stage": r.stage, "dtype": entry.dtype,
+                          "params": row.elements * entry.den // entry.num, "elements": row.elements,
+                          "bits": entry.bits, "divisor": divisor, "bytes": r.per_worker_by_entry[i],
+                          "location": r.entry_location[i]})
+        per_stage.append(cells)
+    return [cells[i] for i in range(max(map(len, per_stage))) for cells in per_stage if i < len(cells)]

@@ -1,0 +1,361 @@
+"""What would make it fit: when a ZeRO stage's peak exceeds the GPU, the cheapest changes that bring it under, each
+with its resulting peak. Every candidate is evaluated as a whole scenario (ranks.layout_report of the changed
+scenario and workload), so a listed change, applied, fits by construction, and its peak is the one shown.
+
+The changes tried, each from the view as given (one setting changed, or one setting with the micro-batch):
+- ZeRO stage: the lowest higher stage that fits;
+- recompute: each level above the current one (selective only changes eager attention's scores), alone, and with
+  the largest micro-batch that then fits;
+- micro-batch: the largest that fits (solve.max_micro_batch at that stage), with the micro-batches per step raised
+  so the global batch is held when it divides (gradient accumulation: the same sequences per optimizer step);
+- offload: the optimizer state to the CPU (stages 1-3), then the parameters too (stage 3);
+- more GPUs: the fewest data-parallel workers that fit (solve.min_workers; shard group = all of them);
+- a bigger GPU: the catalogued GPU with the least memory that holds the peak;
+- a shorter sequence: the longest power of two below the current length that fits (it changes what is trained);
+- a layout of the same GPUs (layouts=True): the cheapest plan layout_search.search_layouts finds for the stage.
+
+Cost order, cheapest first (COSTS): a ZeRO stage 1 or 2 (no extra time), selective recompute, a smaller
+micro-batch with more accumulation steps, ZeRO-3 (1.5x the data-parallel traffic), full recompute (about a third
+more compute), full recompute with a smaller micro-batch, a model-parallel layout, offload (PCIe every step), more
+GPUs, a bigger GPU, a shorter sequence; ties by the most headroom. Each sentence (sentence()) names the change,
+its peak against the capacity, and the settings it holds fixed.
+
+change_effect() answers the companion question for compare views: how many bytes one change moves (the peak at
+the checked stage and the model states there), from whole reports of the view before and after it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Dict, List, NamedTuple, Optional, Tuple
+
+from ..gpus import GPU_CATALOG
+from ..layout import LAYOUT_LIMITS
+from ..parallel.ranks import layout_report
+from ..scenario import FieldError
+from ..units import format_bytes
+from .solve import max_micro_batch, min_workers
+
+# kind -> cost rank (lower is cheaper) and what the change costs besides memory
+COSTS = {
+    "stage": (0, "no extra time: ZeRO-1 and ZeRO-2 communicate what plain data parallelism does"),
+    "recompute_selective": (1, "recomputes the attention scores only"),
+    "micro_batch": (2, "the same sequences per step in more, smaller micro-batches (lower GPU efficiency)"),
+    "stage_3": (3, "ZeRO-3 gathers the parameters in forward and backward: 1.5x the data-parallel traffic"),
+    "recompute_full": (4, "full recompute runs the forward again in backward: about a third more compute"),
+    "recompute_micro_batch": (5, "full recompute and smaller micro-batches"),
+    "layout": (6, "tensor / pipeline / context parallel traffic and the pipeline bubble"),
+    "offload": (7, "optimizer state (and parameters) over PCIe every step"),
+    "workers": (8, "more GPUs"),
+    "gpu": (9, "a GPU with more memory"),
+    "seq_len": (10, "changes what is trained: shorter sequences"),
+}
+STAGE_NAMES = ("ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+class Fix(NamedTuple):
+    kind: str                 # a COSTS key
+    stage: int                # the ZeRO stage the change is evaluated at (its own, for stage and layout fixes)
+    scenario: Dict[str, object]   # Scenario fields changed
+    workload: Dict[str, object]   # Workload fields changed
+    layout: Dict[str, object]     # Layout fields changed
+    peak_bytes: int
+    capacity_bytes: int
+    held: Tuple[str, ...]     # the settings held as given, named as held_settings() names them
+    cost: int
+    cost_note: str
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def utilisation(self) -> float:
+        return self.peak_bytes / self.capacity_bytes
+
+
+def apply(fix: Fix, scenario, workload):
+    """(scenario, workload) with the fix's changes (the stage is fix.stage)."""
+    s = replace(scenario, **fix.scenario) if fix.scenario else scenario
+    changes = dict(fix.workload)
+    if changes.get("recompute", workload.recompute) != "full" and workload.recompute_every > 1:
+        changes["recompute_every"] = 1          # one block in N is a form of full recompute
+    w = replace(workload, **changes) if changes else workload
+    if fix.layout:
+        w = replace(w, layout=replace(w.layout, **fix.layout))
+    return s, w
+
+
+def held_settings(scenario, workload, stage: int) -> Dict[str, str]:
+    """The settings a fix may change, as a reader names them with their values now (for "held" lists)."""
+    lay = workload.layout
+    mp = lay.model_parallel
+    if scenario.offload_optimizer == "none" and scenario.offload_params == "none":
+        offload = "no offload"
+    else:
+        offload = f"offload: optimizer {scenario.offload_optimizer}, parameters {scenario.offload_params}"
+    layout = "no model parallelism" if lay.is_trivial and lay.ep == 1 else \
+        f"tp {lay.tp} x pp {lay.pp} x cp {lay.cp}" + (f", ep {lay.ep}" if lay.ep > 1 else "")
+    return {
+        "stage": STAGE_NAMES[stage],
+        "micro_batch": f"micro-batch {workload.micro_batch:,}",
+        "micro_batches": f"{lay.micro_batches:,} micro-batch{'es' if lay.micro_batches != 1 else ''} per step",
+        "seq_len": f"sequence {workload.seq_len:,}",
+        "recompute": f"{workload.recompute} recompute" if workload.recompute != "none" else "no recompute",
+        "workers": f"{scenario.workers:,} data-parallel workers" + (f" ({scenario.workers * mp:,} GPUs)"
+                                                                    if mp > 1 else ""),
+        "gpu": workload.gpu_label,
+        "offload": offload,
+        "layout": layout,
+    }
+
+
+
+def _peak(scenario, workload, stage: int) -> Optional[int]:
+    """The worst rank's peak at `stage`, or None when the core refuses the combination."""
+    try:
+        return layout_report(scenario, workload).peaks[stage].peak_bytes
+    except FieldError:
+        return None
+
+
+def _divisors_down(n: int, at_most: int) -> List[int]:
+    return [d for d in range(min(n, at_most), 0, -1) if n % d == 0]
+
+
+def _micro_batch_change(scenario, workload, stage: int, largest: int) -> Optional[Tuple[dict, dict, int]]:
+    """(workload changes, layout changes, peak) for the largest micro-batch <= `largest` that fits with the
+    micro-batches per step raised to hold the global batch (a divisor of micro-batch x micro-batches), else the
+    largest that fits with them held."""
+    b, m = workload.micro_batch, workload.layout.micro_batches
+    per_worker = b * m
+    capacity = workload.capacity_bytes
+    for new in _divisors_down(per_worker, largest):
+        if new >= b:
+            continue
+        steps = per_worker // new
+        if steps > LAYOUT_LIMITS["micro_batches"][1]:
+            continue
+        w = replace(workload, micro_batch=new, layout=replace(workload.layout, micro_batches=steps))
+        peak = _peak(scenario, w, stage)
+        if peak is not None and peak <= capacity:
+            return {"micro_batch": new}, ({"micro_batches": steps} if steps != m else {}), peak
+    if 1 <= largest < b:
+        peak = _peak(scenario, replace(workload, micro_batch=largest), stage)
+        if peak is not None and peak <= capacity:
+            return {"micro_batch": largest}, {}, peak
+    return None
+
+
+def _candidates(scenario, workload, stage: int, layouts: bool):
+    """(kind, stage, scenario changes, workload changes, layout changes, peak) of every change that fits (a bigger
+    GPU's capacity is its own: apply() and the report give it)."""
+    capacity = workload.capacity_bytes
+    report = layout_report(scenario, workload)
+    for s in range(stage + 1, 4):                                    # a higher ZeRO stage
+        if report.peaks[s].fits:
+            yield ("stage_3" if s == 3 else "stage"), s, {}, {}, {}, report.peaks[s].peak_bytes
+            break
+    levels = RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(workload.recompute) + 1:]
+    if workload.recompute_every > 1:
+        levels = ("full",)                                           # one block in N -> every block
+    for level in levels:                                             # recompute, alone and with a micro-batch
+        if level == "selective" and workload.attention != "eager":
+            continue                                                 # flash never holds the scores
+        change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {})}
+        w = replace(workload, **change)
+        peak = _peak(scenario, w, stage)
+        if peak is not None and peak <= capacity:
+            yield f"recompute_{level}", stage, {}, change, {}, peak
+            break
+        largest = max_micro_batch(scenario, w)[stage]
+        found = _micro_batch_change(scenario, w, stage, largest) if largest else None
+        if found:
+            wc, lc, peak = found
+            yield "recompute_micro_batch", stage, {}, {**change, **wc}, lc, peak
+            break
+    largest = max_micro_batch(scenario, workload)[stage]             # micro-batch
+    found = _micro_batch_change(scenario, workload, stage, largest) if largest else None
+    if found:
+        wc, lc, peak = found
+        yield "micro_batch", stage, {}, wc, lc, peak
+    if stage >= 1:                                                   # offload
+        options = [{"offload_optimizer": "cpu"}] + ([{"offload_optimizer": "cpu", "offload_params": "cpu"}]
+                                                     if stage == 3 else [])
+        for changes in options:
+            changes = {k: v for k, v in changes.items() if getattr(scenario, k) == "none"}
+            if not changes:
+                continue
+            peak = _peak(replace(scenario, **changes), workload, stage)
+            if peak is not None and peak <= capacity:
+                yield "offload", stage, changes, {}, {}, peak
+                break
+    fewest = min_workers(scenario, workload)[stage]                  # more GPUs
+    if fewest is not None and fewest > scenario.workers:
+        changes = {"workers": fewest, "shard_group": None}
+        peak = _peak(replace(scenario, **changes), workload, stage)
+        if peak is not None and peak <= capacity:
+            yield "workers", stage, changes, {}, {}, peak
+    peak_now = report.peaks[stage].peak_bytes                        # a bigger GPU (the peak does not move)
+    bigger = sorted((cap, i, key) for i, (key, (_, cap, _)) in enumerate(GPU_CATALOG.items())
+                    if cap >= peak_now and cap > capacity)
+    if bigger:
+        yield "gpu", stage, {}, {"gpu": bigger[0][2], "gpu_memory": None}, {}, peak_now
+    length = 1                                                       # a shorter sequence (a power of two)
+    while length * 2 < workload.seq_len:
+        length *= 2
+    while length >= 1 and length < workload.seq_len:
+        try:
+            w = replace(workload, seq_len=length)
+        except FieldError:
+            w = None
+        peak = None if w is None else _peak(scenario, w, stage)
+        if peak is not None and peak <= capacity:
+            yield "seq_len", stage, {}, {"seq_len": length}, {}, peak
+            break
+        length //= 2
+    if layouts:                                                      # a layout of the same GPUs
+        from ..parallel.search import search_layouts
+        plan = next((p for p in search_layouts(scenario, workload) if p.stage == stage), None)
+        if plan is not None:
+            s_changes = {"workers": plan.dp, "shard_group": None, "offload_optimizer": plan.offload_optimizer,
+                         "offload_params": plan.offload_params}
+            s_changes = {k: v for k, v in s_changes.items() if getattr(scenario, k) != v}
+            w_changes = {"recompute": plan.recompute} if plan.recompute != workload.recompute else {}
+            lay = workload.layout
+            l_all = {"tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "vpp": plan.vpp,
+                     "schedule": plan.schedule, "sequence_parallel": plan.sequence_parallel,
+                     "micro_batches": plan.micro_batches}
+            l_changes = {k: v for k, v in l_all.items() if getattr(lay, k) != v}
+            if l_changes:        # the same layout with other settings is one of the changes above
+                yield "layout", stage, s_changes, w_changes, l_changes, plan.peak_bytes
+
+
+def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
+    """The changes that make `stage` fit, cheapest first ([] when it already fits). `layouts` adds the cheapest
+    layout of the same GPUs (layout_search: hundreds of whole reports for a large world)."""
+    if stage not in range(4):
+        raise FieldError("stage", stage, "one of 0, 1, 2, 3")
+    report = layout_report(scenario, workload)
+    if report.peaks[stage].fits:
+        return []
+    before = held_settings(scenario, workload, stage)
+    out = []
+    for kind, at, s_changes, w_changes, l_changes, peak in _candidates(scenario, workload, stage, layouts):
+        cost, note = COSTS[kind]
+        fix = Fix(kind, at, s_changes, w_changes, l_changes, peak, 0, (), cost, note)
+        s, w = apply(fix, scenario, workload)
+        after = held_settings(s, w, at)
+        held = tuple(n for n in before if before[n] == after[n])
+        out.append(fix._replace(capacity_bytes=w.capacity_bytes, held=held))
+    return sorted(out, key=lambda f: (f.cost, -f.headroom_bytes))
+
+
+def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
+    w, lay, s = fix.workload, fix.layout, fix.scenario
+    if fix.kind in ("stage", "stage_3"):
+        return f"{STAGE_NAMES[fix.stage]} instead of {STAGE_NAMES[stage_from]}"
+    every = " of every block" if w.get("recompute_every") == 1 else ""     # from one block in N
+    if fix.kind in ("recompute_selective", "recompute_full"):
+        return f"{w['recompute']} recompute{every}"
+    if fix.kind in ("micro_batch", "recompute_micro_batch"):
+        text = (f"{w['recompute']} recompute{every} with " if fix.kind == "recompute_micro_batch" else "") + \
+            f"micro-batch {w['micro_batch']:,}"
+        if "micro_batches" in lay:
+            global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
+            text += f" x {lay['micro_batches']:,} micro-batches per step (global batch of {global_batch:,} held)"
+        return text
+    if fix.kind == "offload":
+        parts = ["the optimizer state" if "offload_optimizer" in s else None,
+                 "the parameters" if "offload_params" in s else None]
+        return "offload " + " and ".join(p for p in parts if p) + " to the CPU"
+    if fix.kind == "workers":
+        mp = workload.layout.model_parallel
+        return f"{s['workers']:,} data-parallel workers" + (f" ({s['workers'] * mp:,} GPUs)" if mp > 1 else "")
+    if fix.kind == "gpu":
+        return GPU_CATALOG[w["gpu"]][0]
+    if fix.kind == "seq_len":
+        return f"sequence {w['seq_len']:,}"
+    if fix.kind == "layout":
+        dp = s.get("workers", scenario.workers)
+        full = {f: lay.get(f, getattr(workload.layout, f)) for f in ("tp", "pp", "cp", "ep")}
+        text = f"layout dp {dp:,} x tp {full['tp']} x pp {full['pp']} x cp {full['cp']}"
+        if full["ep"] > 1:
+            text += f" (ep {full['ep']})"
+        extras = []
+        if lay.get("sequence_parallel"):
+            extras.append("sequence parallel")
+        if "micro_batches" in lay:
+            extras.append(f"{lay['micro_batches']:,} micro-batches per step")
+        if "recompute" in w:
+            extras.append(f"{w['recompute']} recompute")
+        if s.get("offload_optimizer", "none") != "none":
+            extras.append("optimizer offload" + (" + parameter offload" if s.get("offload_params", "none") != "none"
+                                                 else ""))
+        return text + (f" ({', '.join(extras)})" if extras else "")
+    raise FieldError("kind", fix.kind, "one of " + ", ".join(COSTS))
+
+
+def sentence(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) -> str:
+    """One line: the change, its peak against the capacity, and the settings held fixed (`stage`: the stage the
+    fix was asked for, named by a stage change; fix.stage otherwise)."""
+    stage = fix.stage if stage is None else stage
+    held = held_settings(scenario, workload, fix.stage)
+    kept = [held[n] for n in fix.held if n in held and (n != "micro_batches" or workload.layout.micro_batches > 1)]
+    change = _change_text(fix, scenario, workload, stage)
+    return (f"{change[:1].upper()}{change[1:]}: "
+            f"{STAGE_NAMES[fix.stage]} peak {format_bytes(fix.peak_bytes, unit)}, "
+            f"{100 * fix.utilisation:.1f}% of {format_bytes(fix.capacity_bytes, unit)}. "
+            f"Held: {', '.join(kept)}.")
+
+
+def fix_dict(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) -> dict:
+    """Plain data for JSON and the UI: integers are bytes."""
+    return {"kind": fix.kind, "stage": fix.stage, "scenario": dict(fix.scenario), "workload": dict(fix.workload),
+            "layout": dict(fix.layout), "peak_bytes": fix.peak_bytes, "capacity_bytes": fix.capacity_bytes,
+            "headroom_bytes": fix.headroom_bytes, "held": list(fix.held), "cost": fix.cost,
+            "cost_note": fix.cost_note, "sentence": sentence(fix, scenario, workload, unit, stage)}
+
+
+def fixes_dict(scenario, workload, stage: int, layouts: bool = False, unit: str = "GB") -> List[dict]:
+    return [fix_dict(f, scenario, workload, unit, stage) for f in fixes(scenario, workload, stage, layouts)]
+
+
+class Effect(NamedTuple):
+    """What one change moves: the worst rank's peak at each view's checked stage and its model states there."""
+    peak_before: Optional[int]        # None without a workload (a parameter count alone has no peak)
+    peak_after: Optional[int]
+    states_before: int
+    states_after: int
+
+    @property
+    def moved_peak_bytes(self) -> Optional[int]:
+        if self.peak_before is None or self.peak_after is None:
+            return None
+        return self.peak_after - self.peak_before
+
+    @property
+    def moved_state_bytes(self) -> int:
+        return self.states_after - self.states_before
+
+
+def _stage_bytes(scenario, workload, stage: int) -> Tuple[Optional[int], int]:
+    from ..parallel.ranks import report_for
+    report = report_for(scenario, workload)
+    peak = None if workload is None else report.peaks[stage].peak_bytes
+    return peak, report.stages[stage].per_worker_total
+
+
+def change_effect(before: tuple, after: tuple) -> Effect:
+    """The bytes a change moves, for compare views: `before` and `after` are (scenario, workload or None, stage)
+    as each view checks it. Every number comes from whole reports of the two views."""
+    p0, s0 = _stage_bytes(*before)
+    p1, s1 = _stage_bytes(*after)
+    return Effect(p0, p1, s0, s1)
+
+
+def effect_dict(effect: Effect) -> dict:
+    return {"peak_before_bytes": effect.peak_before, "peak_after_bytes": effect.peak_after,
+            "moved_peak_bytes": effect.moved_peak_bytes, "states_before_bytes": effect.states_before,
+            "states_after_bytes": effect.states_after, "moved_state_bytes": effect.moved_state_bytes}

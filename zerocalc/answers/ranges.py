@@ -1,0 +1,205 @@
+"""Ranges: the low-high band of each stage's peak when the working-set assumptions vary over documented ranges,
+and a fit verdict that says how much the answer depends on them.
+
+Each assumption is a set of Workload fields with a low and a high value (a point outside its range widens the band
+to the point, so low <= point <= high always holds: the peak grows with every one of these fields). The band is
+computed by whole reports (ranks.layout_report with dataclasses.replace of the fields): all assumptions at their
+low values, all at their high values, and each alone (the others at the point) to show which one drives the band.
+
+The ranges and where their figures come from:
+- cuda_context (cuda_context_bytes), 0.5-1.5 GiB. What nvidia-smi shows beyond PyTorch's allocator: the CUDA
+  context itself plus cuBLAS/cuDNN workspaces and NCCL buffers. The context alone: 287,047,680 bytes with lazy
+  module loading against 666,632,192 bytes eager (pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY
+  PyTorch's default); "around 400MB if CUDA >= 11.7 is used and lazy module loading enabled" and "~300MB" now,
+  ">1000MB" before CUDA 11.7 loaded kernels lazily (ptrblck in pytorch/pytorch #109888 and #107667); 200 to 700+ MB
+  across machines (pytorch/pytorch #28113); lazy loading is the default on Linux since CUDA 12.2 (NVIDIA CUDA C++
+  Programming Guide, "Lazy Loading"). The workspaces and NCCL's buffers of a training run come on top; 0.5 GiB
+  low and 1.5 GiB high are our assumption from these figures, around the 1 GiB point (workload.py).
+- allocator_reserve (fragmentation_percent), 0-15 %. 0 %: the caching allocator holds nothing beyond live tensors
+  (reachable with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which maps 2 MiB pages into one growing
+  segment; c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]). 15 %: an assumption. Without expandable
+  segments the allocator rounds large blocks up to 2 MiB, packs 1-10 MiB requests in 20 MiB blocks and cannot
+  reuse the slivers that shape changes leave (the same file's notes; the ZeRO paper, Rajbhandari et al. SC20,
+  names fragmentation among the residual memory consumers). Out-of-memory messages users publish ("X is allocated
+  by PyTorch, and Y is reserved by PyTorch but unallocated") show Y / X from about 0.1 % (120.54 MiB of 90.63 GiB,
+  a vLLM report) through 3.7 % (1.22 of 33.29 GiB), 5.2 % (1.51 of 28.92 GiB, ColossalAI discussion #2907) and
+  7.6 % (3.24 of 42.40 GiB) to over 20 % on a small process (1.17 of 5.45 GiB): 15 % is a planning range, not a
+  bound. calibrate.compare measures it for a real run.
+- buckets (reduce_bucket_size, prefetch_bucket_size), opt-in: between the values Hugging Face's "auto" DeepSpeed
+  config fills in from the hidden size h (reduce_bucket_size = h * h, stage3_prefetch_bucket_size = 0.9 * h * h:
+  accelerate's Accelerator._prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig) and DeepSpeed's own
+  defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py).
+Routing imbalance (MoE) is the next entry once the workload models experts: add an Assumption to ASSUMPTIONS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, NamedTuple, Optional, Tuple
+
+from ..parallel.ranks import layout_report
+from ..scenario import FieldError
+from ..step.peak import tensor_bytes, with_overheads
+from ..step.workload import WORKLOAD_LIMITS
+from ..tables import STAGES
+
+GIB = 2**30
+FITS_EVEN_AT_HIGH = "fits even at the high end"
+FITS = "fits"
+FITS_LOW_ONLY = "fits at the low end only"
+NO_FIT = "does not fit even at the low end"
+VERDICTS = (FITS_EVEN_AT_HIGH, FITS, FITS_LOW_ONLY, NO_FIT)
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A named set of Workload fields varied together, with their low and high values for a workload."""
+    name: str
+    label: str
+    fields: Tuple[str, ...]
+    low: Callable[[object], Dict[str, int]]
+    high: Callable[[object], Dict[str, int]]
+    source: str
+
+
+def _hf_auto(workload) -> Dict[str, int]:
+    h = workload.arch.hidden
+    return {"reduce_bucket_size": h * h, "prefetch_bucket_size": 9 * h * h // 10}
+
+
+ASSUMPTIONS: Dict[str, Assumption] = {
+    "cuda_context": Assumption(
+        "cuda_context", "CUDA context", ("cuda_context_bytes",),
+        lambda w: {"cuda_context_bytes": GIB // 2}, lambda w: {"cuda_context_bytes": 3 * GIB // 2},
+        "0.5-1.5 GiB: the CUDA context (287 MB lazy to 667 MB eager, pytorch/pytorch #86509; ~300-400 MB with lazy "
+        "loading, >1000 MB before CUDA 11.7, pytorch/pytorch #107667 and #109888) plus cuBLAS/cuDNN workspaces and "
+        "NCCL buffers; the band's ends are an assumption from those figures"),
+    "allocator_reserve": Assumption(
+        "allocator_reserve", "allocator reserve", ("fragmentation_percent",),
+        lambda w: {"fragmentation_percent": 0}, lambda w: {"fragmentation_percent": 15},
+        "0-15 % of the tensors: 0 with expandable segments (c10/cuda/CUDACachingAllocator.cpp), 15 an assumption "
+        "for the default allocator's rounding and slivers (published OOM messages show 0.1-8 %, outliers above 20 %)"),
+    "buckets": Assumption(
+        "buckets", "bucket sizes", ("reduce_bucket_size", "prefetch_bucket_size"),
+        _hf_auto, lambda w: {"reduce_bucket_size": 500_000_000, "prefetch_bucket_size": 50_000_000},
+        "between Hugging Face's \"auto\" values (h*h and 0.9*h*h elements: accelerate, transformers) and "
+        "DeepSpeed's defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py)"),
+}
+DEFAULT_VARY = ("cuda_context", "allocator_reserve")
+# Fields that change only a phase's overheads, not its tensors (peak.with_overheads): moved without a new report.
+OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent"})
+
+
+class StageBand(NamedTuple):
+    stage: int
+    low_bytes: int
+    point_bytes: int
+    high_bytes: int
+    capacity_bytes: int
+    verdict: str
+    swing: Dict[str, Tuple[int, int]]    # assumption -> (peak at its low, at its high), the others at the point
+
+    @property
+    def drivers(self) -> Tuple[str, ...]:
+        """The assumptions by how far each alone moves the peak, widest first."""
+        return tuple(sorted(self.swing, key=lambda n: (-(self.swing[n][1] - self.swing[n][0]), n)))
+
+
+class Ranges(NamedTuple):
+    bands: Tuple[StageBand, ...]
+    vary: Tuple[str, ...]
+    low: Dict[str, int]                  # field -> value at the low end
+    point: Dict[str, int]                # field -> the workload's value
+    high: Dict[str, int]                 # field -> value at the high end
+    notes: Tuple[str, ...]
+
+    def band(self, stage: int) -> StageBand:
+        return self.bands[stage]
+
+
+def verdict(low: int, point: int, high: int, capacity: int) -> str:
+    """How the fit depends on the assumptions: from "fits even at the high end" to "does not fit even at the low
+    end"; "fits" when the point fits but the high end does not."""
+    if not low <= point <= high:
+        raise FieldError("band", (low, point, high), "low <= point <= high")
+    if high <= capacity:
+        return FITS_EVEN_AT_HIGH
+    if point <= capacity:
+        return FITS
+    if low <= capacity:
+        return FITS_LOW_ONLY
+    return NO_FIT
+
+
+def _ends(workload, names, bounds) -> Tuple[Dict[str, int], Dict[str, int], Dict[str, int], list]:
+    low, point, high, notes = {}, {}, {}, []
+    for name in names:
+        spec = ASSUMPTIONS[name]
+        lows, highs = spec.low(workload), spec.high(workload)
+        for f in spec.fields:
+            lo, hi = bounds.get(f, (lows[f], highs[f]))
+            lo, hi = min(lo, hi), max(lo, hi)
+            value = getattr(workload, f)
+            limit_lo, limit_hi = WORKLOAD_LIMITS[f]
+            lo, hi = max(lo, limit_lo), min(hi, limit_hi)
+            if not lo <= value <= hi:
+                notes.append(f"{f} = {value:,} lies outside its range {lo:,}-{hi:,}: the band reaches it")
+            low[f], point[f], high[f] = min(lo, value), value, max(hi, value)
+    return low, point, high, notes
+
+
+def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tuple[int, int]]] = None) -> Ranges:
+    """Per ZeRO stage: the peak with every varied assumption at its low end, at the point, at its high end, the
+    swing of each alone, and the verdict. `vary` names ASSUMPTIONS entries; `bounds` replaces the range of a
+    varied field ({"cuda_context_bytes": (lo, hi)}), clipped to the field's WORKLOAD_LIMITS."""
+    vary = tuple(vary)
+    unknown = [n for n in vary if n not in ASSUMPTIONS]
+    if unknown or len(set(vary)) != len(vary):
+        raise FieldError("vary", list(vary), "distinct names from " + ", ".join(ASSUMPTIONS))
+    bounds = dict(bounds or {})
+    varied = [f for n in vary for f in ASSUMPTIONS[n].fields]
+    for f, pair in bounds.items():
+        if f not in varied or not (isinstance(pair, tuple) and len(pair) == 2 and
+                                   all(isinstance(v, int) and not isinstance(v, bool) for v in pair)):
+            raise FieldError("bounds", {f: pair}, "a varied field (" + ", ".join(varied) + ") -> (low, high) "
+                             "integers")
+    low, point, high, notes = _ends(workload, vary, bounds)
+
+    point_report = layout_report(scenario, workload)
+    tensors = [tensor_bytes(p) for p in point_report.peaks]
+
+    def peaks(fields):
+        if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
+            context = fields.get("cuda_context_bytes", workload.cuda_context_bytes)
+            percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
+            return [with_overheads(t, context, percent) for t in tensors]
+        return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
+
+    at_point = [p.peak_bytes for p in point_report.peaks]
+    at_low, at_high = peaks(low), peaks(high)
+    swings = {}
+    for name in vary:
+        own = ASSUMPTIONS[name].fields
+        swings[name] = (peaks({f: low[f] for f in own}), peaks({f: high[f] for f in own}))
+    capacity = workload.capacity_bytes
+    bands = []
+    for s in STAGES:
+        band = (at_low[s], at_point[s], at_high[s])
+        bands.append(StageBand(s, *band, capacity, verdict(*band, capacity),
+                               {n: (lo[s], hi[s]) for n, (lo, hi) in swings.items()}))
+    return Ranges(tuple(bands), vary, low, point, high, tuple(notes))
+
+
+def ranges_dict(r: Ranges) -> dict:
+    """Plain data for JSON and the UI: integers are bytes."""
+    return {
+        "vary": list(r.vary),
+        "assumptions": [{"name": n, "label": ASSUMPTIONS[n].label, "source": ASSUMPTIONS[n].source,
+                         "fields": {f: {"low": r.low[f], "point": r.point[f], "high": r.high[f]}
+                                    for f in ASSUMPTIONS[n].fields}} for n in r.vary],
+        "stages": [{"stage": b.stage, "low_bytes": b.low_bytes, "point_bytes": b.point_bytes,
+                    "high_bytes": b.high_bytes, "capacity_bytes": b.capacity_bytes, "verdict": b.verdict,
+                    "swing": {n: {"low_bytes": lo, "high_bytes": hi} for n, (lo, hi) in b.swing.items()},
+                    "drivers": list(b.drivers)} for b in r.bands],
+        "notes": list(r.notes),
+    }

@@ -1,0 +1,132 @@
+"""Inverse questions, answered exactly by search over the peak model (monotone in each unknown): the largest
+micro-batch that fits, the fewest data-parallel workers (and GPUs) for which it fits, the lowest ZeRO stage that
+fits, all for the worst rank of the layout as given. Every candidate is evaluated as a whole scenario: an answer
+set back as the input reproduces the verdict exactly (the fewest-workers answer once reused the original worker
+count for part of the working set, and could name a count that did not fit).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, NamedTuple, Optional
+
+from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_workers
+from ..scenario import INT_LIMITS
+from ..step.workload import WORKLOAD_LIMITS
+from ..tables import STAGES
+
+
+class Solution(NamedTuple):
+    max_micro_batch: Dict[int, int]            # 0: not even a micro-batch of 1 fits
+    min_workers: Dict[int, Optional[int]]      # None: no worker count up to the limit fits
+    lowest_stage: Optional[int]
+    model_parallel: int = 1                    # tp x pp x cp: GPUs per data-parallel worker
+
+    @property
+    def min_gpus(self) -> Dict[int, Optional[int]]:
+        return {s: None if n is None else n * self.model_parallel for s, n in self.min_workers.items()}
+
+
+def _largest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = None) -> int:
+    """Largest n in [lo, hi] with fits(n), for fits true up to some point then false; lo - 1 if none.
+    Gallops from lo (or from a guess) then bisects: O(log distance) evaluations."""
+    if not fits(lo):
+        return lo - 1
+    good = lo
+    if guess is not None and lo < guess <= hi:
+        if fits(guess):
+            good = guess
+        else:
+            return _bisect_down(fits, good, guess)
+    probe, step = good + 1, 1
+    while probe <= hi and fits(probe):
+        good, step = probe, step * 2
+        probe = good + step
+    return _bisect_down(fits, good, min(probe, hi + 1))
+
+
+def _bisect_down(fits, good: int, bad: int) -> int:
+    while bad - good > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
+
+
+def _smallest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = None) -> Optional[int]:
+    """Smallest n in [lo, hi] with fits(n), for fits false up to some point then true; None if none.
+    Gallops away from a guess (or up from lo) then bisects: O(log distance) evaluations."""
+    if not fits(hi):
+        return None
+    if guess is None or not lo <= guess <= hi:
+        guess = lo
+    if fits(guess):
+        good, step = guess, 1
+        while good - step >= lo and fits(good - step):
+            good, step = good - step, step * 2
+        bad = max(good - step, lo - 1)             # not fits(bad), or bad below lo
+    else:
+        bad, step = guess, 1
+        while bad + step < hi and not fits(bad + step):
+            bad, step = bad + step, step * 2
+        good = min(bad + step, hi)
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
+
+
+def _linear_guess(peak1: int, peak2: int, capacity: int) -> Optional[int]:
+    """Where a peak growing linearly in the micro-batch (activations and logits are) meets the capacity."""
+    slope = peak2 - peak1
+    if slope <= 0:
+        return None
+    return max(1, 1 + (capacity - peak1) // slope)
+
+
+def max_micro_batch(scenario, workload) -> Dict[int, int]:
+    base = layout_report(scenario, workload)
+    cache: Dict[int, tuple] = {}
+
+    def peaks(b: int):
+        if b not in cache:
+            cache[b] = peaks_at_micro_batch(base, b)
+        return cache[b]
+
+    hi = WORKLOAD_LIMITS["micro_batch"][1]
+    out = {}
+    for s in STAGES:
+        fits = lambda b, s=s: peaks(b)[s].fits     # noqa: E731
+        guess = _linear_guess(peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes, workload.capacity_bytes)
+        out[s] = _largest_true(fits, 1, hi, guess)
+    return out
+
+
+def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
+    """Fewest data-parallel workers (shard group = all of them) for which each stage fits, the layout kept."""
+    base = layout_report(scenario, workload)
+    cache: Dict[int, tuple] = {}
+
+    def peaks(n: int):
+        if n not in cache:
+            cache[n] = peaks_at_workers(base, n)
+        return cache[n]
+
+    out = {}
+    for s in STAGES:
+        one, two = peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes
+        # The sharded part of the peak falls as 1 / n: peak(n) ~ fixed + sharded / n, fitted at n = 1 and 2.
+        sharded = 2 * (one - two)
+        fixed = one - sharded
+        room = workload.capacity_bytes - fixed
+        guess = -(-sharded // room) if sharded > 0 and room > 0 else None
+        out[s] = _smallest_true(lambda n, s=s: peaks(n)[s].fits, 1, INT_LIMITS["workers"][1], guess)
+    return out
+
+
+def lowest_stage(scenario, workload) -> Optional[int]:
+    fitting = [p.stage for p in layout_report(scenario, workload).peaks if p.fits]
+    return min(fitting) if fitting else None
+
+
+def solve(scenario, workload) -> Solution:
+    return Solution(max_micro_batch(scenario, workload), min_workers(scenario, workload),
+                    lowest_stage(scenario, workload), workload.layout.model_parallel)

@@ -1,0 +1,123 @@
+"""The CLI's model and workload flags -> Architecture and Workload, and the --list-* tables."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..gpus import GPU_CATALOG
+from ..layout import Layout
+from ..model.architecture import Architecture
+from ..model.finetune import FineTune
+from ..model.hf_config import architecture_from_config
+from ..model.inventory import largest_layer, param_count
+from ..model.presets import MODEL_PRESETS
+from ..step.workload import Workload
+from ..units import format_bytes
+
+ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
+WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "recompute_every",
+                  "implementation",
+                  "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
+                  "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
+                  "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")
+LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
+                "vocab_divisor", "ep", "etp")
+FINETUNE_FLAGS = {"finetune": "mode", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
+                  "lora_dropout": "lora_dropout", "adapter_dtype": "adapter_dtype",
+                  "modules_to_save": "modules_to_save", "train_last_layers": "train_last_layers",
+                  "train_modules": "train_modules", "base_dtype": "base_dtype", "quant_type": "quant_type",
+                  "quant_block_size": "quant_block_size", "double_quant": "double_quant",
+                  "kbit_prepare": "kbit_prepare"}
+
+
+class ModelFlagError(ValueError):
+    """A flag combination that names no model, or two that disagree."""
+
+
+def architecture_from_args(args):
+    """The architecture the flags describe, or None when none is described."""
+    shape = {f: getattr(args, f) for f in ARCH_FLAGS if getattr(args, f) is not None}
+    named = [flag for flag, value in (("--model", args.model), ("--config", args.config),
+                                      ("--hub", getattr(args, "hub", None))) if value]
+    if len(named) > 1:
+        raise ModelFlagError(f"{' and '.join(named)} each name a model: give one")
+    if getattr(args, "revision", None) and not getattr(args, "hub", None):
+        raise ModelFlagError("--revision needs --hub")
+    if args.model:
+        arch = MODEL_PRESETS[args.model][0]
+    elif args.config:
+        arch = architecture_from_config(args.config)
+    elif getattr(args, "hub", None):
+        from ..model.hub import fetch_config
+        args._hub = fetch_config(args.hub, args.revision)
+        arch = architecture_from_config(args._hub.config)
+    elif shape:
+        missing = [f"--{f}" for f in ("layers", "hidden", "heads", "ffn", "vocab") if f not in shape]
+        if missing:
+            raise ModelFlagError(f"a custom architecture needs {', '.join(missing)} (or --model / --config)")
+        arch = Architecture(seq_len=args.seq_len or 2048, **shape)
+    else:
+        return None
+    changes = dict(shape)                      # preset or config fields the flags override
+    if args.tied_embeddings is not None:
+        changes["tied_embeddings"] = args.tied_embeddings == "yes"
+    if args.dropout is not None:
+        changes.update(attn_dropout=args.dropout, resid_dropout=args.dropout, embd_dropout=args.dropout)
+    return replace(arch, **changes) if changes else arch
+
+
+def layout_from_args(args) -> Layout:
+    given = {f: getattr(args, f) for f in LAYOUT_FLAGS if getattr(args, f) is not None}
+    for flag in ("sequence_parallel", "loss_parallel"):
+        if flag in given:
+            given[flag] = given[flag] == "yes"
+    if given.get("vpp", 1) > 1 and "schedule" not in given:
+        given["schedule"] = "interleaved"        # virtual stages only exist in the interleaved schedule
+    return Layout(**given)
+
+
+def finetune_from_args(args) -> FineTune:
+    given = {field: getattr(args, flag) for flag, field in FINETUNE_FLAGS.items()
+             if getattr(args, flag, None) is not None}
+    for field in ("double_quant", "kbit_prepare"):
+        if field in given:
+            given[field] = given[field] == "yes"
+    return FineTune(**given)
+
+
+def workload_from_args(args, arch) -> Workload:
+    given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
+    return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)
+
+
+def workload_flags_given(args) -> list:
+    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS + tuple(FINETUNE_FLAGS)
+            if getattr(args, f, None) is not None]
+
+
+def list_models(as_json: bool):
+    rows = []
+    for name, (arch, published, source) in MODEL_PRESETS.items():
+        layer_name, layer = largest_layer(arch)
+        rows.append({"name": name, "params": param_count(arch), "published_params": published, "source": source,
+                     "largest_layer_params": layer, "largest_layer": layer_name, "layers": arch.layers,
+                     "hidden": arch.hidden, "heads": arch.heads, "kv_heads": arch.n_kv_heads, "ffn": arch.ffn,
+                     "vocab": arch.vocab})
+    if as_json:
+        return rows
+    width = max(len(r["name"]) for r in rows)
+    return "\n".join([f"{'model':{width}}  {'parameters':>17}  {'largest layer':>14}  source"] +
+                     [f"{r['name']:{width}}  {r['params']:>17,}  {r['largest_layer_params']:>14,}  {r['source']}"
+                      for r in rows])
+
+
+def list_gpus(as_json: bool):
+    rows = [{"name": key, "capacity_bytes": cap, "marketing_name": label, "reported_as": reported}
+            for key, (label, cap, reported) in GPU_CATALOG.items()]
+    if as_json:
+        return rows
+    width = max(len(r["name"]) for r in rows)
+    return "\n".join([f"{'gpu':{width}}  {'capacity':>12}  {'':>10}  reported as"] +
+                     [f"{r['name']:{width}}  {format_bytes(r['capacity_bytes'], 'GiB'):>12}  "
+                      f"{format_bytes(r['capacity_bytes'], 'GB'):>10}  {r['reported_as']} ({r['marketing_name']})"
+                      for r in rows])

@@ -1,0 +1,261 @@
+"""Fine-tuning: which parameters train, the adapters peft attaches, and how a quantized base is stored.
+
+The modes change the parameter inventory (architecture.tensors), nothing else: frozen tensors keep only their
+stored weight (no gradient, master copy or optimizer state), trainable ones the full ledger. Facts, measured with
+peft 0.21.2 and bitsandbytes 0.50.2 (tests/measure/peft_lora.py, quantized_storage.py):
+- LoRA on a linear [out, in]: lora_A [r, in] and lora_B [out, r], separate modules (peft LoraLayer.update_layer);
+  DoRA adds a magnitude vector [out] (DoraLinearLayer). get_peft_model's autocast_adapter_dtype=True keeps
+  adapters in fp32 on a bf16 / fp16 base (tuners_utils.cast_adapter_dtype): the default here too.
+- "all-linear" targets every linear of the decoder blocks and not the output head (peft tuners_utils).
+- modules_to_save keeps the original module frozen and trains a deep copy in the base dtype (peft utils/other.py).
+- bitsandbytes 4-bit (Params4bit, functional.quantize_4bit): packed data ceil(n / 2) bytes, an absmax per block of
+  `block` elements (fp32; with double quantization uint8, plus an fp32 scale per 256 blocks, an fp32 offset and a
+  256-entry fp32 code table), a 16-entry fp32 code table per tensor; 8-bit (Int8Params): int8 data plus an fp32
+  scale per output row (SCB). Only the blocks' linear weights are quantized (transformers' bnb quantizer keeps
+  embeddings, the head, norms and biases as they are); peft's prepare_model_for_kbit_training then upcasts every
+  non-quantized parameter to fp32.
+Under tensor parallelism an adapter follows its base: on a column-parallel linear lora_A is replicated and lora_B
+split with the output; on a row-parallel one lora_A is split with the input and lora_B replicated (NeMo's
+ParallelLinearAdapter). Experts and routers are not targeted (they are not nn.Linear modules in transformers 5).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Dict, Optional, Tuple
+
+from ..scenario import FieldError, require_choice, require_int, require_probability
+from ..tables import DTYPE_BITS
+
+MODES = ("full", "freeze", "lora", "dora", "qlora")
+TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+ALL_LINEAR = "all-linear"
+SAVEABLE = ("embed_tokens", "lm_head")
+TRAINABLE_MODULES = ("embed_tokens", "lm_head", "norms")
+QUANT_TYPES = ("nf4", "fp4", "int8")
+QUANT_BLOCKS = (64, 128, 256, 512, 1024, 2048, 4096)
+ADAPTED_ROLES = ("attention", "mlp", "shared expert")
+# module name -> the targets that select it (a fused module is selected by any of its parts)
+_MODULE_TARGETS = {
+    "q_proj": ("q",), "k_proj": ("k",), "v_proj": ("v",), "o_proj": ("o",), "qkv_proj": ("q", "k", "v"),
+    "gate_proj": ("gate",), "up_proj": ("up",), "down_proj": ("down",), "gate_up_proj": ("gate", "up"),
+    # Linear modules no named target reaches: peft matches module names, so only all-linear (every nn.Linear but
+    # the head) selects latent attention's projections and Qwen2-MoE's shared-expert gate (measured against
+    # peft 0.21.2, tests/test_finetune_validation.py).
+    "q_a_proj": (ALL_LINEAR,), "q_b_proj": (ALL_LINEAR,), "kv_a_proj_with_mqa": (ALL_LINEAR,),
+    "kv_b_proj": (ALL_LINEAR,), "shared_expert_gate": (ALL_LINEAR,),
+}
+
+
+@dataclass(frozen=True)
+class FineTune:
+    mode: str = "full"
+    lora_rank: int = 8
+    lora_targets: Tuple[str, ...] = ("q", "v")      # or ("all-linear",)
+    lora_dropout: float = 0.0
+    adapter_dtype: Optional[str] = None    # None: peft's default, fp32 on a 16-bit base (autocast_adapter_dtype)
+    modules_to_save: Tuple[str, ...] = ()  # trained in full beside the adapters (a copy; the original frozen)
+    train_last_layers: int = 0             # freeze: the last k blocks train
+    train_modules: Tuple[str, ...] = ()    # freeze: embed_tokens, lm_head and / or the norms train
+    base_dtype: Optional[str] = None       # frozen base weights (None: the ledger's parameter dtype)
+    quant_type: str = "nf4"                # qlora: nf4 or fp4 (4-bit) or int8 (LLM.int8: LoRA on an 8-bit base)
+    quant_block_size: int = 64
+    double_quant: bool = True
+    kbit_prepare: bool = True              # qlora: peft's prepare_model_for_kbit_training (fp32 non-quantized)
+
+    def __post_init__(self):
+        require_choice("finetune", self.mode, MODES)
+        require_int("lora_rank", self.lora_rank, 1, 1_000_000)
+        if not isinstance(self.lora_targets, tuple) or not (
+                self.lora_targets == (ALL_LINEAR,) or all(t in TARGETS for t in self.lora_targets)):
+            raise FieldError("lora_targets", self.lora_targets, f"some of {', '.join(TARGETS)}, or {ALL_LINEAR}")
+        require_probability("lora_dropout", self.lora_dropout)
+        if self.adapter_dtype is not None:
+            require_choice("adapter_dtype", self.adapter_dtype, DTYPE_BITS)
+        if self.base_dtype is not None:
+            require_choice("base_dtype", self.base_dtype, DTYPE_BITS)
+        for field, allowed in (("modules_to_save", SAVEABLE), ("train_modules", TRAINABLE_MODULES)):
+            value = getattr(self, field)
+            if not isinstance(value, tuple) or any(v not in allowed for v in value):
+                raise FieldError(field, value, f"some of {', '.join(allowed)}")
+        require_int("train_last_layers", self.train_last_layers, 0, 10_000)
+        require_choice("quant_type", self.quant_type, QUANT_TYPES)
+        require_choice("quant_block_size", self.quant_block_size, QUANT_BLOCKS)
+        for field in ("double_quant", "kbit_prepare"):
+            if not isinstance(getattr(self, field), bool):
+                raise FieldError(field, getattr(self, field), "true or false")
+
+    @property
+    def adapters(self) -> bool:
+        return self.mode in ("lora", "dora", "qlora")
+
+    @property
+    def targets(self) -> Tuple[str, ...]:
+        return TARGETS if self.lora_targets == (ALL_LINEAR,) else self.lora_targets
+
+    @property
+    def quantized(self) -> Optional[str]:
+        return self.quant_type if self.mode == "qlora" else None
+
+    def adapter_storage(self, param_dtype: str) -> str:
+        """The adapters' dtype: as given, else peft's default (fp32 for a 16-bit base, the base's otherwise)."""
+        if self.adapter_dtype:
+            return self.adapter_dtype
+        base = self.base_dtype or param_dtype
+        return "fp32" if DTYPE_BITS[base] == 16 else base
+
+
+FULL = FineTune()
+
+
+def is_targeted(module: str, ft: FineTune) -> bool:
+    short = module.rsplit(".", 1)[-1]
+    return any(t in ft.targets or (t == ALL_LINEAR and ft.lora_targets == (ALL_LINEAR,))
+               for t in _MODULE_TARGETS.get(short, ()))
+
+
+def _frozen(t, ft: FineTune, storage: str):
+    return t._replace(trainable=False, storage=storage or t.storage)
+
+
+def _adapters(t, ft: FineTune, storage: str) -> list:
+    """lora_A, lora_B (and DoRA's magnitude) of one targeted linear weight [out, in]."""
+    out, inp = t.shape
+    r = ft.lora_rank
+    column = t.tp == "column"
+    a = t._replace(name=f"{t.module}.lora_A.weight", module=f"{t.module}.lora_A", shape=(r, inp), role="adapter",
+                   tp="replicated" if column else "row", storage=storage, trainable=True)
+    b = t._replace(name=f"{t.module}.lora_B.weight", module=f"{t.module}.lora_B", shape=(out, r), role="adapter",
+                   tp="column" if column else "replicated", storage=storage, trainable=True)
+    rows = [a, b]
+    if ft.mode == "dora":
+        rows.append(t._replace(name=f"{t.module}.lora_magnitude_vector", module=f"{t.module}.lora_magnitude_vector",
+                               shape=(out,), role="adapter", tp="column" if column else "replicated",
+                               storage=storage, trainable=True))
+    return rows
+
+
+def peft_converts_experts(arch) -> bool:
+    """Does peft re-target this MoE model's v4 MLP names onto its fused v5 parameters? peft 0.21.2
+    (utils/transformers_weight_conversion.py _convert_peft_config_moe) does it for the model types transformers
+    maps to its "mixtral" or "qwen2_moe" conversion pattern: Mixtral, Qwen3-MoE, DeepSeek-V2 / V3, OLMoE among
+    ours, but not Qwen2-MoE itself nor gpt-oss, the two of our MoE families with a shared-expert gate or expert
+    biases (measured: tests/test_finetune_validation.py)."""
+    return bool(arch.experts) and not arch.shared_expert_gate and not arch.expert_bias
+
+
+def _moe_adapters(t, ft: FineTune, storage: str) -> list:
+    """peft's adapters on a converted MoE block (peft_converts_experts): the router ("gate", targeted by
+    all-linear) gets lora_A [r, h], lora_B [E, r]; the fused experts a ParamWrapper, rank r per expert on
+    down_proj (lora_A [rE, f], lora_B [h, rE]) and, when gate_proj and up_proj are both targeted, rank 2r per
+    expert on gate_up_proj (lora_A [2rE, h], lora_B [2f, 2rE]: the two fused ranks, peft's rank_pattern). Held per
+    expert ([E, r', dim]) so expert parallelism splits them with their experts."""
+    r = ft.lora_rank
+    if t.role == "router" and len(t.shape) == 2:
+        return _adapters(t, ft, storage) if ft.lora_targets == (ALL_LINEAR,) else []
+    if t.role != "expert" or len(t.shape) != 3:
+        return []
+    fused = t.name.endswith("gate_up_proj")
+    if not ({"gate", "up"} <= set(ft.targets) if fused else "down" in ft.targets):
+        return []
+    E, out, inp = t.shape
+    rank = 2 * r if fused else r
+    return [t._replace(name=f"{t.name}.lora_{side}.weight", module=f"{t.module}.lora_{side}", shape=(E, rank, dim),
+                       role="adapter", tp="expert", storage=storage, trainable=True)
+            for side, dim in (("A", inp), ("B", out))]
+
+
+@lru_cache(maxsize=512)
+def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts_experts: bool = False) -> tuple:
+    """The inventory `rows` with the fine-tuning mode applied: frozen flags and storage, adapters, trained copies,
+    the last k blocks split off to train. `converts_experts`: peft re-targets the MLP names onto the fused experts
+    (peft_converts_experts)."""
+    if ft.mode == "full":
+        return rows
+    converted = converts_experts and ft.mode != "dora"
+    base = ft.base_dtype or ""
+    if ft.quantized and ft.kbit_prepare:
+        base = "fp32"                                   # prepare_model_for_kbit_training upcasts the rest
+    out = []
+    boundary = layers - min(ft.train_last_layers, layers)
+    for t in rows:
+        if ft.mode == "freeze":
+            trained = (t.module in ft.train_modules or (t.role == "norm" and "norms" in ft.train_modules)
+                       or (t.tied and "embed_tokens" in ft.train_modules))
+            if t.place == "layer" and boundary < layers and not trained:
+                out.append(_frozen(t, ft, base)._replace(first_layer=0, stop_layer=boundary))
+                out.append(t._replace(first_layer=boundary))
+            else:
+                out.append(t if trained else _frozen(t, ft, base))
+            continue
+        quantize = ft.quantized and t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES
+        out.append(_frozen(t, ft, ft.quant_type if quantize else base))
+        remapped = converted and t.role in ("mlp", "shared expert")     # peft moved gate/up/down to the experts
+        if t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES and is_targeted(t.module, ft) \
+                and not remapped:
+            out += _adapters(t, ft, ft.adapter_storage(param_dtype))
+        elif converted and t.role in ("router", "expert"):
+            out += _moe_adapters(t, ft, ft.adapter_storage(param_dtype))
+        if t.module in ft.modules_to_save and not t.tied:
+            out.append(t._replace(name=f"{t.module}.modules_to_save.weight", module=f"{t.module}.modules_to_save",
+                                  tied=False, trainable=True, storage=base or t.storage))
+        elif t.tied and "lm_head" in ft.modules_to_save:     # training a copy of a tied head unties it
+            out.append(t._replace(name="lm_head.modules_to_save.weight", module="lm_head.modules_to_save",
+                                  tied=False, trainable=True))
+    return tuple(out)
+
+
+def quantized_storage(elements: int, out_features: int, ft: FineTune) -> Dict[str, Tuple[str, int]]:
+    """One quantized weight's stored tensors: name -> (dtype, elements), exactly as bitsandbytes lays them out."""
+    if ft.quant_type == "int8":
+        return {"int8 data": ("int8", elements), "row scales (SCB)": ("fp32", out_features)}
+    blocks = -(-elements // ft.quant_block_size)
+    parts = {f"{ft.quant_type} data (packed)": ("uint8", -(-elements // 2)),
+             "code table": ("fp32", 16)}
+    if ft.double_quant:
+        parts["absmax (8-bit)"] = ("uint8", blocks)
+        parts["absmax scales (per 256 blocks)"] = ("fp32", -(-blocks // 256))
+        parts["absmax code table and offset"] = ("fp32", 256 + 1)
+    else:
+        parts["absmax"] = ("fp32", blocks)
+    return parts
+
+
+MLP_TARGETS = ("gate", "up", "down", ALL_LINEAR)
+
+
+def caveats(ft: FineTune, arch) -> tuple:
+    """What this view leaves out, in sentences the report and the page show beside the fine-tuning line."""
+    out = []
+    mlp = ft.adapters and peft_converts_experts(arch) and bool(set(ft.lora_targets) & set(MLP_TARGETS))
+    if mlp and ft.mode == "dora":
+        out.append("DoRA on a mixture-of-experts model's fused experts is not modelled: only the attention's and "
+                   "the dense modules' adapters are counted.")
+    return tuple(out)
+
+
+def describe(ft: FineTune, param_dtype: str) -> str:
+    """One sentence naming what trains and how the frozen base is stored, for reports and the page."""
+    base = ft.base_dtype or param_dtype
+    if ft.mode == "full":
+        return "full fine-tuning: every parameter trains"
+    if ft.mode == "freeze":
+        trained = ([f"the last {ft.train_last_layers} blocks"] if ft.train_last_layers else []) + list(ft.train_modules)
+        return (f"frozen base ({base}); training " + (", ".join(trained) if trained else "nothing"))
+    targets = "all linear layers of the blocks" if ft.lora_targets == (ALL_LINEAR,) else (
+        ", ".join(ft.lora_targets) if ft.lora_targets else "no modules")
+    kind = {"lora": "LoRA", "dora": "DoRA", "qlora": "QLoRA"}[ft.mode]
+    text = f"{kind} rank {ft.lora_rank} on {targets}, {ft.adapter_storage(param_dtype)} adapters"
+    if ft.quantized == "int8":
+        text += "; base linears in int8 (LLM.int8)"
+    elif ft.quantized:
+        text += (f"; base linears in {ft.quant_type} (block {ft.quant_block_size}"
+                 f"{', double quantization' if ft.double_quant else ''})")
+    if ft.quantized and ft.kbit_prepare:
+        text += ", the rest upcast to fp32 (prepare_model_for_kbit_training)"
+    else:
+        text += f", frozen base in {base}"
+    if ft.modules_to_save:
+        text += f"; trained copies of {', '.join(ft.modules_to_save)}"
+    return text

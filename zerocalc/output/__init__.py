@@ -1,0 +1,1 @@
+"""Output: the report as plain data (the JSON the CLI prints and the app downloads) and as text."""

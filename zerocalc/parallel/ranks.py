@@ -1,0 +1,185 @@
+"""The per-rank report: every rank class of a layout with its model states per ZeRO stage, its working set per
+phase and its peak; the cluster totals summed over all ranks; the worst rank per stage, named.
+
+With tp = pp = cp = 1 there is one class (every rank) and every number equals model_states' pure data-parallel
+result, byte for byte: the same ledger rows over the same parameter count and shard group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+from operator import attrgetter
+from typing import Dict, NamedTuple, Optional, Tuple
+
+from ..layout import check_experts
+from ..model.placement import RankClass, rank_classes, stored_holdings, stored_params
+from ..states.groups import ParamGroup, group_rows, state_rows
+from ..states.ledger import LedgerEntry, build_ledger
+from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
+from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
+from ..step.shape import StepShape, param_groups, rank_shape
+from ..tables import STAGES
+from .costs import data_parallel_communication, layout_communication, recompute_flops
+
+
+class RankView(NamedTuple):
+    rank: RankClass
+    shape: StepShape
+    stages: Tuple[StageResult, ...]          # this class's model states per ZeRO stage (cluster: its share)
+    peaks: Tuple[StagePeak, ...]
+    communication: Tuple[Dict[str, int], ...]   # per stage: kind -> bytes per step
+    recompute_flops: int
+    rows: Tuple[StateRow, ...]               # the ledger applied to each parameter group: names of per-entry bytes
+
+
+class LayoutReport(NamedTuple):
+    """Shaped like model_states.ModelStatesReport (scenario, ledger, unique_by_entry, stages), so every view of
+    the model states reads either; its stages and peaks are the worst rank's, its cluster totals all ranks'."""
+    scenario: object
+    workload: object
+    ledger: Tuple[LedgerEntry, ...]
+    unique_by_entry: Tuple[int, ...]
+    ranks: Tuple[RankView, ...]
+    stages: Tuple[StageResult, ...]
+    peaks: Tuple[StagePeak, ...]
+    worst: Tuple[int, ...]                   # per stage: index of the worst rank class
+
+    @property
+    def unique_total(self) -> int:
+        return sum(self.unique_by_entry)
+
+    def stage(self, n: int) -> StageResult:
+        return self.stages[n]
+
+    @property
+    def stored_params(self) -> int:
+        w = self.workload
+        return stored_params(w.arch, w.layout, w.implementation, w.finetune, self.scenario.param_dtype)
+
+
+def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -> RankView:
+    shape = rank_shape(scenario, workload, rank)
+    rows = state_rows(scenario, ledger, shape, workload.finetune)
+    mp = layout_communication(scenario, workload, rank, shape)
+    comm = tuple({"data parallel": data_parallel_communication(scenario, workload, shape, stage), **mp}
+                 for stage in STAGES)
+    stages = stage_results(scenario, rows, rank.count, unique_total, lambda stage: sum(comm[stage].values()))
+    peaks = stage_peaks(scenario, workload, stages, shape)
+    return RankView(rank, shape, stages, peaks, comm, recompute_flops(workload, rank), rows)
+
+
+@lru_cache(maxsize=256)
+def layout_report(scenario, workload) -> LayoutReport:
+    """Every rank class of the workload's layout, and the worst one per ZeRO stage (largest peak)."""
+    check_experts(workload.layout, workload.arch, scenario.workers)
+    ledger = build_ledger(scenario)
+    unique_by_entry = _one_copy(scenario, workload, ledger)
+    unique_total = sum(unique_by_entry)
+    classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation,
+                           workload.finetune, scenario.param_dtype)
+    views = tuple(_rank_view(scenario, workload, c, ledger, unique_total) for c in classes)
+    stages, peaks, worst = [], [], []
+    for s in STAGES:
+        i = max(range(len(views)), key=lambda k: (views[k].peaks[s].peak_bytes, -k))
+        cluster = sum(v.stages[s].cluster_total for v in views)
+        stages.append(views[i].stages[s]._replace(cluster_total=cluster))
+        peaks.append(views[i].peaks[s])
+        worst.append(i)
+    return LayoutReport(scenario, workload, ledger, unique_by_entry, views, tuple(stages), tuple(peaks),
+                        tuple(worst))
+
+
+def fitting_stages(scenario, workload) -> Tuple[int, ...]:
+    """The ZeRO stages at which layout_report(scenario, workload) fits, without the rest of its report (no
+    communication, cluster totals or one-copy sums): every rank has the same capacity, so the worst rank fits
+    exactly when every rank does. The layout search asks this of settings it may never list."""
+    check_experts(workload.layout, workload.arch, scenario.workers)
+    ledger = build_ledger(scenario)
+    classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation,
+                           workload.finetune, scenario.param_dtype)
+    fits = set(STAGES)
+    for c in classes:
+        shape = rank_shape(scenario, workload, c)
+        on_gpu = gpu_bytes_by_stage(scenario, state_rows(scenario, ledger, shape, workload.finetune))
+        fits -= {s for s, peak in enumerate(stage_peak_bytes(scenario, workload, on_gpu, shape))
+                 if peak > workload.capacity_bytes}
+    return tuple(sorted(fits))
+
+
+class _Precision(NamedTuple):
+    """What one copy reads of a scenario: the groups' ledgers, and the convention (FSDP2's per-tensor padding).
+    Not the workers, the shard group or offload, so a new worker count finds one copy cached; it stands in for
+    the scenario in group_rows (a field read that is not here fails loudly)."""
+    param_dtype: str
+    grad_dtype: str
+    master_dtype: Optional[str]
+    grad_accum_dtype: Optional[str]
+    optimizer: str
+    optimizer_dtype: str
+    factored_dim: int
+    convention: str
+
+
+_precision_of = attrgetter(*_Precision._fields)
+
+
+def _one_copy(scenario, workload, ledger) -> Tuple[int, ...]:
+    """Bytes of one copy of the whole model per ledger entry, summed over the parameter groups."""
+    w = workload
+    return _one_copy_of(_Precision._make(_precision_of(scenario)), ledger,
+                        stored_holdings(w.arch, w.layout, w.implementation, w.finetune, scenario.param_dtype),
+                        w.finetune)
+
+
+@lru_cache(maxsize=256)     # one copy does not depend on the layout: the layout search asks again for every layout
+def _one_copy_of(scenario: _Precision, ledger, holdings, finetune) -> Tuple[int, ...]:
+    out = [0] * len(ledger)
+    names = [e.name for e in ledger]
+    groups = {}
+    for h in holdings:
+        groups.setdefault(h.group, []).append(h)
+    for group, members in groups.items():
+        n = sum(h.elements for h in members)
+        one = ParamGroup(group, n, n if not group.endswith("frozen") else 0, 1, tuple(members))
+        for row in group_rows(scenario, ledger, one, finetune):
+            base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
+            out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
+    return tuple(out)
+
+
+def peaks(scenario, workload) -> Tuple[StagePeak, ...]:
+    """The worst rank's peak at each ZeRO stage."""
+    return layout_report(scenario, workload).peaks
+
+
+def _worst(candidates) -> Tuple[StagePeak, ...]:
+    """Per stage, the largest of each rank's peaks (candidates: one tuple of four peaks per rank)."""
+    return tuple(max((c[s] for c in candidates), key=lambda p: p.peak_bytes) for s in STAGES)
+
+
+def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StagePeak, ...]:
+    """The worst rank's peaks with another micro-batch: model states do not depend on it, so only each rank's
+    step is recomputed (the same numbers layout_report gives for that micro-batch)."""
+    s, w = report.scenario, replace(report.workload, micro_batch=micro_batch)
+    candidates = []
+    for v in report.ranks:
+        candidates.append(stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)))
+    return _worst(candidates)
+
+
+def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...]:
+    """The worst rank's peaks with another data-parallel degree (shard group = all of it): activations do not
+    depend on it, so only the model states and what follows the shard divisor are recomputed."""
+    s, w = replace(report.scenario, workers=workers, shard_group=None), report.workload
+    candidates = []
+    for v in report.ranks:
+        shape = v.shape._replace(groups=param_groups(s, w, v.rank))
+        stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
+        candidates.append(stage_peaks(s, w, stages, shape))
+    return _worst(candidates)
+
+
+def report_for(scenario, workload=None):
+    """The model-state report: pure data parallelism without a workload, every rank of its layout with one."""
+    return model_states(scenario) if workload is None else layout_report(scenario, workload)

@@ -1,0 +1,177 @@
+"""Every layout of the same GPUs that fits, cheapest first: for a GPU count (the view's world size) and GPUs per
+node, every tp dividing the heads, KV heads, FFN width and the GPUs of a node (tensor parallelism stays inside a
+node), every pp dividing the layers, every cp the sequence allows (2 x cp dividing it; flash attention), dp the
+rest; for each ZeRO stage, the cheapest recompute and offload setting that fits. Sequence parallelism is on
+whenever tp > 1 (same traffic, less memory). The global batch (dp x micro-batch x micro-batches: the sequences of
+one optimizer step) is held, so every plan does the same work per step: a plan's micro-batches are the global
+batch / (its dp x the micro-batch), and a dp that does not divide it is skipped. The micro-batch, the schedule and
+every other input are held as given.
+
+Ranking (cheapest first): no offload before optimizer offload before optimizer + parameter offload (every step
+moves state over PCIe), then the least time overhead (recomputed forward FLOPs and the pipeline bubble, as a share
+of the ideal step: costs.time_overhead), then the least communication per rank per step, then the most headroom.
+Each plan, set back as the input, is evaluated by the same report. With dp x cp = 1 the ZeRO stages shard nothing,
+so only stage 0 is listed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import List, NamedTuple
+
+from ..layout import LAYOUT_LIMITS, Layout
+from .costs import bubble_fraction, time_overhead
+from .ranks import fitting_stages, layout_report
+
+OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
+SHOWN = 50                                                       # plans listed in the JSON; all are counted
+
+
+class Plan(NamedTuple):
+    gpus: int
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    vpp: int
+    schedule: str
+    sequence_parallel: bool
+    micro_batches: int
+    stage: int
+    recompute: str
+    offload_optimizer: str
+    offload_params: str
+    peak_bytes: int
+    capacity_bytes: int
+    worst_rank: str
+    communication_bytes: int
+    recompute_flops: int
+    bubble: float                # pipeline bubble as a share of the ideal step
+    overhead: float              # recompute + bubble, as a share of the ideal step
+
+    @property
+    def headroom_bytes(self) -> int:
+        return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def offload_level(self) -> int:
+        return OFFLOADS.index((self.offload_optimizer, self.offload_params))
+
+    def cost_key(self):
+        return (self.offload_level, round(self.overhead, 4), self.communication_bytes, -self.headroom_bytes,
+                self.tp * self.pp * self.cp, self.stage)
+
+
+def _divisors(n: int) -> List[int]:
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def candidate_layouts(workload, gpus: int, gpus_per_node: int):
+    """(tp, pp, cp, ep, sequence_parallel) the model and the GPU count allow (ep: for MoE models, every divisor
+    of the experts that a pipeline stage's ranks can fold into; expert tensor parallel stays 1)."""
+    a, seq = workload.arch, workload.seq_len
+    for tp in _divisors(gpus):
+        if a.heads % tp or (not a.mla and a.n_kv_heads % tp) or a.ffn % tp or gpus_per_node % tp or \
+                (a.shared_expert_ffn and a.shared_expert_ffn % tp):
+            continue
+        for pp in _divisors(gpus // tp):
+            if a.layers % pp:
+                continue
+            for cp in _divisors(gpus // (tp * pp)):
+                if cp > 1 and (workload.attention != "flash" or seq % (2 * cp)):
+                    continue
+                stage_ranks = gpus // pp
+                for ep in (_divisors(a.experts) if a.experts else [1]):
+                    if stage_ranks % ep == 0:
+                        yield tp, pp, cp, ep, tp > 1 and (seq // cp) % tp == 0
+
+
+def _layout_for(workload, tp, pp, cp, ep, sp, micro_batches) -> Layout:
+    given = workload.layout
+    schedule, vpp = given.schedule, given.vpp
+    if schedule == "interleaved" and (pp < 2 or workload.arch.layers % (pp * vpp)):
+        schedule, vpp = "1f1b", 1
+    return Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, sequence_parallel=sp, micro_batches=micro_batches,
+                  schedule=schedule, loss_parallel=given.loss_parallel, vocab_divisor=given.vocab_divisor, ep=ep)
+
+
+def _recomputes(workload):
+    # Selective recompute only drops eager attention's s^2 scores: with flash it changes nothing.
+    return ("none", "selective", "full") if workload.attention == "eager" else ("none", "full")
+
+
+def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
+    """Every fitting (layout, stage) with its cheapest recompute / offload setting, cheapest first."""
+    gpus = gpus or workload.layout.world(scenario.workers)
+    global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
+    plans = []
+    options = [(r, off) for off in OFFLOADS for r in _recomputes(workload)]
+    scenarios = {}           # (dp, offload) -> scenario: the same for every layout with that dp
+    for tp, pp, cp, ep, sp in candidate_layouts(workload, gpus, scenario.gpus_per_node):
+        dp = gpus // (tp * pp * cp)
+        if global_batch % (dp * workload.micro_batch):
+            continue
+        micro_batches = global_batch // (dp * workload.micro_batch)
+        if micro_batches > LAYOUT_LIMITS["micro_batches"][1]:
+            continue
+        layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
+        base_w = replace(workload, layout=layout)
+        workloads = {workload.recompute: base_w}
+
+        def variant(recompute, offload):
+            # Each variant built once, when first asked for (replace() re-validates the dataclass).
+            if (dp, offload) not in scenarios:
+                scenarios[dp, offload] = replace(scenario, workers=dp, shard_group=None,
+                                                 offload_optimizer=offload[0], offload_params=offload[1])
+            if recompute not in workloads:
+                every = base_w.recompute_every if recompute == workload.recompute else 1   # one in N: the view's
+                workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every)
+            return scenarios[dp, offload], workloads[recompute]
+
+        def evaluate(recompute, offload):
+            return layout_report(*variant(recompute, offload))
+
+        wanted = {0, 1, 2, 3} if dp * cp > 1 else {0}      # with dp x cp = 1 ZeRO has nothing to shard
+        cheapest = evaluate(*options[0])
+        if all(cheapest.peaks[s].fits for s in wanted):
+            open_stages = set(wanted)
+        else:       # the most memory-saving setting decides what can fit: its fit alone, not its whole report
+            open_stages = set(fitting_stages(*variant(*options[-1]))) & wanted
+        for recompute, offload in options:
+            if not open_stages:
+                break
+            level = OFFLOADS.index(offload)
+            # An offload switch moves only partitioned state: none at stage 0, parameters only at stage 3.
+            useful = {s for s in open_stages if level == 0 or (s >= 1 and (level == 1 or s == 3))}
+            if not useful:
+                continue
+            report = evaluate(recompute, offload)
+            overhead = None
+            for stage in sorted(useful):
+                p = report.peaks[stage]
+                if not p.fits:
+                    continue
+                view = report.ranks[report.worst[stage]]
+                if overhead is None:          # the same for every stage of one report
+                    overhead = max(time_overhead(report.workload, v.rank, v.recompute_flops) for v in report.ranks)
+                plans.append(Plan(gpus, dp, tp, pp, cp, ep, layout.vpp, layout.schedule, sp, micro_batches, stage,
+                                  recompute,
+                                  offload[0], offload[1], p.peak_bytes, p.capacity_bytes, view.rank.name,
+                                  max(sum(v.communication[stage].values()) for v in report.ranks),
+                                  max(v.recompute_flops for v in report.ranks), bubble_fraction(layout),
+                                  overhead))
+                open_stages.discard(stage)
+    return sorted(plans, key=Plan.cost_key)
+
+
+def plan_dict(plan: Plan) -> dict:
+    return {**plan._asdict(), "headroom_bytes": plan.headroom_bytes}
+
+
+def search_dict(scenario, workload) -> dict:
+    plans = search_layouts(scenario, workload)
+    return {"layouts": [plan_dict(p) for p in plans[:SHOWN]], "layouts_count": len(plans),
+            "layouts_gpus": workload.layout.world(scenario.workers),
+            "layouts_global_batch": scenario.workers * workload.micro_batch * workload.layout.micro_batches}

@@ -1,0 +1,148 @@
+"""One rank's step, independent of the ZeRO stage: what one micro-batch saves on its layers and ends, how many
+micro-batches are in flight at its peak (the pipeline schedule), the logits it computes, the largest module ZeRO-3
+gathers, and its parameters by ZeRO group. Computed once per rank class, scenario and workload; every stage's peak
+(step/peak.py) reads it.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Tuple
+
+from ..layout import in_flight
+from ..model.placement import Blocks
+from ..states.groups import ParamGroup
+from ..tables import DTYPE_BITS
+from .activations import ActivationReport, activations, split_checkpointed
+from .trainable import training_for
+
+
+class StepShape(NamedTuple):
+    """One rank's step, independent of the ZeRO stage: computed once per rank class, scenario and workload."""
+    act: ActivationReport        # saved for backward by one micro-batch on this rank (its layers, its ends)
+    act_bits: int
+    compute_bits: int
+    largest_layer_params: int    # the largest module's local parameters (what ZeRO-3 gathers at once)
+    persistent_params: int       # local parameters under the persistence threshold (ZeRO-3 keeps them whole)
+    params: int                  # parameter elements this rank holds before ZeRO (its TP/PP/EP shard)
+    groups: Tuple[ParamGroup, ...]   # those parameters by ZeRO group
+    activation_bytes: int        # saved activations at the rank's peak: every in-flight micro-batch
+    in_flight: Tuple[int, int, int]   # chunk-micro-batches alive at that peak, of which first / last chunk
+    logits_elements: int         # tokens x vocabulary columns of the logits (0 off the last pipeline stage)
+    dequantized: int = 0         # QLoRA: bytes of the largest 4-bit weight dequantized while it runs
+
+
+def activation_args(scenario, workload) -> tuple:
+    """activations.activations()'s arguments for one rank of the workload (every rank runs the same block)."""
+    layout, ft = workload.layout, workload.finetune
+    bits = DTYPE_BITS[workload.activation_dtype or scenario.comm_dtype or scenario.param_dtype]
+    if ft.quantized and ft.kbit_prepare and not workload.activation_dtype:
+        bits = 32                 # prepare_model_for_kbit_training's fp32 norms and embedding: an fp32 stream
+    training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
+    return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
+            workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
+            workload.routing, training, workload.recompute_every)
+
+
+def rank_shape(scenario, workload, rank) -> StepShape:
+    """The step shape of one rank class (placement.RankClass) of the workload's layout."""
+    layout, a = workload.layout, workload.arch
+    compute = scenario.comm_dtype or scenario.param_dtype
+    args = activation_args(scenario, workload)
+    bits, vocab_cols = args[3], workload.vocab_columns
+    act = activations(*args)
+    frozen = act.frozen_blocks
+    counts = [_live_blocks(a, span, frozen) for span in rank.spans] if frozen else list(rank.chunks)
+    if act.checkpointed:                       # one block in N checkpointed: which ones, chunk by chunk
+        counts = _checkpointed_counts(a, rank.spans, frozen, workload.recompute_every)
+    holds_first = any(frozen in span for span in rank.spans) and act.frozen_blocks < a.layers
+    act = act._replace(layers=sum(c.dense for c in counts), moe_layers=sum(c.moe for c in counts),
+                       sliding_layers=sum(c.sliding for c in counts), embed=act.embed if rank.first else {},
+                       head=act.head if rank.last else {},
+                       first_block_delta=act.first_block_delta if holds_first else 0)
+    if act.checkpointed:
+        ckpt = sum(c.checkpointed for c in counts)
+        act = act._replace(checkpointed_layers=ckpt, recompute_working=act.recompute_working if ckpt else 0)
+    embed, head = sum(act.embed.values()) + act.first_block_delta, sum(act.head.values())
+    chunk = max(act.blocks(*c) for c in counts) + sum(act.stage.values())
+    pp_m = (layout.micro_batches if layout.pp > 1 else 1)
+    if layout.pp == 1:
+        alive = (1, 1, 1)
+    else:
+        alive = in_flight(layout.schedule, layout.pp, layout.vpp, pp_m, rank.pp_ranks[0], embed, head, chunk)
+    # Interleaved chunks hold equal layer counts; with dense and MoE blocks mixed, the largest chunk stands for all.
+    activation = alive[0] * chunk + alive[1] * embed + alive[2] * head
+    tokens = workload.micro_batch * (workload.seq_len // layout.cp)
+    return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
+                     rank.persistent_params(workload.param_persistence_threshold), rank.params,
+                     param_groups(scenario, workload, rank), activation, alive,
+                     tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank))
+
+
+def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
+    """The rank's parameters by ZeRO group. Dense tensors shard over dp x cp (the shard group x cp with hybrid
+    sharding); experts over the expert-data-parallel group (Megatron-Core parallel folding: dp x tp x cp /
+    (ep x etp)), cut in the same proportion under hybrid sharding."""
+    layout = workload.layout
+    dense = scenario.group * layout.cp
+    expert = max(1, layout.expert_data_parallel(scenario.workers) * scenario.group // scenario.workers)
+    extra = _replicated_embedding_grad(workload, rank)
+    members = rank.group_holdings()
+    return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
+                            expert if name.startswith("experts") else dense, members[name])
+                 for name, n in rank.group_params().items())
+
+
+class CheckpointedBlocks(NamedTuple):
+    """A chunk's blocks under one-in-N recompute: kept whole by kind, and checkpointed."""
+    dense: int
+    moe: int
+    sliding: int
+    checkpointed: int
+
+
+def _checkpointed_counts(a, spans, frozen: int, every: int) -> list:
+    """Per chunk: (kept dense, kept MoE, kept local-attention, checkpointed) blocks among those a gradient
+    reaches, the rank's running count deciding which are checkpointed (torchtitan counts across its chunks)."""
+    counts, seen = [], 0
+    for span in spans:
+        live = [i for i in span if i >= frozen]
+        kept, checkpointed = split_checkpointed(a, live, every, seen)
+        counts.append(CheckpointedBlocks(kept.dense, kept.moe, kept.sliding, checkpointed))
+        seen += len(live)
+    return counts
+
+
+def _live_blocks(a, span: range, frozen: int) -> Blocks:
+    """The blocks of a chunk that a gradient reaches (index >= frozen)."""
+    live = [i for i in span if i >= frozen]
+    moe = sum(1 for i in live if a.is_moe_layer(i))
+    return Blocks(len(live) - moe, moe, sum(1 for i in live if a.is_sliding_layer(i)))
+
+
+def trainable_params(shape: StepShape) -> int:
+    return sum(g.params for g in shape.groups if not g.name.endswith("frozen"))
+
+
+def _replicated_embedding_grad(workload, rank) -> int:
+    """DTensor has no row-sharded strategy for embedding_dense_backward: under a RowwiseParallel (vocab-parallel)
+    embedding every tensor-parallel rank gets the whole V x h gradient (measured: tests/measure/tensor_parallel.py),
+    while Megatron's VocabParallelEmbedding keeps the gradient of its own rows."""
+    if workload.implementation != "huggingface" or workload.layout.tp == 1:
+        return 0
+    return sum(workload.vocab_rows * h.tensor.shape[1] - h.local_elements for h in rank.holdings
+               if h.tensor.role == "embedding")
+
+
+def dequantized_weight(workload, rank) -> int:
+    """QLoRA: the largest 4-bit linear dequantized in the compute dtype while it runs, in forward and again in
+    backward (bitsandbytes MatMul4Bit), with double quantization its fp32 absmax twice (measured on the CPU:
+    tests/measure/quantized_storage.py dequant_transients). 8-bit bases run int8 kernels: no full copy."""
+    ft = workload.finetune
+    if ft.quantized not in ("nf4", "fp4"):
+        return 0
+    sizes = [h.local_elements for h in rank.holdings if h.tensor.storage == ft.quant_type]
+    if not sizes:
+        return 0
+    n = max(sizes)
+    blocks = -(-n // ft.quant_block_size)
+    return 2 * n + (2 * 4 * blocks if ft.double_quant else 0)
