@@ -9,7 +9,7 @@ import pytest
 
 from tests.test_app import core_report, dataframe_with, figure, open_tab, run_app, text_of, traces
 from ui.share import split_query
-from zerocalc.answers.calibrate import parse
+from zerocalc.answers.calibrate.parse import parse
 from zerocalc.scenario import FieldError
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "calibration"

@@ -1,5 +1,5 @@
 """Loading into the app (AppTest): a config.json upload (good, malformed, mistyped), a Hub model id against the
-local Hub server of tests/test_hub.py (the token never leaves the session), and framework configs in and out."""
+local Hub server of tests/hub_server.py (the token never leaves the session), and framework configs in and out."""
 
 import json
 import logging
@@ -77,8 +77,8 @@ def test_a_mistyped_config_says_what_type_was_given():
 
 # --- the Hub ----------------------------------------------------------------------------------------------------
 
-hub = pytest.importorskip("tests.test_hub")
-from tests.test_hub import BAD_TOKEN, GOOD_TOKEN, SECRET, blocked, server  # noqa: E402,F401  (fixtures)
+hub = pytest.importorskip("tests.hub_server")
+from tests.hub_server import BAD_TOKEN, GOOD_TOKEN, SECRET, blocked, server  # noqa: E402,F401  (fixtures)
 
 
 @pytest.fixture

@@ -45,7 +45,10 @@ def _apply(field: str, value: int) -> None:
 
 
 def panel(resolved, unit: str) -> None:
-    from zerocalc.answers.calibrate import FORMAT_HELP, compare_stage, parse  # imported when the tab first opens
+    # imported when the view first opens
+    from zerocalc.answers.calibrate.compare import compare_stage
+    from zerocalc.answers.calibrate.measurement import FORMAT_HELP
+    from zerocalc.answers.calibrate.parse import parse
     st.markdown("Paste what a real run printed: `torch.cuda.max_memory_allocated()` / `max_memory_reserved()`, "
                 "the JSON of `torch.cuda.memory_stats()`, `torch.cuda.memory_summary()`, `nvidia-smi "
                 "--query-gpu=memory.used,memory.total --format=csv` lines, DeepSpeed's `see_memory_usage` lines, "

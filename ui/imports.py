@@ -121,8 +121,8 @@ def on_config_upload() -> None:
 
 
 def hub_fetch():
-    """zerocalc.model.hub.fetch_config with the token from the session, the endpoint and cache from the environment."""
-    from zerocalc.model.hub import fetch_config
+    """zerocalc.model.hub.fetch.fetch_config with the token from the session, the endpoint and cache from the environment."""
+    from zerocalc.model.hub.fetch import fetch_config
     return fetch_config(st.session_state.get("hub_id", "").strip(),
                         revision=(st.session_state.get("hub_revision") or "").strip() or None,
                         token=st.session_state.get("hub_token") or None, timeout_s=10,
@@ -131,7 +131,7 @@ def hub_fetch():
 
 
 def on_hub_fetch() -> None:
-    from zerocalc.model.hub import HubError
+    from zerocalc.model.hub.ids import HubError
     try:
         hub = hub_fetch()
         arch = architecture_from_config(hub.config)

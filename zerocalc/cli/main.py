@@ -16,7 +16,7 @@ from ..gpus import GPU_CATALOG
 from ..layout import SCHEDULES
 from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES
 from ..model.hf_config import ConfigError
-from ..model.hub import HubError
+from ..model.hub.ids import HubError
 from ..model.inventory import largest_layer, param_count
 from ..model.presets import MODEL_PRESETS
 from ..output.report import report_dict

@@ -48,7 +48,7 @@ def architecture_from_args(args):
     elif args.config:
         arch = architecture_from_config(args.config)
     elif getattr(args, "hub", None):
-        from ..model.hub import fetch_config
+        from ..model.hub.fetch import fetch_config
         args._hub = fetch_config(args.hub, args.revision)
         arch = architecture_from_config(args._hub.config)
     elif shape:

@@ -1,0 +1,228 @@
+"""A measurement against the estimate: each figure like for like, and the Workload assumption that would absorb
+the difference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Dict, Optional, Tuple
+
+from ...scenario import FieldError
+from ...units import format_bytes
+from .measurement import Measurement
+
+TENSOR_EXCLUDED = ("allocator reserve", "CUDA context")
+
+
+@dataclass(frozen=True)
+class Residual:
+    """One measured figure against the part of the estimate it counts."""
+    quantity: str                 # "allocated", "reserved", "nvidia-smi used"
+    measured_bytes: int
+    estimated_bytes: int
+    estimate_covers: str          # which components of the estimate it is compared with
+    phase: str                    # the estimate's phase where that part is largest
+    tolerance_bytes: int = 0      # the measurement's printed rounding
+
+    @property
+    def residual_bytes(self) -> int:
+        """measured - estimated: positive when the run used more than estimated."""
+        return self.measured_bytes - self.estimated_bytes
+
+    @property
+    def residual_percent(self) -> Optional[float]:
+        """For display only; the residual's exact value is residual_bytes."""
+        return None if not self.estimated_bytes else 100.0 * self.residual_bytes / self.estimated_bytes
+
+    @property
+    def within_rounding(self) -> bool:
+        return abs(self.residual_bytes) <= self.tolerance_bytes
+
+    def to_dict(self) -> dict:
+        return {"quantity": self.quantity, "measured_bytes": self.measured_bytes,
+                "estimated_bytes": self.estimated_bytes, "residual_bytes": self.residual_bytes,
+                "residual_percent": self.residual_percent, "estimate_covers": self.estimate_covers,
+                "phase": self.phase, "tolerance_bytes": self.tolerance_bytes, "within_rounding": self.within_rounding}
+
+
+@dataclass(frozen=True)
+class PhaseResidual:
+    """A probe phase against the estimate's phase of the same name (forward, backward, optimizer_step)."""
+    phase: str
+    measured_allocated_bytes: Optional[int]
+    estimated_tensor_bytes: int
+    measured_reserved_bytes: Optional[int]
+    estimated_reserved_bytes: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """A Workload assumption, the value that would absorb a residual, and why."""
+    field: str
+    current: int
+    suggested: int
+    sentence: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    measurement: Measurement
+    stage: Optional[int]
+    residuals: Tuple[Residual, ...]
+    phases: Tuple[PhaseResidual, ...]
+    suggestions: Tuple[Suggestion, ...]
+    sentences: Tuple[str, ...]
+
+    def residual(self, quantity: str) -> Optional[Residual]:
+        return next((r for r in self.residuals if r.quantity == quantity), None)
+
+    def suggestion(self, field_name: str) -> Optional[Suggestion]:
+        return next((s for s in self.suggestions if s.field == field_name), None)
+
+    def suggested_workload(self, workload, fields=None):
+        """The workload with the suggested assumptions set (all of them, or those named in `fields`)."""
+        chosen = {s.field: s.suggested for s in self.suggestions if fields is None or s.field in fields}
+        return replace(workload, **chosen) if chosen else workload
+
+    def to_dict(self) -> dict:
+        return {"stage": self.stage, "measurement": self.measurement.to_dict(),
+                "residuals": [r.to_dict() for r in self.residuals], "phases": [p.to_dict() for p in self.phases],
+                "suggestions": [s.to_dict() for s in self.suggestions], "sentences": list(self.sentences)}
+
+
+def _phases_of(peak) -> Tuple[Optional[int], Dict[str, Dict[str, int]]]:
+    if isinstance(peak, dict):
+        if not isinstance(peak.get("phases"), dict):
+            raise FieldError("peak", type(peak).__name__, "a StagePeak or a report \"peak\" row with \"phases\"")
+        return peak.get("stage"), peak["phases"]
+    phases = getattr(peak, "phases", None)
+    if not isinstance(phases, dict):
+        raise FieldError("peak", type(peak).__name__, "a StagePeak or a report \"peak\" row with \"phases\"")
+    return getattr(peak, "stage", None), phases
+
+
+def _largest(parts_by_phase: Dict[str, int]) -> Tuple[str, int]:
+    phase = max(parts_by_phase, key=lambda p: (parts_by_phase[p], p))
+    return phase, parts_by_phase[phase]
+
+
+def _ceil_percent(numerator: int, denominator: int) -> int:
+    """The smallest whole percent p with denominator * p / 100 >= numerator (numerator >= 0)."""
+    return -(-100 * numerator // denominator)
+
+
+def _gib(n: int) -> str:
+    return format_bytes(n, "binary")
+
+
+def compare(measurement: Measurement, peak, workload) -> Calibration:
+    """The measurement against one stage's estimated peak (a peak.StagePeak, or a report's "peak" row).
+
+    Rules, each a like-for-like comparison:
+    - torch.cuda.max_memory_allocated counts live tensors only: compared with the estimate's tensors, every
+      component except "allocator reserve" and "CUDA context", in the phase where they are largest;
+    - max_memory_reserved adds the caching allocator's cached, unused blocks: compared with tensors + "allocator
+      reserve";
+    - nvidia-smi's memory.used adds the CUDA context and whatever else is on the device: compared with the whole
+      peak (tensors + reserve + context).
+    Absorbing assumptions (the Workload's): fragmentation_percent from the measured (reserved - allocated) as a
+    share of allocated, rounded up to a whole percent; cuda_context_bytes from the measured used - reserved. A
+    residual on the tensors themselves belongs to no assumption: its sentence says where to look. Exact integers
+    throughout; percentages are floats for display only.
+    """
+    if not isinstance(measurement, Measurement):
+        raise FieldError("measurement", type(measurement).__name__, "a calibrate Measurement (from parse)")
+    stage, phases = _phases_of(peak)
+    tensors = {p: sum(v for k, v in parts.items() if k not in TENSOR_EXCLUDED) for p, parts in phases.items()}
+    reserved = {p: tensors[p] + parts.get("allocator reserve", 0) for p, parts in phases.items()}
+    whole = {p: sum(parts.values()) for p, parts in phases.items()}
+    m, tol = measurement, measurement.tolerance_bytes
+    residuals, sentences, suggestions = [], [], []
+    for quantity, value, estimate, covers, tkey in (
+            ("allocated", m.allocated_peak_bytes, tensors, "tensors: every component except allocator reserve and "
+             "CUDA context", "allocated_peak_bytes"),
+            ("reserved", m.reserved_peak_bytes, reserved, "tensors + allocator reserve", "reserved_peak_bytes"),
+            ("nvidia-smi used", m.nvidia_smi_used_bytes, whole, "the whole peak: tensors + allocator reserve + "
+             "CUDA context", "nvidia_smi_used_bytes")):
+        if value is not None and estimate:
+            phase, est = _largest(estimate)
+            residuals.append(Residual(quantity, value, est, covers, phase, tol.get(tkey, 0)))
+
+    alloc_r = next((r for r in residuals if r.quantity == "allocated"), None)
+    if alloc_r is not None:
+        if alloc_r.within_rounding:
+            sentences.append(f"Live tensors: measured {_gib(alloc_r.measured_bytes)} against "
+                             f"{_gib(alloc_r.estimated_bytes)} estimated, equal within the printed rounding.")
+        else:
+            pct = alloc_r.residual_percent
+            more = alloc_r.residual_bytes > 0
+            hint = ("whether the run keeps tensors the estimate does not count (EMA weights, a reference model, "
+                    "cached batches, eager attention scores)" if more else
+                    "whether the run avoids tensors the estimate counts (a fused or chunked loss that never holds "
+                    "the fp32 logits, activation checkpointing, offload)")
+            sentences.append(
+                f"Live tensors: the run allocated {_gib(abs(alloc_r.residual_bytes))} {'more' if more else 'less'} "
+                f"than estimated ({pct:+.1f}%, estimated peak in {alloc_r.phase}). No allocator or context "
+                "assumption absorbs this: check the micro-batch, sequence length, recompute, attention kernel and "
+                f"dtypes, and {hint}.")
+
+    cur_f, cur_c = workload.fragmentation_percent, workload.cuda_context_bytes
+    if m.reserved_peak_bytes is not None:
+        base = m.allocated_peak_bytes if m.allocated_peak_bytes is not None else (
+            alloc_r.estimated_bytes if alloc_r is not None else _largest(tensors)[1] if tensors else None)
+        if base:
+            cached = max(0, m.reserved_peak_bytes - base)
+            pct = min(100, _ceil_percent(cached, base))
+            source = "measured" if m.allocated_peak_bytes is not None else "estimated (no allocated figure given)"
+            suggestions.append(Suggestion(
+                "fragmentation_percent", cur_f, pct,
+                f"The caching allocator held {_gib(cached)} beyond the {_gib(base)} of live tensors "
+                f"({source}): {100.0 * cached / base:.1f}% of them. fragmentation_percent = {pct} would absorb it "
+                f"(now {cur_f})."))
+    if m.nvidia_smi_used_bytes is not None:
+        if m.reserved_peak_bytes is not None:
+            base, what = m.reserved_peak_bytes, "PyTorch reserved (measured)"
+        else:
+            est = _largest(reserved)[1] if reserved else 0
+            base, what = est, "the estimated tensors + allocator reserve (no reserved figure given)"
+        outside = max(0, m.nvidia_smi_used_bytes - base)
+        suggestions.append(Suggestion(
+            "cuda_context_bytes", cur_c, min(outside, 2**40),
+            f"nvidia-smi saw {_gib(m.nvidia_smi_used_bytes)} in use, {_gib(base)} of it {what}: the other "
+            f"{_gib(outside)} is the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers and any other process on "
+            f"that GPU. cuda_context_bytes = {min(outside, 2**40):,} would absorb it (now {cur_c:,}, "
+            f"{_gib(cur_c)})."))
+        if m.reserved_peak_bytes is not None and m.nvidia_smi_used_bytes < m.reserved_peak_bytes:
+            sentences.append("nvidia-smi shows less than PyTorch's reserved peak: it was sampled at another moment "
+                             "(or on another GPU), so the context figure is a lower bound.")
+    if m.nvidia_smi_total_bytes is not None and m.nvidia_smi_total_bytes != workload.capacity_bytes:
+        suggestions.append(Suggestion(
+            "gpu_memory", workload.capacity_bytes, m.nvidia_smi_total_bytes,
+            f"The GPU reports {m.nvidia_smi_total_bytes:,} bytes ({_gib(m.nvidia_smi_total_bytes)}) in total; the "
+            f"estimate assumes {workload.capacity_bytes:,} ({workload.gpu_label}). gpu_memory = "
+            f"{m.nvidia_smi_total_bytes:,} would use the measured capacity."))
+
+    phase_rows = []
+    for phase in phases:
+        a, r = m.per_phase.get(phase), m.per_phase_reserved.get(phase)
+        if a is not None or r is not None:
+            phase_rows.append(PhaseResidual(phase, a, tensors[phase], r, reserved[phase]))
+    unknown = sorted(set(m.per_phase) - set(phases))
+    if unknown:
+        sentences.append("Probe phases with no estimate of that name (forward, backward, optimizer_step): "
+                         + ", ".join(unknown) + ".")
+    if not residuals:
+        sentences.append("Nothing to compare: the measurement has no allocated, reserved or nvidia-smi figure.")
+    return Calibration(m, stage, tuple(residuals), tuple(phase_rows), tuple(suggestions), tuple(sentences))
+
+
+def compare_stage(measurement: Measurement, scenario, workload, stage: int) -> Calibration:
+    """compare() against the worst rank's peak of one ZeRO stage of a scenario and workload."""
+    from ...parallel.ranks import layout_report
+    return compare(measurement, layout_report(scenario, workload).peaks[stage], workload)
