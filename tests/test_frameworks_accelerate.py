@@ -4,7 +4,8 @@ section, and what accelerate refuses. The key tables are compared with the insta
 import pytest
 
 from zerocalc.frameworks import FrameworkConfigError, import_accelerate
-from zerocalc.frameworks import accelerate as A
+from zerocalc.frameworks.accelerate import fsdp
+from zerocalc.frameworks.accelerate import reader as A
 
 
 def acc(text, context=None):
@@ -164,4 +165,4 @@ def test_key_tables_match_accelerate():
     assert set(A.DISTRIBUTED_TYPES) == {t.value for t in DistributedType}
     from accelerate.utils import SageMakerDistributedType
     assert set(A.SAGEMAKER_TYPES) == {t.value for t in SageMakerDistributedType}
-    assert tuple(FSDP_SHARDING_STRATEGY) == A.STRATEGIES
+    assert tuple(FSDP_SHARDING_STRATEGY) == fsdp.STRATEGIES

@@ -11,7 +11,7 @@ from tests.test_frameworks_fuzz import ACCELERATE_KEYS, ACCELERATE_VALUES, DEEPS
 from zerocalc.cli.frameworks import (add_framework_flags, apply_import, context_for, export_from_args, export_notes,
                                      framework_error_message, import_from_args, read_config_file)
 from zerocalc.frameworks import FrameworkConfigError, import_accelerate, import_deepspeed
-from zerocalc.frameworks.emitters import dump_yaml
+from zerocalc.frameworks.accelerate.document import dump_yaml
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.states.zero import model_states
 from zerocalc.scenario import FieldError, Scenario

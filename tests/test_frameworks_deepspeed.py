@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from zerocalc.frameworks import FrameworkConfigError, import_deepspeed
-from zerocalc.frameworks import deepspeed_schema as S
+from zerocalc.frameworks.deepspeed import schema as S
 
 
 def ds(config, context=None):

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from zerocalc.frameworks import (FORMATS, FrameworkConfigError, export_config, import_accelerate, import_config,
                                  import_deepspeed, import_torchtitan)
-from zerocalc.frameworks.emitters import dump_toml, dump_yaml
+from zerocalc.frameworks.accelerate.document import dump_yaml
+from zerocalc.frameworks.emitters import dump_toml
 
 EXAMPLES = int(os.environ.get("ZEROCALC_FUZZ_EXAMPLES", "0")) or None
 FUZZ = settings(max_examples=EXAMPLES or 200, deadline=None, suppress_health_check=list(HealthCheck))

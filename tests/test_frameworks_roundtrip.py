@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from zerocalc.frameworks import (ExportError, export_accelerate, export_caveats, export_deepspeed, export_torchtitan,
                                  import_accelerate, import_deepspeed, import_torchtitan)
-from zerocalc.frameworks.torchtitan import FIELDS, SECTIONS
+from zerocalc.frameworks.torchtitan.fields import FIELDS, SECTIONS
 
 os.environ.setdefault("DS_BUILD_OPS", "0")
 PROPERTY = settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))

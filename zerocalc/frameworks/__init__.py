@@ -1,17 +1,18 @@
 """Speak the frameworks' language: import DeepSpeed, accelerate and torchtitan configs as plain zerocalc fields, and
-export a view back to them. Standard library only; importers read text or bytes they are given, never a path.
+export a view back to them. Standard library only at import time (accelerate's YAML is read and written with
+PyYAML, imported when needed: frameworks/accelerate/document.py); importers read text or bytes they are given,
+never a path.
 
     imported = import_config("deepspeed", text, {"hidden_size": 4096, "workers": 8})
     imported.scenario, imported.workload, imported.layout, imported.selected_stage, imported.notes
     export_config("torchtitan", scenario_fields, workload_fields, layout_fields, stage)
 """
 
-from .accelerate import import_accelerate
+from .accelerate.reader import import_accelerate
 from .common import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig
-from .deepspeed import import_deepspeed
+from .deepspeed.reader import import_deepspeed
 from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
-from .torchtitan import import_torchtitan
-from .yaml_subset import parse_yaml
+from .torchtitan.reader import import_torchtitan
 
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan}
 
@@ -34,4 +35,4 @@ def import_config(fmt: str, source, context=None) -> ImportedConfig:
 
 __all__ = ["FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError", "ImportContext", "ImportedConfig",
            "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan", "export_config",
-           "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats", "parse_yaml"]
+           "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]

@@ -15,9 +15,10 @@ from ..scenario import FieldError, Scenario, require_choice, require_int
 from ..step.activations import RECOMPUTE
 from ..step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 from ..tables import DTYPE_BITS
+from .accelerate.document import dump_yaml
 from .common import FORMATS, FrameworkConfigError
-from .deepspeed_schema import COMMUNICATION_DTYPES
-from .emitters import dump_toml, dump_yaml
+from .deepspeed.schema import COMMUNICATION_DTYPES
+from .emitters import dump_toml
 
 LAYOUT_DEFAULTS = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "sequence_parallel": False, "micro_batches": 1,
                    "schedule": "1f1b", "loss_parallel": True, "gpus": None}

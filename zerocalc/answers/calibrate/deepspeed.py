@@ -9,9 +9,9 @@ from .measurement import GIB, CalibrationError, Measurement, Reading
 from .sizes import NUMBER, decimal_places, half_unit, scaled_bytes, text_lines
 
 _DS_UNIT = r"(GB|MB|KB)"
-_DS_LINE = re.compile(rf"\bMA ({NUMBER}) {_DS_UNIT}\s+Max_MA ({NUMBER}) {_DS_UNIT}\s+CA ({NUMBER}) {_DS_UNIT}\s+"
+DS_LINE = re.compile(rf"\bMA ({NUMBER}) {_DS_UNIT}\s+Max_MA ({NUMBER}) {_DS_UNIT}\s+CA ({NUMBER}) {_DS_UNIT}\s+"
                       rf"Max_CA ({NUMBER}) {_DS_UNIT}", re.ASCII)
-_DS_STATUS = re.compile(rf"current alloc=({NUMBER})GB \(delta=-?{NUMBER}GB max=({NUMBER})GB\) "
+DS_STATUS = re.compile(rf"current alloc=({NUMBER})GB \(delta=-?{NUMBER}GB max=({NUMBER})GB\) "
                         rf"current cache=({NUMBER})GB "
                         rf"\(delta=-?{NUMBER}GB max=({NUMBER})GB\)", re.ASCII)
 _DS_PREFIX = re.compile(r"^.*?\[[^\]]*see_memory_usage\]\s*", re.ASCII)
@@ -20,21 +20,21 @@ _DS_BINARY = {"GB": 2**30, "MB": 2**20, "KB": 2**10}   # see_memory_usage divide
 
 def _ds_label(previous: str) -> Optional[str]:
     label = _DS_PREFIX.sub("", previous).strip()
-    if not label or "CPU Virtual Memory" in label or _DS_LINE.search(label) or len(label) > 120:
+    if not label or "CPU Virtual Memory" in label or DS_LINE.search(label) or len(label) > 120:
         return None
     return label
 
 
 def _ds_values(line: str):
     """(MA, Max_MA, CA, Max_CA in bytes, their rounding for the peaks, the label on the line), or None."""
-    m = _DS_LINE.search(line)
+    m = DS_LINE.search(line)
     if m:
         ma, ma_u, max_ma, max_ma_u, ca, ca_u, max_ca, max_ca_u = m.groups()
         values = [scaled_bytes(n, _DS_BINARY[u]) for n, u in ((ma, ma_u), (max_ma, max_ma_u), (ca, ca_u),
                                                           (max_ca, max_ca_u))]
         return (*values, half_unit(decimal_places(max_ma), _DS_BINARY[max_ma_u]),
                 half_unit(decimal_places(max_ca), _DS_BINARY[max_ca_u]), _ds_label(line[:m.start()]))
-    s = _DS_STATUS.search(line)
+    s = DS_STATUS.search(line)
     if s:
         values = [scaled_bytes(n, GIB) for n in s.groups()]
         return (*values, half_unit(4, GIB), half_unit(4, GIB), line[:s.start()].strip()[:120] or None)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Optional
 
-from .deepspeed import _DS_LINE, _DS_STATUS
+from .deepspeed import DS_LINE, DS_STATUS
 from .measurement import DECIMAL, QUANTITIES, CalibrationError, Measurement, Reading
 from .memory_stats import _STAT_PAIR
 from .probe import _PROBE_START
@@ -30,7 +30,7 @@ _PLAIN = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(f"(?P<{q.split('_bytes')[0]
 
 def _claimed(line: str) -> bool:
     """A line another format reads (the plain labels would otherwise pick numbers out of it)."""
-    return bool(_PROBE_START.search(line) or _DS_LINE.search(line) or _DS_STATUS.search(line) or
+    return bool(_PROBE_START.search(line) or DS_LINE.search(line) or DS_STATUS.search(line) or
                 "out of memory" in line or line.lstrip().startswith("|") or _STAT_PAIR.search(line))
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from .common import FrameworkConfigError
+from ..common import FrameworkConfigError
 
 HF_SRC = "transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig"
 

@@ -21,22 +21,22 @@ DDP (MULTI_GPU) with mixed precision is torch.autocast over fp32 parameters and 
 
 from __future__ import annotations
 
-from ..scenario import INT_LIMITS
-from . import deepspeed
-from .common import (
+from ...scenario import INT_LIMITS
+from ..common import (
     Builder,
     Doc,
     FrameworkConfigError,
     ImportContext,
     ImportedConfig,
-    accelerate_bool,
     choice,
     decode_text,
     parse_json,
     require_mapping_keys,
     strict_int,
 )
-from .yaml_subset import parse_yaml
+from ..deepspeed import reader as deepspeed
+from .document import load_yaml
+from .fsdp import FsdpReader
 
 CLUSTER_KEYS = ("compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
                 "machine_rank", "num_machines", "gpu_ids", "main_process_ip", "main_process_port", "rdzv_backend",
@@ -54,28 +54,23 @@ DDP_TYPES = ("MULTI_GPU", "MULTI_NPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", 
 DISTRIBUTED_TYPES = ("NO", "MULTI_CPU") + DDP_TYPES + ("DEEPSPEED", "FSDP", "XLA", "MEGATRON_LM")
 SAGEMAKER_TYPES = ("NO", "DATA_PARALLEL", "MODEL_PARALLEL")
 PRECISIONS = ("no", "fp16", "bf16", "fp8")
-# utils/constants.py FSDP_SHARDING_STRATEGY; ShardingStrategy(n) is index + 1. -> (ZeRO stage, hybrid?)
-STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
-STRATEGY_STAGE = {"FULL_SHARD": (3, False), "SHARD_GRAD_OP": (2, False), "NO_SHARD": (0, False),
-                  "HYBRID_SHARD": (3, True), "HYBRID_SHARD_ZERO2": (2, True)}
 PLUGIN_FIELDS = ("gradient_accumulation_steps", "gradient_clipping", "zero_stage", "offload_optimizer_device",
                  "offload_param_device", "offload_param_nvme_path", "offload_optimizer_nvme_path",
                  "zero3_save_16bit_model")
 PARALLELISM_PREFIX = "parallelism_config_"
-FSDP_SRC = "accelerate FullyShardedDataParallelPlugin"
 
 
 def import_accelerate(source, context=None) -> ImportedConfig:
     """An accelerate config (YAML text or bytes; JSON text also works) -> ImportedConfig."""
     text = decode_text(source, "YAML")
-    data = parse_json(text) if text.lstrip().startswith("{") else parse_yaml(text)
+    data = parse_json(text) if text.lstrip().startswith("{") else load_yaml(text)
     if not isinstance(data, dict):
         raise FrameworkConfigError("config", type(data).__name__, "a YAML mapping of accelerate settings")
     require_mapping_keys(data, "")
     return _Reader(Doc(data), ImportContext.of(context)).run()
 
 
-class _Reader:
+class _Reader(FsdpReader):
     def __init__(self, doc: Doc, ctx: ImportContext):
         self.doc, self.ctx, self.b = doc, ctx, Builder("accelerate")
 
@@ -207,118 +202,6 @@ class _Reader:
             if value > 1:
                 self.b.set("layout", name, value, f"{src}{name}_size" if name == "tp" else f"{src}cp_size/sp_size")
         self.b.set("layout", "gpus", total, "parallelism_config total size")
-
-    # --- FSDP ------------------------------------------------------------------------------------------------
-    def fsdp(self, world, precision):
-        cfg = self.doc.section("fsdp_config")
-        keys = {}
-        for key in cfg:                                   # launch.py: x -> fsdp_x
-            keys[key if key.startswith("fsdp") else "fsdp_" + key] = key
-        get = lambda name, default=None: self._fsdp_get(keys, name, default)  # noqa: E731
-        version = get("fsdp_version", 1)
-        version = choice(self._k(keys, "fsdp_version"), str(version) if isinstance(version, int) and
-                         not isinstance(version, bool) else version, ("1", "2"))
-        version = int(version)
-        self.fsdp2 = self.parallel_ok = version == 2
-        if version == 1:
-            stage, hybrid = self._fsdp1_strategy(keys, get)
-        else:
-            stage, hybrid = self._fsdp2_reshard(keys, get), False
-        self.b.stage = stage
-        comm = {"no": None, "fp8": "bf16"}.get(precision, precision)
-        self.fp32_ledger(f"FSDP{version} mixed precision ({FSDP_SRC}.set_mixed_precision): fp32 shards, "
-                         f"{comm or 'fp32'} gathers and compute", comm)
-        if precision == "fp8":
-            self.b.note("mixed_precision fp8 under FSDP uses bf16 for parameters and reductions "
-                        "(set_mixed_precision maps fp8 to bfloat16); fp8 matmuls are not modelled.")
-        self.b.note("FSDP keeps the parameters in the dtype the model was loaded in; zerocalc assumes fp32 (the "
-                    "usual choice with mixed precision). A model loaded in bf16 trains in pure bf16.")
-        offload = get("fsdp_offload_params", False)
-        offload = "cpu" if accelerate_bool(self._k(keys, "fsdp_offload_params"), offload) else "none"
-        for field in ("offload_params", "offload_optimizer"):
-            self.b.set("scenario", field, offload, self._k(keys, "fsdp_offload_params", "default false"))
-        if offload == "cpu":
-            self.b.note("fsdp_offload_params moves parameters and gradients to the CPU, and with them the "
-                        "optimizer step and its state (FSDP CPUOffload / CPUOffloadPolicy).")
-        ac = get("fsdp_activation_checkpointing")
-        if ac is not None:
-            full = accelerate_bool(self._k(keys, "fsdp_activation_checkpointing"), ac)
-            self.b.set("workload", "recompute", "full" if full else "none",
-                       self._k(keys, "fsdp_activation_checkpointing"))
-            if full:
-                self.b.note("fsdp_activation_checkpointing wraps each transformer layer in checkpoint_wrapper: "
-                            "zerocalc's full recompute.")
-        self._fsdp_topology(world, hybrid, keys)
-
-    def _k(self, keys, name, default=None):
-        """The key as written in the file (maybe without its fsdp_ prefix), dotted; or default."""
-        return f"fsdp_config.{keys[name]}" if name in keys else default
-
-    def _fsdp_get(self, keys, name, default=None):
-        if name not in keys:
-            return default
-        return self.doc.get("fsdp_config", keys[name])
-
-    def _strategy(self, key, value) -> str:
-        if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, str) and value.isdigit():
-            number = int(value)
-            if 1 <= number <= len(STRATEGIES):
-                return STRATEGIES[number - 1]
-        elif isinstance(value, str) and value.upper() in STRATEGIES:
-            return value.upper()
-        raise FrameworkConfigError(key, value, "one of " + ", ".join(STRATEGIES) + " (any case) or 1-5")
-
-    def _fsdp1_strategy(self, keys, get):
-        key = self._k(keys, "fsdp_sharding_strategy")
-        strategy = self._strategy(key, get("fsdp_sharding_strategy")) if key else "FULL_SHARD"
-        if "fsdp_reshard_after_forward" in keys:
-            rkey = self._k(keys, "fsdp_reshard_after_forward")
-            reshard = get("fsdp_reshard_after_forward")
-            if isinstance(reshard, bool):
-                self.b.ignore(rkey, "FSDP1 takes a strategy name here, not a bool; accelerate launch passes "
-                                    "fsdp_sharding_strategy, which the plugin prefers, so it is unused")
-            elif self._strategy(rkey, reshard) != strategy:
-                self.b.ignore(rkey, f"accelerate launch passes fsdp_sharding_strategy ({strategy}; its default "
-                                    "is FULL_SHARD), which FSDP1 prefers over reshard_after_forward")
-                self.b.note(f"{rkey} = {reshard} is overridden: under FSDP1 accelerate applies "
-                            f"fsdp_sharding_strategy = {strategy} (accelerator.py: sharding_strategy or "
-                            "reshard_after_forward). Set fsdp_sharding_strategy to change it.")
-        stage, hybrid = STRATEGY_STAGE[strategy]
-        self.b.sources["selected_stage"] = key or "default FULL_SHARD (accelerate launch --fsdp_sharding_strategy)"
-        return stage, hybrid
-
-    def _fsdp2_reshard(self, keys, get):
-        if "fsdp_sharding_strategy" in keys:
-            self.doc.get("fsdp_config", keys["fsdp_sharding_strategy"])
-            self.b.ignore(self._k(keys, "fsdp_sharding_strategy"),
-                          "FSDP2 reads only fsdp_reshard_after_forward (the plugin converts sharding_strategy "
-                          "for fsdp_version 1 only); hybrid sharding needs parallelism_config")
-        key = self._k(keys, "fsdp_reshard_after_forward")
-        value = get("fsdp_reshard_after_forward", True)
-        reshard = accelerate_bool(key or "fsdp_config.fsdp_reshard_after_forward", value)
-        self.b.sources["selected_stage"] = key or "default true (FSDP2 reshard_after_forward)"
-        if not reshard:
-            self.b.note("FSDP2 with reshard_after_forward false keeps the gathered parameters from forward to "
-                        "backward: ZeRO-2 (SHARD_GRAD_OP) in zerocalc's terms (pytorch/PiPPy#1105, awgu).")
-        return 3 if reshard else 2
-
-    def _fsdp_topology(self, world, hybrid, keys):
-        par = self._parallelism(world) if self.fsdp2 else None
-        if par:
-            return
-        if world is None:
-            return
-        self.b.set("scenario", "workers", world, "num_processes")
-        if hybrid:
-            per_node = world // self.machines if world % self.machines == 0 else None
-            key = self._k(keys, "fsdp_sharding_strategy")
-            if per_node is None:
-                self.b.note("HYBRID_SHARD shards within a node; num_processes does not split over num_machines.")
-            elif per_node < world:
-                self.b.set("scenario", "shard_group", per_node, f"{key}: shard within a node (num_processes / "
-                                                                "num_machines), replicate across nodes")
-            else:
-                self.b.note("HYBRID_SHARD on one machine shards over all processes (one node: no replicas).")
 
     def _parallel_sizes(self):
         """parallelism_config's five sizes (ParallelismConfig.__post_init__ checks), or None when absent/empty."""

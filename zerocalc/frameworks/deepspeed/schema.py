@@ -15,7 +15,7 @@ check_value applies a kind the way pydantic's lax mode coerces it.
 
 from types import MappingProxyType
 
-from .common import FrameworkConfigError, choice, lax_bool, lax_float, lax_int
+from ..common import FrameworkConfigError, choice, lax_bool, lax_float, lax_int
 
 # DeepSpeedZeroConfig: field name -> (alias or None, kind, default). Defaults are the class's own.
 ZERO_FIELDS = MappingProxyType({

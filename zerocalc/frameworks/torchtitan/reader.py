@@ -17,8 +17,8 @@ from __future__ import annotations
 import re
 import tomllib
 
-from ..step.workload import WORKLOAD_LIMITS
-from .common import (
+from ...step.workload import WORKLOAD_LIMITS
+from ..common import (
     Builder,
     Doc,
     FrameworkConfigError,
@@ -29,57 +29,8 @@ from .common import (
     line_col,
     strict_int,
 )
-
-COMMIT = "238fa9953e4aec2a62582121564273d7cbb1e9f1"
-SRC = f"torchtitan job_config.py default ({COMMIT[:7]})"
-SECTIONS = ("job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training", "parallelism",
-            "checkpoint", "activation_checkpoint", "compile", "quantize", "comm", "memory_estimation",
-            "fault_tolerance", "experimental", "validation", "debug")
-FIELDS = {   # the dataclasses zerocalc reads, every field (job_config.py)
-    "training": ("dataset", "dataset_path", "local_batch_size", "global_batch_size", "seq_len", "max_norm", "steps",
-                 "enable_cpu_offload", "dtype", "mixed_precision_param", "mixed_precision_reduce", "gc_freq",
-                 "gc_debug", "dataloader"),
-    "parallelism": ("data_parallel_replicate_degree", "data_parallel_shard_degree", "fsdp_reshard_after_forward",
-                    "tensor_parallel_degree", "disable_loss_parallel", "enable_async_tensor_parallel",
-                    "pipeline_parallel_degree", "module_fqns_per_model_part",
-                    "pipeline_parallel_first_stage_less_layers", "pipeline_parallel_last_stage_less_layers",
-                    "pipeline_parallel_layers_per_stage", "pipeline_parallel_schedule",
-                    "pipeline_parallel_schedule_csv", "pipeline_parallel_microbatch_size",
-                    "pipeline_parallel_expert_parallel_overlap", "context_parallel_degree",
-                    "context_parallel_load_balancer", "context_parallel_rotate_method", "expert_parallel_degree",
-                    "expert_tensor_parallel_degree", "expert_parallel_comm_backend"),
-    "activation_checkpoint": ("mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
-                              "early_stop", "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
-                              "determinism_check", "debug"),
-    "optimizer": ("name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"),
-}
-DTYPES = {"bfloat16": "bf16", "float32": "fp32"}      # training.dtype / mixed_precision_param Literals
-# torch.distributed.pipelining.schedules.get_schedule_class names (case-insensitive) -> zerocalc schedule.
-SCHEDULES = {"1f1b": "1f1b", "interleaved1f1b": "interleaved", "gpipe": "gpipe", "loopedbfs": "gpipe",
-             "interleavedzerobubble": "interleaved", "zbvzerobubble": "interleaved", "dualpipev": "interleaved",
-             "pipelineschedulesingle": None, "pipelineschedulemulti": None}
-SINGLE_STAGE = ("1f1b", "gpipe", "pipelineschedulesingle")
-LIMIT = 10**6
-
-# Older torchtitan names (config_manager.py before #980, 2025-03-18, which moved the degrees into [parallelism];
-# training.batch_size until #1238, 2025-06-05; training.data_parallel_degree until HSDP, 2024-09) -> the name at
-# 238fa99. Those torchtitans read them; 238fa99 refuses them, so zerocalc reads them as their renamed fields, with
-# a note. (section, key) -> (section, key), or None: removed, no bearing on the bytes (listed as ignored).
-PARALLEL_MOVED = ("data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
-                  "disable_loss_parallel", "fsdp_reshard_after_forward", "enable_async_tensor_parallel")
-EXPERIMENTAL_MOVED = ("pipeline_parallel_degree", "pipeline_parallel_schedule", "pipeline_parallel_schedule_csv",
-                      "context_parallel_degree", "context_parallel_rotate_method", "enable_async_tensor_parallel")
-LEGACY = {("training", "batch_size"): ("training", "local_batch_size"),
-          ("training", "data_parallel_degree"): ("parallelism", "data_parallel_shard_degree"),
-          **{("training", k): ("parallelism", k) for k in PARALLEL_MOVED},
-          **{("experimental", k): ("parallelism", k) for k in EXPERIMENTAL_MOVED},
-          **{(sec, k): None for sec, k in (
-              ("training", "compile"), ("training", "warmup_steps"), ("training", "seed"),
-              ("training", "deterministic"), ("optimizer", "fused"), ("experimental", "enable_compiled_autograd"),
-              ("parallelism", "enable_compiled_autograd"), ("experimental", "pipeline_parallel_split_mode"))}}
-# pipeline keys removed by #1073 (2025-04-07): a count of micro-batches (default: the number of stages, pipeline.py)
-# and split points (len + 1 stages); they exist under [experimental] and, after #980, [parallelism].
-LEGACY_PIPELINE = ("pipeline_parallel_microbatches", "pipeline_parallel_split_points")
+from .fields import DTYPES, FIELDS, LIMIT, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
+from .legacy import LegacyReader
 
 
 def parse_toml(source) -> dict:
@@ -106,7 +57,7 @@ def import_torchtitan(source, context=None) -> ImportedConfig:
     return _Reader(Doc(parse_toml(source)), ImportContext.of(context)).run()
 
 
-class _Reader:
+class _Reader(LegacyReader):
     def __init__(self, doc: Doc, ctx: ImportContext):
         self.doc, self.ctx, self.b = doc, ctx, Builder("torchtitan")
 
@@ -124,68 +75,6 @@ class _Reader:
         for key in self.doc.leftovers():
             self.b.ignore(key, "no effect on the bytes zerocalc counts")
         return self.b.build()
-
-    # --- older torchtitan names ------------------------------------------------------------------------------
-    def legacy(self):
-        """Rewrite older key names (LEGACY) into their 238fa99 places before anything is checked."""
-        data = self.doc.data
-        self.legacy_pipeline, self.pre_1073 = {}, False
-        for (section, key), new in LEGACY.items():
-            block = data.get(section)
-            if not isinstance(block, dict) or key not in block:
-                continue
-            value = block.pop(key)
-            old = f"{section}.{key}"
-            if new is None:
-                self.b.ignore(old, "a field of an older torchtitan JobConfig, since removed (238fa99 refuses it); "
-                                   "no effect on the bytes zerocalc counts")
-                continue
-            target = data.setdefault(new[0], {})
-            if not isinstance(target, dict) or new[1] in target:
-                raise FrameworkConfigError(old, value, f"absent when {'.'.join(new)} is given (the older name of it)")
-            target[new[1]] = value
-            self.pre_1073 = self.pre_1073 or section == "experimental" or key in PARALLEL_MOVED
-            self.b.note(f"{old} is an older torchtitan name, read as {'.'.join(new)} (its name at {COMMIT[:7]}, "
-                        "which refuses the old one).")
-        self._legacy_loss_parallel(data)
-        for section in ("experimental", "parallelism"):
-            block = data.get(section)
-            for key in LEGACY_PIPELINE:
-                if isinstance(block, dict) and key in block:
-                    self.legacy_pipeline[key] = (f"{section}.{key}", block.pop(key))
-                    self.pre_1073 = True
-        self._legacy_float8(data)
-
-    def _legacy_loss_parallel(self, data):
-        # config_manager.py before Oct 2024: training.enable_loss_parallel (default true), later inverted as
-        # disable_loss_parallel
-        block = data.get("training")
-        if not isinstance(block, dict) or "enable_loss_parallel" not in block:
-            return
-        value = block.pop("enable_loss_parallel")
-        if not isinstance(value, bool):
-            raise FrameworkConfigError("training.enable_loss_parallel", value, "true or false")
-        target = data.setdefault("parallelism", {})
-        if isinstance(target, dict) and "disable_loss_parallel" not in target:
-            target["disable_loss_parallel"] = not value
-        self.b.note("training.enable_loss_parallel is an older torchtitan name, read as "
-                    f"parallelism.disable_loss_parallel = {str(not value).lower()}.")
-
-    def _legacy_float8(self, data):
-        # [float8] (2024-07 to 2025-09) and training.fp8_linear (2024-06): since model.converters / [quantize]
-        found = [k for k in ("float8",) if k in data]
-        training = data.get("training")
-        if isinstance(training, dict) and "fp8_linear" in training:
-            found.append("training.fp8_linear")
-            if training.pop("fp8_linear"):
-                self.b.note("training.fp8_linear: low-precision matmuls are not modelled.")
-        for key in found:
-            if key == "float8":
-                block = data.pop("float8")
-                if isinstance(block, dict) and block.get("enable_float8_linear") is True:
-                    self.b.note("float8.enable_float8_linear: low-precision matmuls are not modelled.")
-            self.b.ignore(key, "an older torchtitan float8 setting (238fa99 has [quantize] and model.converters); "
-                               "float8 matmuls are not modelled")
 
     def check_fields(self):
         custom = self.doc.get("job", "custom_config_module", default="")
@@ -414,42 +303,6 @@ class _Reader:
         gas = global_batch // (local * dp)
         self.b.set("layout", "micro_batches", gas * per_local, "global_batch_size / (local_batch_size x dp)"
                    + (" x pipeline micro-batches per local batch" if per_local > 1 else ""))
-
-    def _legacy_era(self) -> bool:
-        """A file written for torchtitan before #1073 (2025-04): its pipeline keys or pre-#980 degree names."""
-        return self.pre_1073
-
-    def _legacy_micro_count(self, dims) -> int:
-        if "pipeline_parallel_microbatches" in self.legacy_pipeline:
-            key, value = self.legacy_pipeline["pipeline_parallel_microbatches"]
-            return strict_int(key, value, 1, LIMIT)
-        return dims["pp"] * self._legacy_stages_per_rank(dims)   # pipeline.py: n_microbatches = total stages
-
-    def _legacy_stages_per_rank(self, dims) -> int:
-        if "pipeline_parallel_split_points" in self.legacy_pipeline:
-            key, points = self.legacy_pipeline["pipeline_parallel_split_points"]
-            if not isinstance(points, list) or (len(points) + 1) % dims["pp"]:
-                raise FrameworkConfigError(key, points, f"a list of split points giving a multiple of "
-                                                        f"pipeline_parallel_degree ({dims['pp']}) stages")
-            return (len(points) + 1) // dims["pp"]
-        return 1
-
-    def _legacy_microbatch(self, local, dims) -> int:
-        """pipeline.py before #1073: the local batch is split into pipeline_parallel_microbatches micro-batches
-        (default: the number of stages), and a batch they do not divide raises ValueError."""
-        if self.doc.has("parallelism", "pipeline_parallel_microbatch_size"):
-            return self.int_field("parallelism", "pipeline_parallel_microbatch_size", 1)
-        count = self._legacy_micro_count(dims)
-        given = "pipeline_parallel_microbatches" in self.legacy_pipeline
-        key = self.legacy_pipeline["pipeline_parallel_microbatches"][0] if given else "pipeline_parallel_microbatches"
-        if local % count:
-            raise FrameworkConfigError(key, count, f"a divisor of the batch size ({local}): older torchtitan's "
-                                                   "pipeline.py raises 'Batch size must be divisible by number of "
-                                                   "microbatches'")
-        self.b.note(f"Older torchtitan pipeline: the local batch of {local} is split into {count} micro-batches "
-                    f"({key if given else 'default: one per stage'}) of "
-                    f"{local // count}.")
-        return local // count
 
     def pipeline(self, dims):
         name = self.get("parallelism", "pipeline_parallel_schedule", "1F1B")
