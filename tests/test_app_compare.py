@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import core_report, dataframe_with, figure, open_tab, run_app, text_of, traces
+from tests.app_helpers import core_report, dataframe_with, figure, run_app, text_of, traces
 from ui.share import split_query
 from zerocalc.answers.calibrate.parse import parse
 from zerocalc.scenario import FieldError

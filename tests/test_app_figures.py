@@ -6,7 +6,7 @@ import random
 import plotly.graph_objects as go
 import pytest
 
-from tests.test_app import core_report
+from tests.app_helpers import core_report
 from ui import figures, tables
 from ui.figures import TERM_COLORS
 from ui.state import from_query, resolve

@@ -3,7 +3,7 @@ the link and the numbers; the bars split frozen and trained groups; the group le
 the QLoRA line explains when a quantized base is not smaller (litgpt#1112, torchtune#2255). The core is the oracle:
 every byte shown is compared with zerocalc.output.report.full_report for the same link."""
 
-from tests.test_app import captions, core_report, dataframe_with, run_app, states, warnings_shown
+from tests.app_helpers import captions, core_report, dataframe_with, run_app, states, warnings_shown
 
 QLORA_LINK = {"model": "llama-3-8b", "finetune": "qlora", "lora_rank": "16", "lora_targets": "all-linear",
               "gpu": "RTX-4090-24GB", "workers": "1", "recompute": "full"}

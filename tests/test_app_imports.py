@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_app import core_report, open_tab, run_app, text_of
+from tests.app_helpers import core_report, open_tab, run_app, text_of
 from zerocalc.frameworks import import_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

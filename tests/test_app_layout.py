@@ -3,9 +3,18 @@ that fit, the layout in the link, and refusals that reset only the field at faul
 
 import pytest
 
-from tests.test_app import (captions, core_report, dataframe_with, figure, open_sections, open_tab, run_app, text_of,
-                            traces, warnings_shown)
-
+from tests.app_helpers import (
+    captions,
+    core_report,
+    dataframe_with,
+    figure,
+    open_sections,
+    open_tab,
+    run_app,
+    text_of,
+    traces,
+    warnings_shown,
+)
 
 LAYOUT_LINK = {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "sequence_parallel": "true",
                "micro_batches": "8", "seq_len": "4096", "convention": "megatron"}

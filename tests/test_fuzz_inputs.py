@@ -16,14 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from tests.test_app import subtotals
+from tests.app_helpers import subtotals
 from ui.panels import escape_markdown
 from ui.state import FIELD, FIELDS, canonical, from_query, resolve, to_query
 from zerocalc.cli.main import main as cli_main
 from zerocalc.model.hf_config import ConfigError, architecture_from_config
-from zerocalc.states.zero import model_states
 from zerocalc.output.report import full_report
 from zerocalc.scenario import FieldError
+from zerocalc.states.zero import model_states
 from zerocalc.units import format_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
