@@ -14,6 +14,8 @@ COPY .streamlit/ .streamlit/
 COPY zerocalc/ zerocalc/
 COPY ui/ ui/
 COPY app.py .
+# The probe script the Calibrate view offers for download (not imported by the app).
+COPY tools/zerocalc_probe.py tools/
 
 # A numeric, unprivileged user: no root in the running container.
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin zerocalc

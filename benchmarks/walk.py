@@ -3,8 +3,10 @@
 
 - visits: calls whose callee lives in another module than its caller (a step from one room into the next);
 - modules: the distinct modules visited;
-- climbs: visits into a module that is already on the call stack below (a lower layer calling back up into the
-  one that called it, such as peak asking ranks for what ranks was about to compute);
+- climbs: visits into a module already on the call stack below (a lower layer calling back up into the one that
+  called it, such as the ZeRO rules calling the per-rank report back for its communication), and visits from a
+  module into a higher layer's (tests/test_structure.py LAYERS); the imports forbid the second kind, a callback
+  or a method of a higher layer's object would still do it;
 - per module: how often the walk enters each of ranks, peak, layout (and their successors' names).
 
 Run: python benchmarks/walk.py   (prints a table; the note of a restructure reports its before and after)
@@ -19,10 +21,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.model_states import _zerocalc_caches  # noqa: E402
-from zerocalc.model.architecture import param_count  # noqa: E402
+from zerocalc.model.inventory import param_count  # noqa: E402
 from zerocalc.model.presets import MODEL_PRESETS  # noqa: E402
 from zerocalc.layout import Layout  # noqa: E402
 from zerocalc.output.report import full_report  # noqa: E402
+from tests.test_structure import layer_of  # noqa: E402
 from zerocalc.scenario import Scenario  # noqa: E402
 from zerocalc.step.workload import Workload  # noqa: E402
 
@@ -32,6 +35,10 @@ WATCHED = ("ranks", "peak", "layout", "placement", "model_states", "zero")
 def _module(frame) -> str:
     name = frame.f_globals.get("__name__", "")
     return name if name.startswith("zerocalc") else ""
+
+
+def _layer(module: str) -> int:
+    return 99 if module in ("zerocalc", "zerocalc.__main__") else layer_of(module)[0]
 
 
 def walk(fn) -> dict:
@@ -49,7 +56,7 @@ def walk(fn) -> dict:
             if module and caller and module != caller:
                 visits += 1
                 entered[module] += 1
-                if module in stack:
+                if module in stack or _layer(module) > _layer(caller):
                     climbs += 1
             stack.append(module or caller)
         elif event == "return" and stack:

@@ -4,8 +4,8 @@ The formulas come from running activations.activations() on symbolic dimensions,
 arithmetic; these tests check that the run is faithful (same terms, same bytes, for every preset and the
 implementation / kernel / recompute / layout / fine-tuning variants) and that the text itself computes the number:
 the values column, evaluated by a small arithmetic parser (numbers, + − · / and parentheses only), gives the bits.
-The terms' sources are cited where they are computed (zerocalc/activations.py: Korthikanti et al. 2022 and the
-Hugging Face modeling files; moe_activations.py; training_activations.py)."""
+The terms' sources are cited where they are computed (zerocalc/step/activations.py: Korthikanti et al. 2022 and the
+Hugging Face modeling files; zerocalc/step/moe.py; zerocalc/step/trainable.py)."""
 
 import ast
 import operator

@@ -20,7 +20,7 @@ def test_there_are_at_least_30_presets():
 @pytest.mark.parametrize("name", EXACT)
 def test_preset_parameter_count_equals_the_published_count(name):
     # Published counts: the Hugging Face checkpoints' unique-tensor totals for the repository named in the
-    # preset's third field (model_presets.py), e.g. 124,439,808 for openai-community/gpt2 and 6,738,415,616 for
+    # preset's third field (zerocalc/model/presets.py), e.g. 124,439,808 for openai-community/gpt2 and 6,738,415,616 for
     # meta-llama/Llama-2-7b-hf (the Hub's safetensors parameter total); a checkpoint that stores more than the
     # model (a tied head stored twice, a vision tower) differs by exactly that, named in PUBLISHED_DIFFERENCES.
     arch, published, source = MODEL_PRESETS[name]

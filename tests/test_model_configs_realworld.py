@@ -130,7 +130,7 @@ def test_unsupported_real_model_types_are_refused_with_the_list(model_type):
 
 
 # Integer keys of the wrong type or out of range: the message names the key, the value, its JSON type and the
-# allowed range (the core's own limits, architecture.py ARCH_LIMITS / MOE_LIMITS).
+# allowed range (the core's own limits, zerocalc/model/architecture.py ARCH_LIMITS / MOE_LIMITS).
 def _range(field, lo=None):
     low, high = {**ARCH_LIMITS, **MOE_LIMITS}[field]
     return f"an integer from {max(low, lo or low):,} to {high:,}"

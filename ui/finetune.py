@@ -1,6 +1,6 @@
 """Fine-tuning on the page: what trains (a line under the title), why QLoRA is or is not smaller than LoRA for
 this view (a line under the verdict), and each parameter group's ledger with the entries that vanish. Every byte
-and sentence comes from the report (zerocalc/report.py: finetune, group_ledgers, finetune_comparison)."""
+and sentence comes from the report (zerocalc/output/report.py: finetune, group_ledgers, finetune_comparison)."""
 
 from __future__ import annotations
 

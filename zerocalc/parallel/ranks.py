@@ -64,7 +64,7 @@ def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -
     mp = layout_communication(scenario, workload, rank, shape)
     comm = tuple({"data parallel": data_parallel_communication(scenario, workload, shape, stage), **mp}
                  for stage in STAGES)
-    stages = stage_results(scenario, rows, rank.count, unique_total, lambda stage: sum(comm[stage].values()))
+    stages = stage_results(scenario, rows, rank.count, unique_total, tuple(sum(c.values()) for c in comm))
     peaks = stage_peaks(scenario, workload, stages, shape)
     return RankView(rank, shape, stages, peaks, comm, recompute_flops(workload, rank), rows)
 

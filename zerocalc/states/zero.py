@@ -121,9 +121,10 @@ def gpu_bytes_by_stage(scenario, rows) -> Tuple[int, ...]:
     return tuple(out)
 
 
-def stage_results(scenario, rows, copies: int, unique_total: int, comm=lambda stage: 0) -> Tuple[StageResult, ...]:
+def stage_results(scenario, rows, copies: int, unique_total: int, comm=(0, 0, 0, 0)) -> Tuple[StageResult, ...]:
     """The seed's loop over (entry, elements, divisor) rows: per stage, bytes per rank by category and entry,
-    where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything)."""
+    where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything). comm: the
+    communication bytes per step at each stage, worked out by the caller (no callback into a higher layer)."""
     sizes = [(row.entry.category, *row_sizes(row)) for row in rows]     # worked out once for the four stages
     stages = []
     for stage in STAGES:
@@ -140,7 +141,7 @@ def stage_results(scenario, rows, copies: int, unique_total: int, comm=lambda st
         total = sum(by_entry)
         stages.append(StageResult(stage, by_category, tuple(by_entry), tuple(locations), total,
                                   by_location["gpu"], by_location["cpu"], by_location["nvme"],
-                                  total * copies, unique_total, comm(stage)))
+                                  total * copies, unique_total, comm[stage]))
     return tuple(stages)
 
 
@@ -150,7 +151,7 @@ def model_states(scenario) -> ModelStatesReport:
     rows = [StateRow(e, e.elements(scenario.params), scenario.group) for e in ledger]
     unique_by_entry = tuple(row.entry.nbytes(row.elements) for row in rows)
     stages = stage_results(scenario, rows, scenario.workers, sum(unique_by_entry),
-                           lambda stage: communication_bytes(scenario, stage))
+                           tuple(communication_bytes(scenario, stage) for stage in STAGES))
     return ModelStatesReport(scenario, ledger, unique_by_entry, stages)
 
 

@@ -20,7 +20,7 @@ Later families (measured the same way, tests/measure/moe_activations.py): q/k no
 (Qwen3, Gemma 3) or all heads (OLMo 2); Gemma's RMSNorm computes in fp32 and saves its fp32 output and (1 + w);
 sandwich norms (Gemma 2/3) add two per block; soft-capping saves its tanh output (Gemma 2); latent attention
 (DeepSeek-V2/V3) saves its down-projected KV (and Q) through their norms, and SDPA's value is a view of the
-up-projection's output, which stays alive whole. Mixture-of-experts blocks: zerocalc/moe_activations.py.
+up-projection's output, which stays alive whole. Mixture-of-experts blocks: zerocalc/step/moe.py.
 
 All sizes are in bits until the end, so fp8 or 4-bit widths stay exact.
 """

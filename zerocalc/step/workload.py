@@ -10,6 +10,7 @@ overlap_comm defaults to True only for stage 3).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Optional
 
 from ..gpus import DEFAULT_GPU, GPU_CATALOG
@@ -91,7 +92,7 @@ class Workload:
             raise FieldError("finetune", type(self.finetune).__name__, "a FineTune")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
 
-    @property
+    @cached_property      # read by every rank's step and cost: worked out once per workload
     def routing(self) -> Routing:
         """Routed pairs per rank: balanced within a rank's own tokens; under expert parallelism the busiest
         rank receives moe_imbalance_percent of a balanced share, at most moe_capacity_percent."""
@@ -108,12 +109,12 @@ class Workload:
     def gpu_label(self) -> str:
         return f"custom {self.gpu_memory:,} bytes" if self.gpu_memory is not None else GPU_CATALOG[self.gpu][0]
 
-    @property
+    @cached_property      # read by every rank's step and cost: worked out once per workload
     def vocab_rows(self) -> int:
         """The vocabulary as the embedding and head store it (padded as the kernels pad it)."""
         return padded_vocab(self.arch.vocab, self.layout.vocab_multiple(self.implementation))
 
-    @property
+    @cached_property      # read by every rank's step and cost: worked out once per workload
     def vocab_columns(self) -> int:
         """Vocabulary columns of the logits one rank computes: its vocab-parallel split, or all of them when the
         logits are gathered (Hugging Face's own "colwise_rep" head plan)."""
