@@ -59,9 +59,24 @@ def open_sections(at, *names):
     return at
 
 
+def alerts(at, kind: str) -> list:
+    """The text of each plain-text alert of a kind (info, success, warning, error: ui/plain.py), as shown."""
+    out = []
+    for h in at.get("html"):
+        for body in re.findall(rf'data-testid="zc-alert-{kind}">(.*?)</div>', h.proto.body, flags=re.S):
+            text = re.sub(r"<li>", " ", body)
+            out.append(html_lib.unescape(re.sub(r"<[^>]+>", "", text)).split(" ", 1)[-1].strip())
+    return out
+
+
+def plain_captions(at) -> list:
+    return [html_lib.unescape(re.sub(r"<[^>]+>", "", m)) for h in at.get("html")
+            for m in re.findall(r'data-testid="zc-caption">(.*?)</p>', h.proto.body, flags=re.S)]
+
+
 def warnings_shown(at) -> str:
-    """The warnings as the page renders them (markdown escapes removed)."""
-    return " ".join(re.sub(r"\\(.)", r"\1", w.value) for w in at.warning)
+    """The warnings as the page renders them: Streamlit's (markdown escapes removed) and the plain-text ones."""
+    return " ".join([re.sub(r"\\(.)", r"\1", w.value) for w in at.warning] + alerts(at, "warning"))
 
 
 def header_text(at) -> str:
@@ -72,7 +87,7 @@ def header_text(at) -> str:
 
 def captions(at) -> str:
     """The header's line and every caption."""
-    return " ".join([header_text(at)] + [c.value for c in at.caption])
+    return " ".join([header_text(at)] + [c.value for c in at.caption] + plain_captions(at))
 
 
 def answer_text(at) -> str:
@@ -85,7 +100,8 @@ def answer_text(at) -> str:
 def text_of(at) -> str:
     """The verdict's sentence and every markdown, as read."""
     markdown = re.sub(r"\\(.)", r"\1", " ".join(m.value for m in at.markdown)).replace("**", "")
-    return f"{answer_text(at)} {markdown}"
+    shown = " ".join(a for kind in ("info", "success", "warning", "error") for a in alerts(at, kind))
+    return f"{answer_text(at)} {markdown} {shown}"
 
 
 def core_report(query):

@@ -2,12 +2,11 @@
 link; every calibration format pasted (the fixtures of tests/fixtures/calibration), garbage, and the suggestion
 buttons."""
 
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.app_helpers import core_report, dataframe_with, figure, run_app, text_of, traces
+from tests.app_helpers import alerts, core_report, dataframe_with, figure, run_app, text_of, traces, warnings_shown
 from ui.share import split_query
 from zerocalc.answers.calibrate.parse import parse
 from zerocalc.scenario import FieldError
@@ -47,7 +46,7 @@ def test_pin_change_and_compare_two_plans_in_one_link():
 def test_a_compare_link_restores_both_plans():
     link = {"model": "llama-3-8b", "workers": "32", "a.model": "llama-3-8b", "a.workers": "16", "a.stage": "2"}
     at = run_app(link, tab="Compare")
-    assert not at.warning
+    assert not warnings_shown(at)
     assert dict(at.query_params) == link
     assert at.session_state["plan_a"]["workers"] == 16 and at.session_state["plan_a"]["stage"] == 2
     text = text_of(at)
@@ -62,7 +61,7 @@ def test_a_compare_link_restores_both_plans():
 
 def test_bad_plan_a_parameters_are_named_and_fall_back():
     at = run_app({"a.model": "gpt2", "a.workers": "lots", "a.bogus": "1"})
-    shown = " ".join(re.sub(r"\\(.)", r"\1", w.value) for w in at.warning)
+    shown = warnings_shown(at)
     assert "Plan A: Link parameter workers='lots' is not allowed" in shown and "'a.bogus'" in shown
     view, plan, warnings = split_query({"a.model": ["gpt2"], "workers": ["4"]})
     assert view == {"workers": ["4"]} and plan == {"model": ["gpt2"]} and warnings == []
@@ -90,11 +89,11 @@ def test_each_pasted_format_is_read_and_compared(calibrate_page, path):
     try:
         measurement = parse(text)
     except FieldError as exc:        # every value [N/A]: a clear refusal, not a number
-        assert "Could not read the pasted text" in " ".join(e.value for e in at.error), path.name
+        assert "Could not read the pasted text" in " ".join(alerts(at, "error")), path.name
         assert exc.field == "calibration"
         return
-    success = " ".join(s.value for s in at.success)
-    assert f"Read as {measurement.source_format}" in success, (path.name, success, [e.value for e in at.error])
+    success = " ".join(alerts(at, "success"))
+    assert f"Read as {measurement.source_format}" in success, (path.name, success, alerts(at, "error"))
     residuals = dataframe_with(at, "residual (measured - estimated)")
     assert len(residuals) >= 1
     names = set(residuals["measured"])
@@ -107,10 +106,10 @@ def test_garbage_gets_a_clear_message(calibrate_page):
     at = calibrate_page
     for garbage in ("hello world", "{\"x\": [1, 2", "max_memory_allocated: lots", "\x00\x01", "9" * 500):
         paste(at, garbage)
-        error = " ".join(e.value for e in at.error)
+        error = " ".join(alerts(at, "error"))
         assert "Could not read the pasted text" in error and "calibration" in error, (garbage, error)
     paste(at, "")
-    assert not at.error and "Formats understood" in " ".join(c.value for c in at.caption)
+    assert not alerts(at, "error") and "Formats understood" in " ".join(c.value for c in at.caption)
 
 
 def test_a_suggestion_sets_the_assumption_it_names():

@@ -19,7 +19,7 @@ def test_the_mode_selector_rank_slider_and_targets_reach_the_link_and_the_number
     at.multiselect(key="lora_targets").select("o").run()
     query = {"model": "llama-3-8b", "finetune": "lora", "lora_rank": "16", "lora_targets": "q,v,o"}
     assert dict(at.query_params) == query
-    assert not at.exception and not at.warning
+    assert not at.exception and not warnings_shown(at)
     report = core_report(query)
     # peft's count for rank 16 on q, v and o of Llama-3-8B: per layer 16 x (4096+4096) + 16 x (4096+1024)
     # + 16 x (4096+4096) (A: r x in, B: out x r; peft/tuners/lora/layer.py), times 32 layers.
@@ -41,7 +41,7 @@ def test_all_linear_stands_alone_in_the_targets():
 
 def test_a_qlora_link_restores_the_view_and_says_why_it_is_or_is_not_smaller():
     at = run_app(QLORA_LINK, sections=["sec_finetune"])
-    assert not at.warning, warnings_shown(at)
+    assert not warnings_shown(at), warnings_shown(at)
     assert dict(at.query_params) == QLORA_LINK
     assert at.selectbox(key="finetune").value == "qlora"
     assert list(at.multiselect(key="lora_targets").value) == ["all-linear"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_helpers import core_report, open_tab, run_app, text_of
+from tests.app_helpers import alerts, core_report, open_tab, run_app, text_of
 from zerocalc.frameworks import import_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -20,7 +20,7 @@ def uploader(at, label_start):
 
 
 def messages(at, kind):
-    return " ".join(re.sub(r"\\(.)", r"\1", e.value) for e in getattr(at, kind))
+    return " ".join([re.sub(r"\\(.)", r"\1", e.value) for e in getattr(at, kind)] + alerts(at, kind))
 
 
 def upload_config(at, name, data):

@@ -22,7 +22,7 @@ LAYOUT_LINK = {"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "se
 
 def test_a_layout_link_restores_the_controls_and_the_per_rank_view():
     at = run_app(LAYOUT_LINK)
-    assert not at.warning, warnings_shown(at)
+    assert not warnings_shown(at), warnings_shown(at)
     open_sections(at, "sec_parallel")
     assert at.number_input(key="tp").value == 8 and at.number_input(key="pp").value == 2
     assert at.checkbox(key="sequence_parallel").value is True
@@ -54,7 +54,7 @@ def test_the_layout_controls_change_the_link_and_the_numbers():
     query = {"model": "llama-3-8b", "tp": "4", "pp": "4", "schedule": "interleaved", "vpp": "2",
              "sequence_parallel": "true", "micro_batches": "8"}
     assert dict(at.query_params) == query
-    assert not at.exception and not at.warning
+    assert not at.exception and not warnings_shown(at)
     report = core_report(query)
     assert report["layout"]["world_size"] == 8 * 4 * 4
     open_tab(at, "Layouts and ranks")

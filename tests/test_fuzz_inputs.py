@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import subtotals
-from ui.panels import escape_markdown
+from tests.app_helpers import subtotals, warnings_shown
+from ui.plain import clean
 from ui.state import FIELD, FIELDS, canonical, from_query, resolve, to_query
 from zerocalc.cli.main import main as cli_main
 from zerocalc.model.hf_config import ConfigError, architecture_from_config
@@ -110,9 +110,9 @@ def test_link_parameters_through_the_app(query):
     shown = subtotals(at)
     assert shown == [format_bytes(s["per_worker_total_bytes"], unit) for s in report["stages"]]
     bad = [k for k in query if k not in FIELD]
-    shown = " ".join(w.value for w in at.warning)
-    for key in bad:   # named, and shown literally (markdown in a link is escaped, never rendered)
-        assert escape_markdown(repr(str(key)[:40])) in shown
+    shown = warnings_shown(at)
+    for key in bad:   # named, and shown literally (as text: ui/plain.py, never as markdown)
+        assert clean(repr(str(key)[:40])) in shown
 
 
 json_values = st.recursive(

@@ -11,7 +11,7 @@ import streamlit as st
 
 from zerocalc.scenario import FieldError
 
-from . import tables
+from . import plain, tables
 from .figures import STAGE_LABELS
 from .state import CUSTOM, FIELD
 from .widgets import set_fields
@@ -80,20 +80,19 @@ def panel(resolved, unit: str) -> None:
     try:
         measurement = parse(text, gb=gb)
         calibration = compare_stage(measurement, resolved.scenario, resolved.workload, stage).to_dict()
-    except FieldError as exc:          # CalibrationError names the formats understood
-        from .panels import escape_markdown
-        st.error(escape_markdown(f"Could not read the pasted text: {exc}"))
+    except FieldError as exc:          # CalibrationError names the formats understood; it quotes the paste
+        plain.alert("error", f"Could not read the pasted text: {exc}")
         return
-    m = calibration["measurement"]
-    st.success(f"Read as {m['source_format']}" + (f" ({m['gpu_name']})" if m.get("gpu_name") else "") +
-               f"; compared with {STAGE_LABELS[stage]} of this view.")
+    m = calibration["measurement"]             # a GPU name, labels and notes come from the paste: plain text
+    plain.alert("success", f"Read as {m['source_format']}" + (f" ({m['gpu_name']})" if m.get("gpu_name") else "")
+                + f"; compared with {STAGE_LABELS[stage]} of this view.")
     from .panels import table_with_csv
     table_with_csv(tables.residual_table(calibration, unit), "calibration", None)
     if calibration["phases"]:
         st.markdown("**Per phase** (the probe's phases against the estimate's):")
         table_with_csv(tables.phase_table(calibration, unit), "calibration-phases", None)
-    for sentence in calibration["sentences"]:
-        st.markdown(f"- {sentence}")
+    for sentence in calibration["sentences"]:          # some name the paste's own phases: plain text
+        plain.alert("info", sentence)
     for i, s in enumerate(calibration["suggestions"]):
         cols = st.columns([4, 1])
         cols[0].markdown(f"- {s['sentence']}")
@@ -101,5 +100,4 @@ def panel(resolved, unit: str) -> None:
                        help=f"Sets {s['field']} to {s['suggested']:,} in the view.")
     if m["notes"]:
         with st.expander(f"How it was read ({len(m['notes'])} notes)"):
-            for note in m["notes"]:
-                st.markdown(f"- {note}")
+            plain.alert("info", "Notes:", m["notes"])

@@ -9,7 +9,11 @@ link or the JSON report), never in a message, a log line or a download.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
+import secrets
+import tempfile
 from dataclasses import fields as dc_fields
 
 import streamlit as st
@@ -18,12 +22,17 @@ from zerocalc.model.inventory import counts, param_count
 from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
 from zerocalc.scenario import FieldError
 
+from . import plain
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
                     format_value, parse_value, resolve)
 from .widgets import read_state, set_fields
 
 HUB_ENDPOINT_ENV = "ZEROCALC_HUB_ENDPOINT"   # another Hub (a mirror, or the tests' local server); unset: the Hub
-HUB_CACHE_ENV = "ZEROCALC_HUB_CACHE"         # huggingface_hub's cache folder; unset: its own default
+HUB_CACHE_ENV = "ZEROCALC_HUB_CACHE"         # where the Hub caches live (one folder per token); unset: a temp folder
+# An operator who wants visitors without a token of their own to use the server's HF_TOKEN (or saved login) says
+# so by name; otherwise a visitor's request carries their own token or none (README, Hosting).
+SERVER_TOKEN_ENV = "ZEROCALC_HUB_SERVER_TOKEN"
+_CACHE_SALT = secrets.token_bytes(16)       # per process: a cache folder's name says nothing about its token
 MESSAGE = "import_message"                   # (kind, text, details) shown in the main area
 
 
@@ -120,14 +129,38 @@ def on_config_upload() -> None:
     _say("success", f"Loaded {upload.name[:80]}: {_config_name(cfg)}, {model_summary(arch)}.")
 
 
+def visitor_token(typed):
+    """The token a visitor's fetch sends: the one they typed; else none at all (False), unless the operator opted
+    in to the server's own (None: huggingface_hub's HF_TOKEN or saved login)."""
+    typed = (typed or "").strip() if isinstance(typed, str) else ""
+    if typed:
+        return typed
+    return None if os.environ.get(SERVER_TOKEN_ENV, "").strip() == "1" else False
+
+
+def hub_cache(token) -> str:
+    """The cache folder for requests made with this token: one per token, one for the server's, one for none. A
+    config fetched with a visitor's token (a gated model's) is never served to a request made with another: the
+    Hub's cache answers a pinned commit without asking the Hub again."""
+    base = os.environ.get(HUB_CACHE_ENV) or os.path.join(tempfile.gettempdir(), "zerocalc-hub")
+    if token is False:
+        name = "anonymous"
+    elif token is None:
+        name = "server-token"
+    else:
+        name = "token-" + hmac.new(_CACHE_SALT, token.encode(), hashlib.sha256).hexdigest()[:24]
+    return os.path.join(base, name)
+
+
 def hub_fetch():
-    """zerocalc.model.hub.fetch.fetch_config with the token from the session, the endpoint and cache from the environment."""
+    """zerocalc.model.hub.fetch.fetch_config with the visitor's token (or none), the endpoint from the environment
+    and the cache folder of that token."""
     from zerocalc.model.hub.fetch import fetch_config
+    token = visitor_token(st.session_state.get("hub_token"))
     return fetch_config(st.session_state.get("hub_id", "").strip(),
                         revision=(st.session_state.get("hub_revision") or "").strip() or None,
-                        token=st.session_state.get("hub_token") or None, timeout_s=10,
-                        endpoint=os.environ.get(HUB_ENDPOINT_ENV) or None,
-                        cache_dir=os.environ.get(HUB_CACHE_ENV) or None)
+                        token=token, timeout_s=10, endpoint=os.environ.get(HUB_ENDPOINT_ENV) or None,
+                        cache_dir=hub_cache(token))
 
 
 def on_hub_fetch() -> None:
@@ -255,9 +288,11 @@ def on_framework_upload() -> None:
     details = [f"Set: {changed or 'nothing beyond the stage'}."]
     details += [f"\"auto\" {a['key']} = {a['value']}: {a['how']}" for a in imported.auto_keys]
     details += [f"Ignored {i['key']}: {i['reason']}" for i in imported.ignored_keys]
+    if imported.ignored_more:
+        details.append(f"... and {imported.ignored_more:,} more keys ignored.")
     details += list(imported.notes)
     _say("success", f"Imported {name} ({FRAMEWORK_NAMES[fmt]}):{stage} {len(imported.auto_keys)} \"auto\" "
-                    f"key(s) resolved, {len(imported.ignored_keys)} key(s) ignored.", details)
+                    f"key(s) resolved, {len(imported.ignored_keys) + imported.ignored_more:,} key(s) ignored.", details)
 
 
 def loaders(box) -> None:
@@ -272,7 +307,7 @@ def loaders(box) -> None:
                    help="A branch, tag or 40-hex commit.")
     box.text_input("Access token (optional, gated models)", key="hub_token", type="password",
                    help="Kept in this browser session only: never in the link, the report, a download or a "
-                        "message. Empty: HF_TOKEN from the server's environment, if any.")
+                        "message. Empty: no token is sent (the server's own only where its operator allows it).")
     box.button("Fetch from the Hub", key="hub_fetch", on_click=on_hub_fetch)
     box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML",
                       type=["json", "yaml", "yml", "toml"], key=upload_key("framework_upload"),
@@ -306,15 +341,14 @@ def exports_tab(resolved) -> None:
     from zerocalc.frameworks import FrameworkConfigError
     from zerocalc.frameworks.export import export_caveats, export_config
 
-    from .panels import escape_markdown
     from .figures import STAGE_LABELS
 
     s, w, lay, stage = export_inputs(resolved)
     imported = st.session_state.get("framework_import")
     if imported:
-        st.caption(f"Imported {escape_markdown(imported['name'])}; its stage "
-                   f"({'none' if imported['stage'] is None else STAGE_LABELS[imported['stage']]}) is marked in "
-                   f"the stage table and checked in the verdict.")
+        plain.caption(f"Imported {imported['name']}; its stage "
+                      f"({'none' if imported['stage'] is None else STAGE_LABELS[imported['stage']]}) is marked in "
+                      f"the stage table and checked in the verdict.")
     st.markdown(f"The current view ({STAGE_LABELS[stage]}, the stage being checked) as each framework's config. "
                 "Importing a download gives back every field the format can express.")
     for fmt, filename, mime, language in EXPORTS:
@@ -322,11 +356,11 @@ def exports_tab(resolved) -> None:
             text = export_config(fmt, s, w, lay, stage)
             caveats = export_caveats(fmt, s, w, lay, stage)
         except (FrameworkConfigError, FieldError) as exc:
-            st.warning(escape_markdown(f"{filename}: this view cannot be written as {FRAMEWORK_NAMES[fmt]}: {exc}"))
+            plain.alert("warning", f"{filename}: this view cannot be written as {FRAMEWORK_NAMES[fmt]}: {exc}")
             continue
         st.download_button(f"Download {filename}", text.encode("utf-8"), file_name=filename, mime=mime,
                            key=f"export_{fmt}", on_click="ignore")
         with st.expander(f"{filename}: contents and what it cannot express ({len(caveats)})"):
             st.code(text, language=language, wrap_lines=True)
-            for c in caveats:
-                st.markdown(f"- {escape_markdown(c)}")
+            if caveats:
+                plain.alert("info", "What it cannot express:", caveats)

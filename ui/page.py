@@ -33,10 +33,11 @@ def render() -> None:
     name = {CUSTOM: "custom architecture", PARAMS_ONLY: "parameter count"}.get(model, model)
     if model in MODEL_PRESETS:
         name = f"{model} ({MODEL_PRESETS[model][2]})"          # the preset's source: published count, repo
-    # The answer first: the title line, the verdict and the share link are one HTML block (one element, not three).
+    # The answer first: the title line and the verdict as one block of plain HTML (no script); then the share link,
+    # the one block with a script (its copy button).
     st.html(panels.header_html(report, resolved.state, name)
-            + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit)
-            + share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
+            + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit))
+    st.html(share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
     panels.no_peak(report, unit, stage)
     panels.caveats(report)
     panels.warnings(link_warnings + problems + resolved.warnings)

@@ -19,7 +19,7 @@ from zerocalc.step.formulas import LEGEND
 from zerocalc.answers.fixes import sentence as fix_sentence
 from zerocalc.units import format_bytes
 
-from . import figures, finetune, tables
+from . import figures, finetune, plain, tables
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
 from .widgets import set_fields
@@ -35,9 +35,10 @@ def escape_markdown(text: str) -> str:
 
 
 def warnings(messages) -> None:
+    """Link and input warnings: they quote what a link or a field held, so they are shown as plain text."""
     for message in messages:
         if message:
-            st.warning(escape_markdown(message))
+            plain.alert("warning", message)
 
 
 def _csv(df) -> bytes:
@@ -238,12 +239,11 @@ def import_message() -> None:
     message = st.session_state.get("import_message")
     if not message:
         return
-    kind, text, details = message
-    (st.success if kind == "success" else st.error)(escape_markdown(text))
+    kind, text, details = message        # file names, config strings and Hub answers: plain text
+    plain.alert("success" if kind == "success" else "error", text)
     if details:
         with st.expander(f"Details ({len(details)})"):
-            for line in details:
-                st.markdown(f"- {escape_markdown(line)}")
+            plain.alert("info", f"{len(details)} line(s):", details)
 
 
 # --- overview -------------------------------------------------------------------------------------------------
@@ -386,6 +386,9 @@ def layouts(report: dict, unit: str) -> None:
     if "layouts" not in report["solve"]:
         return
     solve = report["solve"]
+    if solve.get("layouts_refused"):
+        plain.alert("warning", f"Not searched: {solve['layouts_refused']}.")
+        return
     if not solve["layouts"]:
         st.warning(f"No layout of {gpus:,} GPUs fits, even with full recompute and offload.")
         return

@@ -111,14 +111,15 @@ def share_link(params: dict) -> str:
 
 
 COPY_BUTTON = """<div class="zc-share"><span class="zc-share-label">Link to this view:</span>
-<a class="zc-share-link" href="{href}">{text}</a>
+<a class="zc-share-link" id="zc-share-link" href="{href}">{text}</a>
 <button class="zc-copy" id="zc-copy" type="button">Copy link</button>
 </div>
 <script>
 (() => {{
-  const button = document.getElementById("zc-copy");
-  if (!button) return;
-  button.onclick = () => navigator.clipboard.writeText(window.location.href).then(() => {{
+  const button = document.getElementById("zc-copy"), link = document.getElementById("zc-share-link");
+  if (!button || !link) return;
+  // the link shown, not the address bar (which may carry a #fragment or Streamlit's embed parameters)
+  button.onclick = () => navigator.clipboard.writeText(link.href).then(() => {{
     button.textContent = "Copied";
     setTimeout(() => {{ button.textContent = "Copy link"; }}, 1500);
   }}, () => {{ button.textContent = "Select the link to copy it"; }});
@@ -133,8 +134,9 @@ COPY_BUTTON = """<div class="zc-share"><span class="zc-share-label">Link to this
 
 
 def link_html(link: str) -> str:
-    """The link, wrapped (never cut off or covered), with a visible copy button that copies the address bar
-    (which sync_url keeps equal to the link); its script needs st.html's unsafe_allow_javascript."""
+    """The link, wrapped (never cut off or covered), with a visible copy button that copies the link shown; its
+    script needs st.html's unsafe_allow_javascript, so this block holds nothing else (the link is escaped: its
+    parameters are the state's own canonical values, never a visitor's raw text)."""
     return COPY_BUTTON.format(href=html.escape(link, quote=True), text=html.escape(link))
 
 

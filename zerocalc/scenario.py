@@ -20,12 +20,41 @@ INT_LIMITS = {
 }
 
 
+QUOTE_CHARS = 80          # a refused value is quoted up to this many characters, then its length
+NAME_CHARS = 120          # a field name (a key of an uploaded file can be one) likewise
+ALLOWED_CHARS = 1_000     # the "allowed" text (some quote a file's own words)
+
+
+def cut(text: str, limit: int) -> str:
+    """Text of at most `limit` characters, and when cut, how long it was: a 990,000-character value in a message
+    would freeze the page that shows it."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def quotable(value):
+    """A value as a message may quote it: short ones as they are; a long string cut (still a string, so a message
+    can say it was text); any other value whose repr is long, as that repr cut."""
+    if isinstance(value, str):
+        return cut(value, QUOTE_CHARS)
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103):,} digits"   # str() of it could raise
+    if isinstance(value, (int, float, bool, type(None))):
+        return value
+    try:
+        text = repr(value)
+    except ValueError:                           # a container holding an integer too long to print
+        return f"a {type(value).__name__} too large to show"
+    return value if len(text) <= QUOTE_CHARS else cut(text, QUOTE_CHARS)
+
+
 class FieldError(ValueError):
-    """A bad value for one named input field."""
+    """A bad value for one named input field. The field, value and allowed text are kept short (cut, with the
+    length said) however large what was refused: messages quote them."""
 
     def __init__(self, field: str, value, allowed: str):
-        self.field, self.value, self.allowed = field, value, allowed
-        super().__init__(f"{field}: got {value!r}; allowed: {allowed}")
+        self.field = cut(str(field), NAME_CHARS)
+        self.value, self.allowed = quotable(value), cut(str(allowed), ALLOWED_CHARS)
+        super().__init__(f"{self.field}: got {self.value!r}; allowed: {self.allowed}")
 
 
 def _choices(options) -> str:

@@ -216,8 +216,11 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             break
         length //= 2
     if layouts:                                                      # a layout of the same GPUs
-        from ..parallel.search import search_layouts
-        plan = next((p for p in search_layouts(scenario, workload) if p.stage == stage), None)
+        from ..parallel.search import SearchBoundError, search_layouts
+        try:
+            plan = next((p for p in search_layouts(scenario, workload) if p.stage == stage), None)
+        except SearchBoundError:                                     # beyond the search's bounds: not offered
+            plan = None
         if plan is not None:
             s_changes = {"workers": plan.dp, "shard_group": None, "offload_optimizer": plan.offload_optimizer,
                          "offload_params": plan.offload_params}

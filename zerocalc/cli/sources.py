@@ -30,6 +30,8 @@ def sources_text(sources: dict, units: str) -> str:
                                                             else "") + " (explicit flags win):"]
         lines += [f"  auto: {a['key']} = {a['value']} ({a['how']})" for a in imp["auto_keys"]]
         lines += [f"  ignored: {i['key']} ({i['reason']})" for i in imp["ignored_keys"]]
+        if imp.get("ignored_more"):
+            lines.append(f"  ... and {imp['ignored_more']:,} more keys ignored")
         lines += [f"  note: {n}" for n in imp["notes"]]
     if "hub" in sources:
         hub = sources["hub"]

@@ -16,6 +16,7 @@ from ..scenario import FieldError
 from ..tables import DTYPE_BITS
 
 MAX_CONFIG_BYTES = 1_000_000   # the same cap as hf_config.MAX_CONFIG_BYTES and the app's 1 MB upload limit
+MAX_LISTED = 50                # ignored keys listed one by one; the rest are counted (ImportedConfig.ignored_more)
 FORMATS = ("deepspeed", "accelerate", "torchtitan")
 MISSING = object()
 
@@ -192,7 +193,8 @@ class ImportedConfig:
     layout: tp, pp, vpp, cp, ep, sequence_parallel, micro_batches, schedule, gpus (world = dp x tp x pp x cp; dp is
     scenario["workers"]). selected_stage: the ZeRO stage the file chose (0-3), or None.
     auto_keys: [{"key", "value", "how"}] for every "auto" (or -1) the file left to the framework.
-    ignored_keys: [{"key", "reason"}] for every key not used. notes: sentences on approximations and defaults.
+    ignored_keys: [{"key", "reason"}] for the first MAX_LISTED keys not used, ignored_more: how many more there were.
+    notes: sentences on approximations and defaults.
     sources: "scenario.workers" -> the key (or default) that set it.
     """
 
@@ -205,6 +207,7 @@ class ImportedConfig:
     ignored_keys: list
     notes: list
     sources: dict
+    ignored_more: int = 0
 
     def to_dict(self) -> dict:
         """The JSON form: selected_stage, the filled fields, and imported{format, auto_keys, ignored_keys, notes}."""
@@ -212,7 +215,8 @@ class ImportedConfig:
             "selected_stage": self.selected_stage,
             "scenario": dict(self.scenario), "workload": dict(self.workload), "layout": dict(self.layout),
             "imported": {"format": self.format, "auto_keys": [dict(a) for a in self.auto_keys],
-                         "ignored_keys": [dict(i) for i in self.ignored_keys], "notes": list(self.notes),
+                         "ignored_keys": [dict(i) for i in self.ignored_keys], "ignored_more": self.ignored_more,
+                         "notes": list(self.notes),
                          "sources": dict(self.sources)},
         }
 
@@ -225,6 +229,7 @@ class Builder:
         self.parts = {"scenario": {}, "workload": {}, "layout": {}}
         self.stage: Optional[int] = None
         self.auto, self.ignored, self.notes, self.sources = [], [], [], {}
+        self.ignored_names, self.ignored_more = set(), 0     # a set: a file of 100,000 keys costs linear time
 
     def set(self, part: str, name: str, value, source: str) -> None:
         self.parts[part][name] = value
@@ -237,8 +242,13 @@ class Builder:
         self.auto.append({"key": key, "value": value, "how": how})
 
     def ignore(self, key: str, reason: str) -> None:
-        if all(i["key"] != key for i in self.ignored):
+        if key in self.ignored_names:
+            return
+        self.ignored_names.add(key)
+        if len(self.ignored) < MAX_LISTED:
             self.ignored.append({"key": key, "reason": reason})
+        else:
+            self.ignored_more += 1
 
     def note(self, text: str) -> None:
         if text not in self.notes:
@@ -254,7 +264,7 @@ class Builder:
                                        f"a divisor of the data-parallel size ({workers}) the file gives")
         return ImportedConfig(self.fmt, dict(self.parts["scenario"]), dict(self.parts["workload"]),
                               dict(self.parts["layout"]), self.stage, list(self.auto), list(self.ignored),
-                              list(self.notes), dict(self.sources))
+                              list(self.notes), dict(self.sources), self.ignored_more)
 
 
 class Doc:

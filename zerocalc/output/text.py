@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..answers.solve import solve
 from ..model.finetune import caveats, describe
 from ..model.inventory import largest_layer
-from ..parallel.search import search_layouts
+from ..parallel.search import SearchBoundError, search_layouts
 from ..states.ledger import bytes_per_param
 from ..states.zero import workers_per_node
 from ..tables import CONVENTIONS
@@ -131,8 +131,11 @@ def _rank_table(report, unit) -> str:
 
 
 def _layouts_text(report, unit) -> list:
-    plans = search_layouts(report.scenario, report.workload)
     gpus = report.workload.layout.world(report.scenario.workers)
+    try:
+        plans = search_layouts(report.scenario, report.workload)
+    except SearchBoundError as exc:
+        return ["", f"Layouts of {gpus:,} GPUs not searched: {exc}."]
     if not plans:
         return ["", f"No layout of {gpus:,} GPUs fits (every tp, pp, cp, ZeRO stage, recompute and offload tried)."]
     rows = [[f"{p.dp}x{p.tp}x{p.pp}x{p.cp}" + (f" ep {p.ep}" if p.ep > 1 else ""), p.micro_batches, p.stage,

@@ -11,7 +11,12 @@ Ranking (cheapest first): no offload before optimizer offload before optimizer +
 moves state over PCIe), then the least time overhead (recomputed forward FLOPs and the pipeline bubble, as a share
 of the ideal step: costs.time_overhead), then the least communication per rank per step, then the most headroom.
 Each plan, set back as the input, is evaluated by the same report. With dp x cp = 1 the ZeRO stages shard nothing,
-so only stage 0 is listed.
+so only stage 0 is listed. Every proposal is a legal layout (tp, pp, cp and ep within Layout's limits).
+
+Bounds, checked before the work starts (a shared page must not let one link tie up the server): at most
+MAX_SEARCH_GPUS GPUs and MAX_SEARCH_LAYOUTS candidate layouts; beyond either, SearchBoundError names the bound.
+Within them the worst search measured took 1.8 s of one core (a 4,096-layer model on 2^20 GPUs with 1,024 GPUs a
+node: 1,311 candidates, now refused; benchmarks and tests/test_budgets.py time the worst that is not).
 """
 
 from __future__ import annotations
@@ -20,11 +25,18 @@ from dataclasses import replace
 from typing import List, NamedTuple
 
 from ..layout import LAYOUT_LIMITS, Layout
+from ..scenario import FieldError
 from .costs import bubble_fraction, time_overhead
 from .ranks import fitting_stages, layout_report
 
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
 SHOWN = 50                                                       # plans listed in the JSON; all are counted
+MAX_SEARCH_GPUS = 1_048_576       # 2^20: several times the largest clusters of 2026
+MAX_SEARCH_LAYOUTS = 1_000        # candidate (tp, pp, cp, ep) layouts; 4,096 GPUs of Qwen3-235B give 520
+
+
+class SearchBoundError(FieldError):
+    """A layout search beyond its bounds (field "layout search"), refused before it starts."""
 
 
 class Plan(NamedTuple):
@@ -72,19 +84,20 @@ def candidate_layouts(workload, gpus: int, gpus_per_node: int):
     """(tp, pp, cp, ep, sequence_parallel) the model and the GPU count allow (ep: for MoE models, every divisor
     of the experts that a pipeline stage's ranks can fold into; expert tensor parallel stays 1)."""
     a, seq = workload.arch, workload.seq_len
+    top = {k: LAYOUT_LIMITS[k][1] for k in ("tp", "pp", "cp", "ep")}      # a proposal stays a legal layout
     for tp in _divisors(gpus):
-        if a.heads % tp or (not a.mla and a.n_kv_heads % tp) or a.ffn % tp or gpus_per_node % tp or \
+        if tp > top["tp"] or a.heads % tp or (not a.mla and a.n_kv_heads % tp) or a.ffn % tp or gpus_per_node % tp or \
                 (a.shared_expert_ffn and a.shared_expert_ffn % tp):
             continue
         for pp in _divisors(gpus // tp):
-            if a.layers % pp:
+            if pp > top["pp"] or a.layers % pp:
                 continue
             for cp in _divisors(gpus // (tp * pp)):
-                if cp > 1 and (workload.attention != "flash" or seq % (2 * cp)):
+                if cp > top["cp"] or (cp > 1 and (workload.attention != "flash" or seq % (2 * cp))):
                     continue
                 stage_ranks = gpus // pp
                 for ep in (_divisors(a.experts) if a.experts else [1]):
-                    if stage_ranks % ep == 0:
+                    if ep <= top["ep"] and stage_ranks % ep == 0:
                         yield tp, pp, cp, ep, tp > 1 and (seq // cp) % tp == 0
 
 
@@ -102,14 +115,31 @@ def _recomputes(workload):
     return ("none", "selective", "full") if workload.attention == "eager" else ("none", "full")
 
 
+def bounded_candidates(workload, gpus: int, gpus_per_node: int) -> list:
+    """candidate_layouts as a list, or SearchBoundError when the GPUs or the candidates exceed the bounds."""
+    if gpus > MAX_SEARCH_GPUS:
+        raise SearchBoundError("layout search", f"{gpus:,} GPUs", f"at most {MAX_SEARCH_GPUS:,} GPUs (the search's "
+                               "bound on the world size): fewer workers, or a layout checked as given")
+    found = []
+    for candidate in candidate_layouts(workload, gpus, gpus_per_node):
+        found.append(candidate)
+        if len(found) > MAX_SEARCH_LAYOUTS:
+            raise SearchBoundError("layout search", f"more than {MAX_SEARCH_LAYOUTS:,} candidate layouts of "
+                                   f"{gpus:,} GPUs", f"at most {MAX_SEARCH_LAYOUTS:,} (the search's bound): fewer "
+                                   "GPUs or GPUs per node, or a model with fewer ways to split")
+    return found
+
+
 def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
-    """Every fitting (layout, stage) with its cheapest recompute / offload setting, cheapest first."""
+    """Every fitting (layout, stage) with its cheapest recompute / offload setting, cheapest first;
+    SearchBoundError beyond the bounds (checked first)."""
     gpus = gpus or workload.layout.world(scenario.workers)
+    candidates = bounded_candidates(workload, gpus, scenario.gpus_per_node)
     global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
     plans = []
     options = [(r, off) for off in OFFLOADS for r in _recomputes(workload)]
     scenarios = {}           # (dp, offload) -> scenario: the same for every layout with that dp
-    for tp, pp, cp, ep, sp in candidate_layouts(workload, gpus, scenario.gpus_per_node):
+    for tp, pp, cp, ep, sp in candidates:
         dp = gpus // (tp * pp * cp)
         if global_batch % (dp * workload.micro_batch):
             continue
@@ -171,7 +201,12 @@ def plan_dict(plan: Plan) -> dict:
 
 
 def search_dict(scenario, workload) -> dict:
-    plans = search_layouts(scenario, workload)
-    return {"layouts": [plan_dict(p) for p in plans[:SHOWN]], "layouts_count": len(plans),
-            "layouts_gpus": workload.layout.world(scenario.workers),
-            "layouts_global_batch": scenario.workers * workload.micro_batch * workload.layout.micro_batches}
+    """The search's JSON: the cheapest SHOWN plans and the count, or the bound that refused it
+    (layouts_refused, a sentence)."""
+    out = {"layouts_gpus": workload.layout.world(scenario.workers),
+           "layouts_global_batch": scenario.workers * workload.micro_batch * workload.layout.micro_batches}
+    try:
+        plans = search_layouts(scenario, workload)
+    except SearchBoundError as exc:
+        return {"layouts": [], "layouts_count": 0, "layouts_refused": str(exc), **out}
+    return {"layouts": [plan_dict(p) for p in plans[:SHOWN]], "layouts_count": len(plans), **out}

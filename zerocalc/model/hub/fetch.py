@@ -57,7 +57,8 @@ def fetch_config(repo_id, revision=None, token=None, timeout_s=10, max_bytes=1_0
                  cache_dir=None, endpoint=None) -> HubConfig:
     """config.json of a Hub model (and the published size from its safetensors index), or a HubError.
 
-    token: None uses huggingface_hub's own (HF_TOKEN, then a saved login). cache_dir: huggingface_hub's cache
+    token: a token; None uses huggingface_hub's own (HF_TOKEN, then a saved login), as the CLI on a user's own
+    machine should; False sends none at all, what a shared server does for a visitor who typed none. cache_dir: huggingface_hub's cache
     (HF_HUB_CACHE / HF_HOME) when None. endpoint: the Hub to ask, HF_ENDPOINT as huggingface_hub read it at import
     when None; meant for tests and mirrors, never for a value typed by a visitor.
     """
@@ -97,7 +98,7 @@ class _Fetch(Failures):
     def __init__(self, repo_id, revision, token, timeout_s, max_bytes, cache_dir, endpoint):
         self.repo_id = validate_repo_id(repo_id)
         self.revision = validate_revision(revision)
-        self.token = validate_token(token)
+        self.token = False if token is False else validate_token(token)
         _check_limits(timeout_s, max_bytes)
         self.timeout_s, self.max_bytes = timeout_s, max_bytes
         self.hub, self.constants, self.errors, self.httpx = import_hub(self.repo_id)
