@@ -13,7 +13,7 @@ RUN pip install --no-cache-dir -r requirements.txt
 COPY .streamlit/ .streamlit/
 COPY zerocalc/ zerocalc/
 COPY ui/ ui/
-COPY app.py .
+COPY app.py serve.py ./
 # The probe script the Calibrate view offers for download (not imported by the app).
 COPY tools/zerocalc_probe.py tools/
 
@@ -26,5 +26,6 @@ EXPOSE 8501
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8501/_stcore/script-health-check', timeout=4).status == 200 else 1)"]
 
-ENTRYPOINT ["streamlit", "run", "app.py", "--server.address=0.0.0.0", "--server.port=8501", \
+# serve.py: app.py behind the headers a public page needs (frame-ancestors, nosniff, referrer policy).
+ENTRYPOINT ["streamlit", "run", "serve.py", "--server.address=0.0.0.0", "--server.port=8501", \
             "--server.scriptHealthCheckEnabled=true"]

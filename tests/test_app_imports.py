@@ -148,6 +148,37 @@ def test_the_token_opens_a_gated_model_and_lives_only_in_the_session(hub_env, ca
     assert BAD_TOKEN not in error and "Still showing" in error
 
 
+def test_the_servers_hf_token_never_serves_a_visitor_unless_the_operator_opts_in(hub_env, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", GOOD_TOKEN)           # the host's own token, with access to the gated model
+    at = run_app({"model": "gpt2"}, sections=["sec_load"])
+    mark = hub_env.mark()
+    fetch(at, "zc-test/gated")                          # the visitor typed no token
+    assert "Hub model refused" in messages(at, "error") and "gated" in messages(at, "error")
+    sent = hub_env.since(mark)
+    assert sent and all(r.authorization is None for r in sent)      # no Bearer at all reached the Hub
+    monkeypatch.setenv("ZEROCALC_HUB_SERVER_TOKEN", "1")             # the operator opts in, by name
+    mark = hub_env.mark()
+    fetch(at, "zc-test/gated")
+    assert "Fetched zc-test/gated@main" in messages(at, "success")
+    assert any(r.authorization == f"Bearer {GOOD_TOKEN}" for r in hub_env.since(mark))
+
+
+def test_a_config_fetched_with_a_visitors_token_is_not_served_to_another_visitor(hub_env, monkeypatch):
+    from tests.hub_server import COMMIT
+    first = run_app({"model": "gpt2"}, sections=["sec_load"])
+    fetch(first, "zc-test/gated", token=GOOD_TOKEN, revision=COMMIT)
+    assert "Fetched zc-test/gated" in messages(first, "success")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")           # the cache alone answers now: no Hub to refuse a request
+    for token in (None, SECRET):                         # another session without a token, or with another one
+        other = run_app({"model": "gpt2"}, sections=["sec_load"])
+        fetch(other, "zc-test/gated", token=token, revision=COMMIT)
+        assert "Hub model refused" in messages(other, "error") and "not in the cache" in messages(other, "error")
+        assert other.selectbox(key="model").value == "gpt2"
+    again = run_app({"model": "gpt2"}, sections=["sec_load"])              # the same token: its own cache serves it
+    fetch(again, "zc-test/gated", token=GOOD_TOKEN, revision=COMMIT)
+    assert "Fetched zc-test/gated" in messages(again, "success")
+
+
 # --- framework configs ------------------------------------------------------------------------------------------
 
 def upload_framework(at, path):

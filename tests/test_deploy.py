@@ -31,7 +31,7 @@ def test_dockerfile_base_port_and_exec_form_entrypoint():
     assert ("EXPOSE", ("8501",), False) in ins
     entry = [i for i in ins if i[0] == "ENTRYPOINT"]
     assert len(entry) == 1 and entry[0][2] is True, "ENTRYPOINT must be in exec (JSON) form"
-    assert entry[0][1][:3] == ("streamlit", "run", "app.py")
+    assert entry[0][1][:3] == ("streamlit", "run", "serve.py")      # app.py behind its security headers
 
 
 def test_dockerfile_runs_as_a_numeric_non_root_user():
@@ -64,7 +64,7 @@ def test_dependencies_are_pinned(name):
 
 
 def test_no_code_execution_or_raw_html_on_user_data():
-    sources = [ROOT / "app.py", *sorted((ROOT / "zerocalc").rglob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
+    sources = [ROOT / "app.py", ROOT / "serve.py", *sorted((ROOT / "zerocalc").rglob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
     forbidden = re.compile(r"\b(pickle|marshal|shelve)\b|\beval\(|\bexec\(|unsafe_allow_html|yaml\.load\(")
     for path in sources:
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -73,3 +73,27 @@ def test_no_code_execution_or_raw_html_on_user_data():
 
 # That the core imports only the standard library (third-party readers lazily, inside a function) is
 # tests/test_structure.py's check.
+
+
+def test_the_hosted_entry_point_sends_frame_and_sniffing_headers():
+    """serve.py (the Docker entry point) answers every HTTP request with frame-ancestors 'self', X-Frame-Options,
+    nosniff and a same-origin referrer policy; ZEROCALC_FRAME_ANCESTORS can only name origins."""
+    import urllib.request
+
+    from tests.e2e.server import start, stop
+    from ui.headers import frame_ancestors
+
+    assert frame_ancestors("") == "'self'"
+    assert frame_ancestors("'self' https://wiki.example.com:8443") == "'self' https://wiki.example.com:8443"
+    assert frame_ancestors("https://a.example; script-src *") == "'self'"      # no directive smuggled in
+    proc, base = start("serve.py")
+    try:
+        for path in ("/", "/_stcore/health", "/?model=gpt2"):
+            with urllib.request.urlopen(base + path, timeout=10) as response:
+                assert response.status == 200
+                assert response.headers["Content-Security-Policy"] == "frame-ancestors 'self'"
+                assert response.headers["X-Frame-Options"] == "SAMEORIGIN"
+                assert response.headers["X-Content-Type-Options"] == "nosniff"
+                assert response.headers["Referrer-Policy"] == "same-origin"
+    finally:
+        stop(proc)

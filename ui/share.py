@@ -15,7 +15,7 @@ import streamlit as st
 
 from zerocalc.units import parse_count
 
-from .state import FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query
+from .state import FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
 from .widgets import PARAMS_TEXT, VALUES, seed, set_fields
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
@@ -29,17 +29,17 @@ def _query() -> dict:
 def split_query(query: dict):
     """(the view's parameters, plan A's parameters without their prefix or None, warnings for plan A's keys that
     are not fields)."""
-    view, plan, warnings = {}, {}, []
+    view, plan, unknown = {}, {}, []
     for key, values in query.items():
         if str(key).startswith(A_PREFIX):
             name = str(key)[len(A_PREFIX):]
             if name in FIELD:
                 plan[name] = values
             else:
-                warnings.append(f"Ignored unknown link parameter {str(key)[:40]!r}.")
+                unknown.append(key)
         else:
             view[key] = values
-    return view, (plan or None), warnings
+    return view, (plan or None), unknown_keys_warnings(unknown)
 
 
 def plan_from_query(plan: dict):

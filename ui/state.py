@@ -32,6 +32,7 @@ MODEL_CHOICES = tuple(MODEL_PRESETS) + (CUSTOM, PARAMS_ONLY)
 DEFAULT_MODEL = "llama-2-7b"
 DTYPES = tuple(DTYPE_BITS)
 MAX_VALUE_CHARS = 64          # longer URL values are refused before parsing
+MAX_LISTED_KEYS = 20          # unknown link keys named one by one; the rest counted
 # A custom architecture's dense-MLP layer list (Qwen mlp_only_layers) lives in the state under this key, outside
 # FIELDS: a list has no short link form, so a link does not carry it (the page says so when it is set).
 DENSE_IDS = "dense_layer_ids"
@@ -275,17 +276,28 @@ def to_query(state: dict) -> Dict[str, str]:
     return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default[n]}
 
 
+def unknown_keys_warnings(keys) -> List[str]:
+    """One warning per unknown link key, the first MAX_LISTED_KEYS of them, then how many more (a link can hold
+    thousands: each would be a line on the page)."""
+    keys = list(keys)
+    out = [f"Ignored unknown link parameter {str(k)[:40]!r}." for k in keys[:MAX_LISTED_KEYS]]
+    if len(keys) > MAX_LISTED_KEYS:
+        out.append(f"Ignored {len(keys) - MAX_LISTED_KEYS:,} more unknown link parameters.")
+    return out
+
+
 def from_query(query) -> Tuple[dict, List[str]]:
     """(state, warnings) from URL parameters (a mapping of str -> str or list of str)."""
-    warnings, raw = [], {}
+    warnings, raw, unknown = [], {}, []
     for key in query:
         values = query[key] if isinstance(query[key], (list, tuple)) else [query[key]]
         if key not in FIELD:
-            warnings.append(f"Ignored unknown link parameter {str(key)[:40]!r}.")
+            unknown.append(key)
             continue
         if len(values) > 1:
             warnings.append(f"Link parameter {key!r} was given {len(values)} times; the last one is used.")
         raw[key] = values[-1] if values else ""
+    warnings = unknown_keys_warnings(unknown) + warnings
     state: dict = {}
     for f in FIELDS:  # model and convention come first in FIELDS order, so later defaults can follow them
         if f.name in raw:

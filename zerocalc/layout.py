@@ -189,28 +189,37 @@ def in_flight(schedule: str, pp: int, vpp: int, m: int, rank: int,
 
 
 def _interleaved(pp, vpp, m, rank, first_weight, last_weight, chunk_weight):
+    """The first state of the schedule (in time order) where the weighted sum is largest."""
+    best, best_state = -1, (0, 0, 0)
+    for count, first, last in _interleaved_states(pp, vpp, m, rank):
+        weight = count * chunk_weight + first * first_weight + last * last_weight
+        if weight > best:
+            best, best_state = weight, (count, first if rank == 0 else 0, last if rank == pp - 1 else 0)
+    return best_state
+
+
+@lru_cache(maxsize=1024)
+def _interleaved_states(pp, vpp, m, rank) -> Tuple[Tuple[int, int, int], ...]:
+    """Each distinct (chunk-micro-batches alive, of the first chunk, of the last chunk) the interleaved schedule
+    passes through on this rank, in the order it first reaches them. Independent of the weights, so the walk
+    (up to 3 x pp x vpp steps) runs once per schedule, not once per micro-batch size a solver tries."""
     total = m * vpp
     warmup = min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
-    fwd_chunk = lambda k: (k // pp) % vpp                       # noqa: E731
-    bwd_chunk = lambda k: vpp - 1 - (k // pp) % vpp             # noqa: E731
     alive = [0] * vpp
-    best, best_state = -1, (0, 0, 0)
-
-    def record():
-        nonlocal best, best_state
-        weight = sum(alive) * chunk_weight + alive[0] * first_weight + alive[-1] * last_weight
-        if weight > best:
-            best, best_state = weight, (sum(alive), alive[0] if rank == 0 else 0,
-                                        alive[-1] if rank == pp - 1 else 0)
+    count = 0                      # sum(alive), kept as it moves
+    seen = {}                      # state -> None: a dict keeps the order of first arrival
 
     for k in range(warmup):
-        alive[fwd_chunk(k)] += 1
-        record()
+        alive[(k // pp) % vpp] += 1
+        count += 1
+        seen.setdefault((count, alive[0], alive[-1]))
     # Steady state: forward k = warmup + i, then backward i. Its composition repeats every pp x vpp steps, so
     # two periods after the warm-up hold the steady-state maximum; the cool-down only frees.
     steady = total - warmup
     for i in range(min(steady, 2 * pp * vpp + 1)):
-        alive[fwd_chunk(warmup + i)] += 1
-        record()
-        alive[bwd_chunk(i)] -= 1
-    return best_state
+        alive[((warmup + i) // pp) % vpp] += 1
+        count += 1
+        seen.setdefault((count, alive[0], alive[-1]))
+        alive[vpp - 1 - (i // pp) % vpp] -= 1
+        count -= 1
+    return tuple(seen)

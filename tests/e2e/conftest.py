@@ -34,7 +34,7 @@ def server():
             pytest.fail(f"browser tests cannot run under CI: {missing}")
         pytest.skip(f"browser tests need a browser: {missing}")
     try:
-        proc, base = start()
+        proc, base = start("serve.py")     # the page as hosted: behind serve.py's headers (the Docker entry point)
     except RuntimeError as exc:
         pytest.fail(str(exc))
     yield base

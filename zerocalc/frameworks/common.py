@@ -374,13 +374,13 @@ def lax_bool(key: str, value) -> bool:
 
 def lax_float(key: str, value, lo: float, hi: float) -> float:
     number = None
-    if isinstance(value, (bool, int, float)):
-        number = float(value)
-    elif isinstance(value, str):
-        try:
+    try:
+        if isinstance(value, (bool, int, float)):
+            number = float(value)
+        elif isinstance(value, str):
             number = float(value.strip())
-        except ValueError:
-            pass
+    except (ValueError, OverflowError):          # not a number, or an integer too large for a float
+        pass
     if number is None or not math.isfinite(number) or not lo <= number <= hi:
         raise FrameworkConfigError(key, value, f"a number from {lo} to {hi}")
     return number

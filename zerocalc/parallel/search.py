@@ -14,15 +14,15 @@ Each plan, set back as the input, is evaluated by the same report. With dp x cp 
 so only stage 0 is listed. Every proposal is a legal layout (tp, pp, cp and ep within Layout's limits).
 
 Bounds, checked before the work starts (a shared page must not let one link tie up the server): at most
-MAX_SEARCH_GPUS GPUs and MAX_SEARCH_LAYOUTS candidate layouts; beyond either, SearchBoundError names the bound.
-Within them the worst search measured took 1.8 s of one core (a 4,096-layer model on 2^20 GPUs with 1,024 GPUs a
-node: 1,311 candidates, now refused; benchmarks and tests/test_budgets.py time the worst that is not).
+MAX_SEARCH_GPUS GPUs, MAX_SEARCH_LAYOUTS candidate layouts and MAX_SEARCH_WORK pipeline stages laid out over them;
+beyond any, SearchBoundError names the bound. tests/test_budgets.py times the worst searches left inside them.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import List, NamedTuple
+from functools import lru_cache
+from typing import List, NamedTuple, Tuple
 
 from ..layout import LAYOUT_LIMITS, Layout
 from ..scenario import FieldError
@@ -33,6 +33,10 @@ OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer,
 SHOWN = 50                                                       # plans listed in the JSON; all are counted
 MAX_SEARCH_GPUS = 1_048_576       # 2^20: several times the largest clusters of 2026
 MAX_SEARCH_LAYOUTS = 1_000        # candidate (tp, pp, cp, ep) layouts; 4,096 GPUs of Qwen3-235B give 520
+# A candidate's reports cost about a fixed part plus one per pipeline stage they lay out (rank classes, in-flight
+# micro-batches): 64 + pp units each, at most this many in all (2^20 GPUs of Qwen3-235B: 40,872; the slowest
+# allowed search measured, a 1,024-layer model on 2^20 GPUs, 119,436 units in 1.0 s).
+MAX_SEARCH_WORK = 150_000
 
 
 class SearchBoundError(FieldError):
@@ -120,20 +124,31 @@ def bounded_candidates(workload, gpus: int, gpus_per_node: int) -> list:
     if gpus > MAX_SEARCH_GPUS:
         raise SearchBoundError("layout search", f"{gpus:,} GPUs", f"at most {MAX_SEARCH_GPUS:,} GPUs (the search's "
                                "bound on the world size): fewer workers, or a layout checked as given")
-    found = []
+    found, work = [], 0
     for candidate in candidate_layouts(workload, gpus, gpus_per_node):
         found.append(candidate)
+        work += 64 + candidate[1]
         if len(found) > MAX_SEARCH_LAYOUTS:
             raise SearchBoundError("layout search", f"more than {MAX_SEARCH_LAYOUTS:,} candidate layouts of "
                                    f"{gpus:,} GPUs", f"at most {MAX_SEARCH_LAYOUTS:,} (the search's bound): fewer "
                                    "GPUs or GPUs per node, or a model with fewer ways to split")
+        if work > MAX_SEARCH_WORK:
+            raise SearchBoundError("layout search", f"more than {MAX_SEARCH_WORK:,} pipeline stages to lay out over "
+                                   f"the candidate layouts of {gpus:,} GPUs", f"at most {MAX_SEARCH_WORK:,} (the "
+                                   "search's bound, 64 + pp per layout): fewer GPUs, or a model with fewer layers "
+                                   "to split")
     return found
 
 
-def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
+def search_layouts(scenario, workload, gpus: int = None) -> Tuple[Plan, ...]:
     """Every fitting (layout, stage) with its cheapest recompute / offload setting, cheapest first;
-    SearchBoundError beyond the bounds (checked first)."""
-    gpus = gpus or workload.layout.world(scenario.workers)
+    SearchBoundError beyond the bounds (checked first). Cached: the report's layouts and the fixes ask it of the
+    same state."""
+    return _search(scenario, workload, gpus or workload.layout.world(scenario.workers))
+
+
+@lru_cache(maxsize=16)
+def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
     candidates = bounded_candidates(workload, gpus, scenario.gpus_per_node)
     global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
     plans = []
@@ -193,7 +208,7 @@ def search_layouts(scenario, workload, gpus: int = None) -> List[Plan]:
                                   max(v.recompute_flops for v in report.ranks), bubble_fraction(layout),
                                   overhead))
                 open_stages.discard(stage)
-    return sorted(plans, key=Plan.cost_key)
+    return tuple(sorted(plans, key=Plan.cost_key))
 
 
 def plan_dict(plan: Plan) -> dict:

@@ -60,8 +60,10 @@ class BatchReader:
                 self.b.auto_key(self.name(key), ctx_value, how)
             return ctx_value
         # runtime/config.py reads these raw and asserts each > 0 (_batch_assertion).
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or \
-                value != int(value) or not 1 <= value <= 10**9:
+        # (a float's checks first: math.isfinite of a 4,000-digit int would raise OverflowError)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                (isinstance(value, float) and (not math.isfinite(value) or value != int(value))) or \
+                not 1 <= value <= 10**9:
             raise FrameworkConfigError(self.name(key), value, 'a positive integer, or "auto" with the Trainer')
         return int(value)
 
