@@ -11,11 +11,12 @@ import streamlit as st
 
 from zerocalc.scenario import FieldError
 
-from . import plain, tables
+from . import plain, tables, worker
 from .figures import STAGE_LABELS
 from .state import CUSTOM, FIELD
 from .widgets import set_fields
 
+HEAVY_PASTE_CHARS = 64_000      # a longer paste is read in the worker process
 PROBE = Path(__file__).resolve().parents[1] / "tools" / "zerocalc_probe.py"
 PROBE_USAGE = """Copy `zerocalc_probe.py` next to your training script, then:
 
@@ -46,9 +47,8 @@ def _apply(field: str, value: int) -> None:
 
 def panel(resolved, unit: str) -> None:
     # imported when the view first opens
-    from zerocalc.answers.calibrate.compare import compare_stage
+    from zerocalc.answers.calibrate.compare import calibration_dict
     from zerocalc.answers.calibrate.measurement import FORMAT_HELP
-    from zerocalc.answers.calibrate.parse import parse
     st.markdown("Paste what a real run printed: `torch.cuda.max_memory_allocated()` / `max_memory_reserved()`, "
                 "the JSON of `torch.cuda.memory_stats()`, `torch.cuda.memory_summary()`, `nvidia-smi "
                 "--query-gpu=memory.used,memory.total --format=csv` lines, DeepSpeed's `see_memory_usage` lines, "
@@ -78,8 +78,8 @@ def panel(resolved, unit: str) -> None:
         st.caption("Formats understood: " + "; ".join(f"**{k}**: {v}" for k, v in FORMAT_HELP.items()) + ".")
         return
     try:
-        measurement = parse(text, gb=gb)
-        calibration = compare_stage(measurement, resolved.scenario, resolved.workload, stage).to_dict()
+        calibration = worker.run(len(text) > HEAVY_PASTE_CHARS, calibration_dict, text, gb, resolved.scenario,
+                                 resolved.workload, stage)
     except FieldError as exc:          # CalibrationError names the formats understood; it quotes the paste
         plain.alert("error", f"Could not read the pasted text: {exc}")
         return

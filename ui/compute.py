@@ -8,11 +8,12 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from zerocalc.step.formulas import formulas_for
 from zerocalc.answers.fixes import fixes
 from zerocalc.answers.ranges import ranges, ranges_dict
 from zerocalc.output.report import full_report
+from zerocalc.step.formulas import formulas_for
 
+from . import worker
 from .state import DENSE_IDS, DISPLAY_FIELDS, FIELDS, canonical
 
 LAYOUT_FIX_GPUS = 64          # beyond this world size, layouts join the fixes only once the search is asked for
@@ -62,10 +63,16 @@ class _PerState:
         return value
 
 
+def _searches_many(r, layouts: bool) -> bool:
+    """A layout search beyond LAYOUT_FIX_GPUS GPUs can take a second: it runs in the worker process."""
+    return layouts and r.workload is not None and r.workload.layout.world(r.scenario.workers) > LAYOUT_FIX_GPUS
+
+
 @_PerState
 def _report(key: str, layouts: bool, answers: bool, _resolved) -> dict:
     r = _resolved
-    return full_report(r.scenario, r.workload, r.state["buffer_factor"], layouts=layouts, answers=answers)
+    return worker.run(_searches_many(r, layouts), full_report, r.scenario, r.workload, r.state["buffer_factor"],
+                      layouts, answers)
 
 
 @_PerState
@@ -89,7 +96,8 @@ def _fixes(key: str, layouts: bool, resolved_and_report) -> list:
     if report["peak"][stage]["fits"]:
         return []
     world = report["layout"]["world_size"]
-    return fixes(r.scenario, r.workload, stage, layouts=layouts or world <= LAYOUT_FIX_GPUS)
+    search = layouts or world <= LAYOUT_FIX_GPUS
+    return worker.run(_searches_many(r, search), fixes, r.scenario, r.workload, stage, search)
 
 
 def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:

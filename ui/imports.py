@@ -22,7 +22,7 @@ from zerocalc.model.inventory import counts, param_count
 from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
 from zerocalc.scenario import FieldError
 
-from . import plain
+from . import plain, worker
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
                     format_value, parse_value, resolve)
 from .widgets import read_state, set_fields
@@ -34,6 +34,7 @@ HUB_CACHE_ENV = "ZEROCALC_HUB_CACHE"         # where the Hub caches live (one fo
 SERVER_TOKEN_ENV = "ZEROCALC_HUB_SERVER_TOKEN"
 _CACHE_SALT = secrets.token_bytes(16)       # per process: a cache folder's name says nothing about its token
 MESSAGE = "import_message"                   # (kind, text, details) shown in the main area
+HEAVY_UPLOAD_BYTES = 64_000                  # a framework config above this is read in the worker process
 
 
 def upload_key(name: str) -> str:
@@ -266,7 +267,7 @@ def on_framework_upload() -> None:
         lay["gpus"] = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
         context = context_for(before.scenario, before.workload, arch, lay)
         data = upload.getvalue()
-        imported = import_config(fmt, data, context)
+        imported = worker.run(len(data) > HEAVY_UPLOAD_BYTES, import_config, fmt, data, context)
         applied = apply_import(imported, before.scenario, before.workload)
         values = framework_fields(imported, applied, before.state)
         if imported.selected_stage is not None:

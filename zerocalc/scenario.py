@@ -56,6 +56,18 @@ class FieldError(ValueError):
         self.value, self.allowed = quotable(value), cut(str(allowed), ALLOWED_CHARS)
         super().__init__(f"{self.field}: got {self.value!r}; allowed: {self.allowed}")
 
+    def __reduce__(self):
+        # Pickled as it is (subclasses' own constructors take other arguments): the app's worker process sends
+        # refusals back to the page that asked.
+        return _restore, (type(self), self.args, dict(self.__dict__))
+
+
+def _restore(cls, args, state):
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 def _choices(options) -> str:
     return "one of " + ", ".join(str(o) for o in options)

@@ -222,6 +222,13 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
     return Calibration(m, stage, tuple(residuals), tuple(phase_rows), tuple(suggestions), tuple(sentences))
 
 
+def calibration_dict(text, gb: str, scenario, workload, stage: int) -> dict:
+    """A pasted text read (parse.parse) and compared with one stage (compare_stage), as plain data: what the app
+    asks of a paste, in one call it can run in its worker process."""
+    from .parse import parse
+    return compare_stage(parse(text, gb=gb), scenario, workload, stage).to_dict()
+
+
 def compare_stage(measurement: Measurement, scenario, workload, stage: int) -> Calibration:
     """compare() against the worst rank's peak of one ZeRO stage of a scenario and workload."""
     from ...parallel.ranks import layout_report
