@@ -26,3 +26,28 @@ def test_the_worst_input_of_each_surface_stays_within_its_budget(surface, name, 
         assert exc.field and exc.allowed and len(str(exc)) < 1_500, str(exc)[:300]
     spent = time.process_time() - started
     assert spent < BUDGET_S, f"{surface}, {name}: {spent:.2f} s of CPU (budget {BUDGET_S} s)"
+
+
+def test_the_solvers_evaluate_a_logarithmic_number_of_candidates(monkeypatch):
+    """Each solver gallops then bisects over its field's range: at most 2 log2(range) + 3 evaluations a stage,
+    for the extreme answers too (nothing fits, everything fits)."""
+    import math
+
+    from ui.state import from_query, resolve
+    from zerocalc.answers import solve
+    from zerocalc.scenario import INT_LIMITS
+    from zerocalc.step.workload import WORKLOAD_LIMITS
+    counts = {"micro": 0, "workers": 0}
+    real_micro, real_workers = solve.peaks_at_micro_batch, solve.peaks_at_workers
+    monkeypatch.setattr(solve, "peaks_at_micro_batch",
+                        lambda r, b: counts.__setitem__("micro", counts["micro"] + 1) or real_micro(r, b))
+    monkeypatch.setattr(solve, "peaks_at_workers",
+                        lambda r, n: counts.__setitem__("workers", counts["workers"] + 1) or real_workers(r, n))
+    for query in ({"model": "gpt2", "gpu": "B200-180GB", "seq_len": "8"},          # everything fits: gallop up
+                  {"model": "llama-3.1-405b", "gpu": "L4-24GB", "seq_len": "131072"}):   # nothing fits
+        r = resolve(from_query(query)[0])
+        counts.update(micro=0, workers=0)
+        solve.solve(r.scenario, r.workload)
+        assert counts["micro"] and counts["workers"]
+        assert counts["micro"] <= 4 * (2 * math.log2(WORKLOAD_LIMITS["micro_batch"][1]) + 3), counts
+        assert counts["workers"] <= 4 * (2 * math.log2(INT_LIMITS["workers"][1]) + 3), counts

@@ -10,7 +10,7 @@ import streamlit as st
 
 from zerocalc.model.presets import MODEL_PRESETS
 
-from . import calibration, compare, compute, finetune, imports, panels, share, widgets
+from . import calibration, compare, compute, finetune, imports, panels, share, views, widgets
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
@@ -54,11 +54,11 @@ def render() -> None:
     if view == "Overview":
         panels.overview(report, unit, stage, resolved.state["breakdown"])
     elif view == "Model states":
-        panels.model_states_tab(report, unit, stage, imported)
+        views.model_states_tab(report, unit, stage, imported)
     elif view == "Peak and step":
-        panels.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved))
+        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved))
     elif view == "Layouts and ranks":
-        panels.ranks_tab(report, unit, stage)
+        views.ranks_tab(report, unit, stage)
     elif view == "Compare":
         compare.panel(resolved.state, compute.report_of, unit)
     elif view == "Calibrate":
@@ -66,6 +66,6 @@ def render() -> None:
     elif view == "Framework configs":
         imports.exports_tab(resolved)
     elif view == "How to read it":
-        panels.about_tab(report)
+        views.about_tab(report)
 
     widgets.sidebar(imports.loaders)      # last: the sidebar's deltas follow the page's

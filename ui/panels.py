@@ -1,32 +1,27 @@
-"""The main area's panels. Each draws one part of the core's report; none computes a byte.
+"""The main area's first panels. Each draws one part of the core's report; none computes a byte.
 
-Order of the page: the title line, the verdict (which stages fit on the chosen GPU, at what peak and headroom) and
-the share link as one HTML block, what would make the checked stage fit, then views that run only when open: the
-overview (per-stage model states beside the peak against the GPU), model states (cluster, scaling, ledger,
-DeepSpeed's estimator), peak and step, layouts and ranks, compare, calibrate, framework configs, and how to read
-the page.
+Order of the page: the title line and the verdict (which stages fit on the chosen GPU, at what peak and headroom)
+as one block of plain HTML, the share link, what would make the checked stage fit, then views that run only when
+open: the overview (here: per-stage model states beside the peak against the GPU), and in ui/views.py model
+states, peak and step, layouts and ranks and how to read the page (compare, calibrate and framework configs have
+modules of their own).
 """
 
 from __future__ import annotations
 
 import html
-import json
-from pathlib import Path
 
 import streamlit as st
 
-from zerocalc.step.formulas import LEGEND
 from zerocalc.answers.fixes import sentence as fix_sentence
 from zerocalc.units import format_bytes
 
-from . import figures, finetune, plain, tables
+from . import figures, finetune, plain
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
 from .widgets import set_fields
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
-DOCS = Path(__file__).resolve().parents[1] / "docs"
-DOC_PAGES = ("peak-memory.md", "parallelism.md", "benchmarks.md")
 
 
 def escape_markdown(text: str) -> str:
@@ -286,166 +281,3 @@ def _overview_notes(report: dict, unit: str, stage: int, breakdown: str) -> list
         notes.append("Hatched: the experts' entries (their ZeRO state lives on the expert-data-parallel group); "
                      "dotted: routers kept in fp32.")
     return notes
-
-
-# --- tabs -----------------------------------------------------------------------------------------------------
-
-@st.fragment
-def ledger(report: dict, unit: str, stage: int) -> None:
-    """The ledger's worked formulas with a stage picker of its own (a change reruns this panel alone)."""
-    if "ledger_stage" not in st.session_state:
-        st.session_state["ledger_stage"] = stage
-    chosen = st.radio("Ledger cells for", range(4), key="ledger_stage", horizontal=True,
-                      format_func=STAGE_LABELS.__getitem__, help="Defaults to the stage being checked.")
-    st.markdown(f"**Ledger:** {report['bytes_per_param']:g} bytes per parameter. Each cell: elements (split across "
-                f"the shard group from the stage that shards it, rounded up) × width.")
-    table_with_csv(tables.ledger_table(report, unit, chosen), "ledger", report)
-
-
-def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
-    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas,
-    the scaling sweep and DeepSpeed's own estimator."""
-    left, right = st.columns(2)
-    with left:
-        chart(figures.cluster(report, unit), "fig_cluster")
-    with right:
-        chart(figures.scaling(report, unit), "fig_scaling")
-    s = report["stages"][stage]
-    st.caption(f"{STAGE_LABELS[stage]}: {format_bytes(s['cluster_redundant_bytes'], unit)} of the cluster's "
-               f"{format_bytes(s['cluster_total_bytes'], unit)} is redundant ({tables.redundancy_share(s)} of it; "
-               f"{s['redundancy_factor']:.2f}x one copy).")
-    table_with_csv(tables.stage_table(report, unit, stage, imported), "stages", report)
-    ledger(report, unit, stage)
-    heading = finetune.group_ledgers_heading(report)
-    if heading:
-        st.markdown(heading)
-        table_with_csv(finetune.group_ledger_table(report), "group_ledgers", report)
-    with st.expander("DeepSpeed's own estimator for the same inputs, and why it differs"):
-        deepspeed_tab(report, unit)
-
-
-@st.fragment
-def step_timeline(report: dict, unit: str, stage: int) -> None:
-    """The step timeline with its stage picker beside it, defaulting to the stage being checked."""
-    if "timeline_stage" not in st.session_state:
-        st.session_state["timeline_stage"] = stage
-    left, right = st.columns([1, 4])
-    chosen = left.radio("Timeline stage", range(4), key="timeline_stage", format_func=STAGE_LABELS.__getitem__,
-                        help="Defaults to the stage being checked.")
-    with right:
-        chart(figures.timeline(report, chosen, unit), "fig_timeline")
-
-
-def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict = None) -> None:
-    if "peak" not in report:
-        st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
-        return
-    chart(figures.peak(report, unit, ranges, stage), "fig_peak")
-    table_with_csv(tables.verdicts(report, unit, ranges), "peak", report)
-    for sentence in tables.solver_sentences(report):
-        st.markdown(f"- {sentence}")
-    step_timeline(report, unit, stage)
-    if ranges:
-        st.markdown("**Assumption ranges** (each alone, the others at their point values):")
-        table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)
-        for note in ranges.get("notes", []):
-            st.caption(escape_markdown(note))
-    st.markdown(f"**Activation terms** saved for backward ({report['activation_bits']}-bit activations; "
-                f"{format_bytes(report['activation_bytes_per_layer'], tables.SYSTEM[unit])} per layer, "
-                f"{format_bytes(report['activation_bytes'], tables.SYSTEM[unit])} in flight on "
-                f"{escape_markdown(report['activation_rank'])}). Each formula in bits, then with the values "
-                f"plugged in, as the core computes it: {escape_markdown(LEGEND)}.")
-    table_with_csv(tables.activation_table(report, unit, formulas or {}), "activations", report)
-    st.markdown("**Fits on** (the same job on each catalogued GPU):")
-    table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
-
-
-def ranks_tab(report: dict, unit: str, stage: int) -> None:
-    if "peak" not in report:
-        st.info("Ranks and layouts need an architecture: pick a model.")
-        return
-    if len(report["ranks"]) > 1:
-        st.caption(f"Ranks that hold the same bytes form a class; the verdict is the worst class's "
-                   f"({STAGE_LABELS[stage]}, the stage being checked).")
-        chart(figures.ranks(report, stage, unit), "fig_ranks")
-        table_with_csv(tables.rank_table(report, unit, stage), "ranks", report)
-    else:
-        st.caption("One rank class: every GPU holds the same bytes. Set tp, pp or cp under \"Model parallelism\" "
-                   "for a per-rank view.")
-    layouts(report, unit)
-
-
-def layouts(report: dict, unit: str) -> None:
-    """Every layout of the same GPUs that fits: computed only when asked (it evaluates hundreds of plans)."""
-    gpus = report["layout"]["world_size"]
-    st.markdown(f"**Layouts of {gpus:,} GPUs that fit**")
-    st.toggle("Search every tp x pp x cp x dp layout, ZeRO stage, recompute and offload", key="show_layouts",
-              help="Tensor parallel within a node, dividing heads, KV heads and FFN; pp dividing the layers; the "
-                   "micro-batch and the global batch held. Cheapest first: no offload, then the least time "
-                   "overhead (recompute and pipeline bubble), then the least communication.")
-    if "layouts" not in report["solve"]:
-        return
-    solve = report["solve"]
-    if solve.get("layouts_refused"):
-        plain.alert("warning", f"Not searched: {solve['layouts_refused']}.")
-        return
-    if not solve["layouts"]:
-        st.warning(f"No layout of {gpus:,} GPUs fits, even with full recompute and offload.")
-        return
-    st.caption(f"{solve['layouts_count']:,} fit; the cheapest {len(solve['layouts'])} are listed.")
-    table_with_csv(tables.layouts_table(report, unit), "layouts", report)
-
-
-def deepspeed_tab(report: dict, unit: str) -> None:
-    if "deepspeed_estimator" not in report:
-        st.info("DeepSpeed's ZeRO-3 rows need the largest layer: pick a model with an architecture.")
-        return
-    ds = report["deepspeed_estimator"]["inputs"]
-    st.caption(f"estimate_zero2/3_model_states_mem_needs with {ds['params']:,} params, largest layer "
-               f"{ds['largest_layer_params']:,}, {ds['nodes']} node(s) x {ds['gpus_per_node']} GPUs, "
-               f"buffer factor {ds['buffer_factor']:g}.")
-    table_with_csv(tables.deepspeed_table(report, unit), "deepspeed", report)
-    for note in report["deepspeed_estimator"]["differences"]:
-        st.markdown(f"- {note}")
-
-
-ASSUMPTIONS = """
-**Modelled.** Persistent model state from the ledger (every tensor, its dtype, its ZeRO ownership, partitions
-rounded up to whole elements); optimizer and parameter offload; activations saved for backward, validated against
-real Hugging Face models within 10%; logits and the fp32 loss; ZeRO-3 gathered parameters, prefetch and persistent
-small parameters; gradient reduce buckets (doubled with overlap_comm) and the all-gather bucket; the fp32 gradient
-copy at the optimizer step; one rebuilt block under full recompute; a CUDA context and an allocator reserve.
-
-**Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve 5%
-(range 0-15%); DeepSpeed's defaults for bucket sizes, prefetch, live parameters and the persistence threshold;
-balanced expert routing; no KV cache during training.
-
-**Parallel layouts and experts.** Tensor, sequence, context, pipeline and expert parallelism per rank: each
-rank's split of every tensor, ZeRO over dp x cp (experts over the expert-data-parallel group), in-flight
-micro-batches per schedule, communication per kind.
-
-**Not modelled.** Zero-bubble pipeline schedules; optimizer temporaries other than the fp32 gradient copy;
-activation offload; allocator behaviour beyond a flat percentage. Capacities are what nvidia-smi / rocm-smi
-report, not the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
-"""
-
-
-def about_tab(report: dict) -> None:
-    st.markdown("**One colour per memory term**, the same in every chart and every view:")
-    st.dataframe(tables.colour_table(), hide_index=True, key="colours_table",
-                 column_config={"colour": st.column_config.TextColumn("colour")})
-    swatches = "".join(f'<span style="display:inline-block;margin:0 0.5rem 0.3rem 0"><span style="display:inline-'
-                       f'block;width:0.9rem;height:0.9rem;background:{c};vertical-align:middle;margin-right:0.25rem">'
-                       f'</span>{html.escape(t)}</span>' for t, c in figures.TERM_COLORS.items())
-    st.html(f'<div data-testid="zc-swatches">{swatches}</div>')
-    st.markdown("Hatched bars: a parameter group (experts `/`, fp32 routers `.`) in its category's colour.")
-    st.markdown(ASSUMPTIONS)
-    st.markdown("Every term, formula, source and editable assumption is in docs/peak-memory.md, the parallel "
-                "layouts in docs/parallelism.md: read them here.")
-    page = st.selectbox("Read", DOC_PAGES, index=None, key="doc_page", placeholder="docs/... (choose a page)",
-                        format_func=lambda p: f"docs/{p}")
-    if page and (DOCS / page).exists():
-        st.markdown((DOCS / page).read_text(encoding="utf-8"))
-    st.download_button("JSON: full report", lambda: json.dumps(report, indent=2).encode("utf-8"),
-                       file_name=f"zerocalc-{report['zerocalc_version']}-{report['convention']}-report.json",
-                       mime="application/json", key="json_report", on_click="ignore")

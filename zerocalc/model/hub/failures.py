@@ -8,7 +8,7 @@ from .ids import HIDDEN, HubError
 from .transfer import Deadline, TooLarge
 
 GATED = "the model is gated or private: accept its licence on the Hub and give a token"
-TOKEN_HINT = "HF_TOKEN in the environment or the token field"
+TOKEN_HINT = "the token field in the app, HF_TOKEN for the command line"
 
 
 class Failures:
