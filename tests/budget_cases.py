@@ -138,6 +138,8 @@ def _reports():
                                                                       "gpus_per_node": "1024"}, layouts=True),
         "Qwen3-235B, 2^20 GPUs, searched": answers({"model": "qwen3-235b-a22b", "workers": "1048576",
                                                     "seq_len": "65536"}, layouts=True),
+        "Qwen3-235B, 4,096 GPUs, searched": answers({"model": "qwen3-235b-a22b", "workers": "4096",
+                                                     "seq_len": "65536"}, layouts=True),
         "10,000 layers interleaved": answers({**huge, "layers": "10000", "pp": "100", "vpp": "100",
                                               "schedule": "interleaved", "micro_batches": "100000",
                                               "workers": "1000"}),

@@ -32,11 +32,11 @@ from .ranks import fitting_stages, layout_report
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
 SHOWN = 50                                                       # plans listed in the JSON; all are counted
 MAX_SEARCH_GPUS = 1_048_576       # 2^20: several times the largest clusters of 2026
-MAX_SEARCH_LAYOUTS = 1_000        # candidate (tp, pp, cp, ep) layouts; 4,096 GPUs of Qwen3-235B give 520
+MAX_SEARCH_LAYOUTS = 600          # candidate (tp, pp, cp, ep) layouts; 4,096 GPUs of Qwen3-235B give 520
 # A candidate's reports cost about a fixed part plus one per pipeline stage they lay out (rank classes, in-flight
-# micro-batches): 64 + pp units each, at most this many in all (2^20 GPUs of Qwen3-235B: 40,872; the slowest
-# allowed search measured, a 1,024-layer model on 2^20 GPUs, 119,436 units in 1.0 s).
-MAX_SEARCH_WORK = 150_000
+# micro-batches): 64 + pp units each, at most this many in all (4,096 GPUs of Qwen3-235B: 34,000; a 1,024-layer
+# model on 2^20 GPUs, 119,436 units, took 1.0 s and is refused).
+MAX_SEARCH_WORK = 100_000
 
 
 class SearchBoundError(FieldError):

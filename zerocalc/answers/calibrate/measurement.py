@@ -10,6 +10,7 @@ from typing import Dict, Optional, Tuple
 from ...scenario import FieldError
 
 MAX_TEXT_CHARS = 1_000_000      # the app's upload cap; longer pastes are refused, not truncated silently
+MAX_TEXT_LINES = 10_000         # and lines: every format is read line by line
 FORMATS = ("probe", "memory_stats", "memory_summary", "deepspeed", "torch_oom", "nvidia_smi", "plain")
 FORMAT_HELP = {
     "probe": "the line tools/zerocalc_probe.py prints (zerocalc-probe v1 ...)",

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from ...scenario import FieldError
 from .deepspeed import read_deepspeed
-from .measurement import FORMATS, MAX_TEXT_CHARS, QUANTITIES, CalibrationError, Measurement, formats_sentence
+from .measurement import (
+    FORMATS,
+    MAX_TEXT_CHARS,
+    MAX_TEXT_LINES,
+    QUANTITIES,
+    CalibrationError,
+    Measurement,
+    formats_sentence,
+)
 from .memory_stats import read_memory_stats
 from .memory_summary import read_memory_summary
 from .nvidia_smi import read_nvidia_smi
@@ -24,6 +32,10 @@ def _checked(text) -> str:
         raise CalibrationError(type(text).__name__, "text (str)")
     if len(text) > MAX_TEXT_CHARS:
         raise CalibrationError(f"{len(text):,} characters", f"at most {MAX_TEXT_CHARS:,} characters")
+    lines = text.count("\n") + 1
+    if lines > MAX_TEXT_LINES:
+        raise CalibrationError(f"{lines:,} lines", f"at most {MAX_TEXT_LINES:,} lines (a run's memory figures fit in "
+                               "a few hundred; nvidia-smi prints one row a GPU)")
     if not text.strip():
         raise CalibrationError(text, formats_sentence())
     return text

@@ -33,8 +33,14 @@ from .fields import DTYPES, FIELDS, LIMIT, SCHEDULES, SECTIONS, SINGLE_STAGE, SR
 from .legacy import LegacyReader
 
 
+MAX_TOML_CHARS = 262_144      # torchtitan's own configs are a few KB; tomllib is pure Python (about 1 s a MB here)
+
+
 def parse_toml(source) -> dict:
     text = decode_text(source, "TOML")
+    if len(text) > MAX_TOML_CHARS:
+        raise FrameworkConfigError("config", f"{len(text):,} characters", f"a torchtitan TOML of at most "
+                                   f"{MAX_TOML_CHARS:,} characters (its own configs are a few thousand)")
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
