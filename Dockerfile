@@ -16,6 +16,8 @@ COPY ui/ ui/
 COPY app.py serve.py ./
 # The probe script the Calibrate view offers for download (not imported by the app).
 COPY tools/zerocalc_probe.py tools/
+# The pages "How to read it" shows, and the validation ledger whose summary it states.
+COPY docs/*.md docs/validation.json docs/
 
 # A numeric, unprivileged user: no root in the running container.
 RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin zerocalc

@@ -8,6 +8,7 @@ import pytest
 
 from tests.app_helpers import (
     ISSUE_13,
+    answer_text,
     TABS,
     assert_overview_matches_core,
     captions,
@@ -25,6 +26,7 @@ from tests.app_helpers import (
     verdict_cards,
 )
 from ui.state import from_query, resolve
+from zerocalc.gpus import GPU_CATALOG
 from zerocalc.answers.fixes import apply as apply_fix
 from zerocalc.answers.fixes import fixes as core_fixes
 from zerocalc.parallel.ranks import layout_report
@@ -217,10 +219,10 @@ def test_gpu_choice_moves_the_capacity_and_the_verdicts():
     at = run_app()
     at.selectbox(key="gpu").set_value("L4-24GB").run()
     report = core_report({"gpu": "L4-24GB"})
-    assert report["gpu"]["capacity_bytes"] == 23_034 * 2**20
+    assert report["gpu"]["capacity_bytes"] == int(22.03 * 2**30)       # what PyTorch can use on an L4
     assert [f for _, f, _ in verdict_cards(at)] == [p["fits"] for p in report["peak"]]
     at.selectbox(key="gpu").set_value("custom").run()
-    at.number_input(key="gpu_memory").set_value(10**12).run()
+    at.text_input(key="gpu_memory_text").set_value("1 TB").run()          # typed with its unit
     assert dict(at.query_params) == {"gpu": "custom", "gpu_memory": str(10**12)}
     assert all(f for _, f, _ in verdict_cards(at))
     open_tab(at, "Peak and step")
@@ -235,7 +237,32 @@ def test_solver_sentences_name_what_they_hold_and_the_fits_on_table():
     assert "fewest workers that fit: " in text and "(at micro-batch 1, sequence 2,048, no recompute)" in text
     assert "Lowest stage that fits as set: ZeRO-1." in text
     fits = table(at, "fits_on_table")
-    assert len(fits) == 11 and "NVIDIA H200 141GB" in fits["GPU"].tolist()
+    assert len(fits) == len(GPU_CATALOG) and "NVIDIA H200 141GB" in fits["GPU"].tolist()
+    h100 = fits[fits["GPU"] == "NVIDIA H100 80GB HBM3 (SXM)"].iloc[0]           # both figures, PyTorch's first
+    assert h100["PyTorch can use (GB)"] == "84.94" and h100["nvidia-smi (GB)"] == "85.52"
+    assert fits[fits["GPU"] == "NVIDIA H100 PCIe 80GB"].iloc[0]["PyTorch can use (GB)"].endswith("(estimated)")
+
+
+def test_a_custom_capacity_needs_its_unit_and_a_bare_48_is_refused_with_a_message():
+    """Issue 20: "48GB" once became 48 bytes. Typed with a unit it is 48 * 10^9; a bare 48 is refused, named."""
+    at = run_app({"gpu": "custom", "gpu_memory": "48GB"})
+    assert dict(at.query_params)["gpu_memory"] == str(48 * 10**9)
+    assert at.text_input(key="gpu_memory_text").value == "48 GB"
+    at.text_input(key="gpu_memory_text").set_value("48").run()
+    assert not at.exception
+    shown = text_of(at)
+    assert "Custom capacity: '48' has no unit" in shown and "Showing the last valid value, 48 GB" in shown
+    assert dict(at.query_params)["gpu_memory"] == str(48 * 10**9)           # the last valid capacity stays
+    bare = run_app({"gpu": "custom", "gpu_memory": "48"})                    # from a link: refused, warned
+    assert "gpu_memory" not in dict(bare.query_params) and "gpu_memory" in text_of(bare)
+
+
+def test_the_how_to_read_view_states_the_capacity_and_the_validation_ledger():
+    at = run_app(tab="How to read it")
+    text = text_of(at)
+    assert "that PyTorch can use on NVIDIA H100 80GB HBM3 (SXM)" in text and "nvidia-smi shows 79.65 GiB" in text
+    assert "Checked against" in text and "published GPU runs" in text and "median error" in text
+    assert "of the 84.94 GB PyTorch can use" in answer_text(at)               # the verdict names its capacity
 
 
 def test_ranges_show_a_band_and_the_low_end_verdict():

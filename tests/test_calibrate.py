@@ -191,9 +191,10 @@ def test_torch_oom_message():
     assert m.allocated_peak_bytes == round(Decimal("74.89") * GIB)
     assert m.reserved_peak_bytes == round(Decimal("74.89") * GIB) + round(Decimal("2.57") * GIB)
     assert m.nvidia_smi_used_bytes == round(Decimal("78.59") * GIB)     # "this process has 78.59 GiB memory in use"
-    assert m.nvidia_smi_total_bytes == round(Decimal("79.65") * GIB)
+    # "a total capacity of 79.11 GiB": cudaMemGetInfo's total, what PyTorch can use, not nvidia-smi's 81,559 MiB
+    assert m.usable_total_bytes == round(Decimal("79.11") * GIB) and m.nvidia_smi_total_bytes is None
     true = {"allocated_peak_bytes": 80_414_253_056, "reserved_peak_bytes": 83_178_602_496,
-            "nvidia_smi_total_bytes": 85_520_809_984, "nvidia_smi_used_bytes": 85_520_809_984 - 1_131_413_504}
+            "usable_total_bytes": 84_943_257_600, "nvidia_smi_used_bytes": 85_520_809_984 - 1_131_413_504}
     for q, value in true.items():
         assert abs(getattr(m, q) - value) <= m.tolerance_bytes[q], q
     assert any("1.95 GiB" in n for n in m.notes)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from tests.test_calibrate import FIXTURES, GIB, H100_TOTAL, MIB, STATS_ALLOC_PEAK, STATS_RESERVED_PEAK, fixture
 from zerocalc import Scenario
+from zerocalc.gpus import ESTIMATE_GAP
 from zerocalc.answers.calibrate.compare import compare, compare_stage
 from zerocalc.answers.calibrate.measurement import FORMATS, CalibrationError, Measurement
 from zerocalc.answers.calibrate.parse import parse, parse_nvidia_smi
@@ -156,8 +157,22 @@ def test_compare_without_allocated_uses_the_estimate_and_says_so():
     frag = cal.suggestion("fragmentation_percent")
     assert frag.suggested == 10 and "estimated" in frag.sentence
     assert cal.suggestion("cuda_context_bytes").suggested == 70 * GIB - (tensors + tensors // 10)
+    # nvidia-smi's total is more than PyTorch can use: 1.25 GiB less is suggested (zerocalc.gpus.ESTIMATE_GAP) ...
     nothing = compare(Measurement(nvidia_smi_total_bytes=40_960 * MIB), peak, work)
-    assert nothing.residuals == () and nothing.suggestion("gpu_memory").suggested == 40_960 * MIB
+    assert nothing.residuals == () and nothing.suggestion("gpu_memory").suggested == 40_960 * MIB - ESTIMATE_GAP
+    # ... and none when it is the catalogued card's own nvidia-smi total (the H100's 81,559 MiB)
+    assert compare(Measurement(nvidia_smi_total_bytes=81_559 * MIB), peak, work).suggestion("gpu_memory") is None
+
+
+def test_the_oom_total_capacity_is_what_pytorch_can_use_and_is_taken_as_it_is():
+    """An A100 40GB's OOM message says "total capacity of 39.39 GiB" (bottlerocket-os/bottlerocket#3873 prints
+    totalGlobalMem 42,298,834,944 B): gpu_memory moves to it, down from the H100's 79.11 GiB, never up to
+    nvidia-smi's 40,960 MiB. Within the printed rounding of the catalogued figure: no suggestion."""
+    peak, work = worked_peak(), Workload(MODEL_PRESETS["llama-2-7b"][0])
+    a100 = compare(Measurement(usable_total_bytes=42_298_834_944), peak, work).suggestion("gpu_memory")
+    assert a100.suggested == 42_298_834_944 < 40_960 * MIB and "total capacity" in a100.sentence
+    same = Measurement(usable_total_bytes=work.capacity_bytes + 2**20, tolerance_bytes={"usable_total_bytes": 2**23})
+    assert compare(same, peak, work).suggestion("gpu_memory") is None
 
 
 def test_compare_against_a_stage_peak_a_report_row_and_compare_stage_agree():

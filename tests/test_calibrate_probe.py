@@ -21,7 +21,7 @@ def test_probe_fixture_and_two_ranks():
     assert m.per_phase == {p: a for p, (a, _) in fake.items()}
     assert m.per_phase_reserved == {p: r for p, (_, r) in fake.items()}
     assert m.allocated_peak_bytes == max(a for a, _ in fake.values())
-    assert m.nvidia_smi_total_bytes == probe_module.FAKE_TOTAL
+    assert m.usable_total_bytes == probe_module.FAKE_TOTAL       # mem_get_info: what PyTorch can use
     two = parse(fixture("probe_two_ranks.txt"))
     assert two.source_format == "probe" and two.gpu_name == "NVIDIA H100 80GB HBM3"
     assert two.allocated_peak_bytes == STATS_ALLOC_PEAK and two.reserved_peak_bytes == STATS_RESERVED_PEAK
@@ -47,7 +47,7 @@ def test_probe_line_round_trips_through_parse(phases, total, rank, gpu):
     assert m.allocated_peak_bytes == max(a for a, _, _ in phases.values())
     assert m.reserved_peak_bytes == max(r for _, r, _ in phases.values())
     assert m.nvidia_smi_used_bytes == max(u for _, _, u in phases.values())
-    assert m.nvidia_smi_total_bytes == total
+    assert m.usable_total_bytes == total
 
 
 def test_probe_dry_run_records_phases_and_round_trips():

@@ -117,17 +117,31 @@ def test_model_preset_adds_architecture_activations_peak_and_solve():
     for p in out["peak"]:
         assert set(p["phases"]) == {"forward", "backward", "optimizer_step"}
         assert p["peak_bytes"] == max(sum(c.values()) for c in p["phases"].values())
-        assert p["capacity_bytes"] == 81_559 * 2**20
+        assert p["capacity_bytes"] == 84_943_715_696 == out["gpu"]["capacity_bytes"]    # "79.11 GiB" PyTorch prints
         assert p["peak_phase"] in p["phases"] and isinstance(p["fits"], bool)
+    assert out["gpu"]["nvidia_smi_bytes"] == 81_559 * 2**20
+    assert "vllm-project/vllm#12756" in out["gpu"]["capacity_source"]
     assert set(out["solve"]) >= {"max_micro_batch", "min_workers", "lowest_stage", "min_gpus", "layouts"}
     assert set(out["solve"]["max_micro_batch"]) == {"0", "1", "2", "3"}
 
 
 def test_custom_architecture_flags_and_gpu_memory():
     out = cli_json("--layers", "2", "--hidden", "64", "--heads", "8", "--kv-heads", "2", "--ffn", "256",
-                   "--vocab", "100", "--tied-embeddings", "--gpu-memory", "1000000000")
+                   "--vocab", "100", "--tied-embeddings", "--gpu-memory", "44.4GiB")
     assert out["architecture"]["tied_embeddings"] is True and out["architecture"]["kv_heads"] == 2
-    assert out["peak"][0]["capacity_bytes"] == 10**9
+    assert out["peak"][0]["capacity_bytes"] == 47_674_136_985 == int(44.4 * 2**30)      # rounded down to bytes
+    assert out["gpu"]["nvidia_smi_bytes"] is None
+
+
+@pytest.mark.parametrize("given, message", [
+    ("48", "'48' has no unit and is below 1 GiB as bytes: give the unit, e.g. 48 GB or 48 GiB"),
+    ("48G", "unknown unit 'G'"),
+    ("0.5GiB", "a GPU's capacity is from 1 GiB to 1 PiB"),
+])
+def test_a_capacity_without_its_unit_is_refused_never_taken_as_bytes(given, message):
+    """Issue 20: "48GB" once became 48 bytes; a bare number below 1 GiB is a missing unit, refused in one line."""
+    done = cli("--model", "gpt2", "--gpu-memory", given)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_config_file_and_dropout(tmp_path):
@@ -143,7 +157,9 @@ def test_lists():
     assert {"name", "params"} <= set(models[0]) and any(m["name"] == "llama-3.1-405b" for m in models)
     gpus = cli_json("--list-gpus")
     assert {"name", "capacity_bytes"} <= set(gpus[0])
-    assert cli("--list-gpus").returncode == 0 and "81559MiB" in cli("--list-gpus").stdout
+    listed = cli("--list-gpus")
+    assert listed.returncode == 0 and "81559 MiB" in listed.stdout and "79.11 GiB" in listed.stdout
+    assert {"nvidia_smi_bytes", "capacity_source", "estimated"} <= set(gpus[0])
 
 
 def test_text_report_answers_in_words():

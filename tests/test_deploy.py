@@ -34,6 +34,16 @@ def test_dockerfile_base_port_and_exec_form_entrypoint():
     assert entry[0][1][:3] == ("streamlit", "run", "serve.py")      # app.py behind its security headers
 
 
+def test_the_image_holds_what_the_page_reads():
+    """ui/views.py reads docs/*.md and the validation ledger's summary (docs/validation.json); the Calibrate view
+    offers tools/zerocalc_probe.py. Each must be copied into the image, or the hosted page silently lacks it."""
+    copied = [i[1] for i in instructions() if i[0] == "COPY"]
+    sources = {src for args in copied for src in args[:-1]}
+    assert {"docs/*.md", "docs/validation.json", "tools/zerocalc_probe.py", "zerocalc/", "ui/"} <= sources
+    for name in ("validation.json", "validation.md", "peak-memory.md"):
+        assert (ROOT / "docs" / name).is_file(), name
+
+
 def test_dockerfile_runs_as_a_numeric_non_root_user():
     users = [i[1][0] for i in instructions() if i[0] == "USER"]
     assert users, "no USER instruction: the container would run as root"

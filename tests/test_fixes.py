@@ -43,9 +43,10 @@ def check(scenario, work, stage, layouts=False):
 
 
 def test_issue_13_case_lists_full_recompute_under_the_capacity():
-    # Llama-3-8B on 8 x A100 40GB, ZeRO-2, micro-batch 4, sequence 4096: nothing fits; full recompute at
-    # micro-batch 1 does (99%), with the global batch held by 4 micro-batches per step.
-    scenario, work = setup("llama-3-8b", 8, gpu="A100-40GB", micro_batch=4, seq_len=4096)
+    # Llama-3-8B on 8 GPUs of 43 GB, ZeRO-2, micro-batch 4, sequence 4096: nothing fits; full recompute at
+    # micro-batch 1 does (99%), with the global batch held by 4 micro-batches per step. (Issue 13 filed it on
+    # 8 x A100 40GB: PyTorch can use 42.30 GB of that card, and full recompute, 42.5 GB, does not fit it.)
+    scenario, work = setup("llama-3-8b", 8, gpu_memory=43 * 10**9, micro_batch=4, seq_len=4096)
     assert not layout_report(scenario, work).peaks[2].fits
     found = check(scenario, work, 2, layouts=True)
     full = [f for f in found if f.workload.get("recompute") == "full"]
@@ -77,7 +78,8 @@ def test_a_higher_stage_offload_more_workers_and_a_bigger_gpu():
     assert kinds["offload"].scenario == {"offload_optimizer": "cpu"}
     assert kinds["workers"].scenario == {"workers": 4, "shard_group": None}
     assert [f.kind for f in fixes(scenario, work, 3)] == ["offload", "workers", "gpu"]      # cheapest first
-    assert kinds["gpu"].workload == {"gpu": "H100-SXM-80GB", "gpu_memory": None}   # catalogue order on a tie
+    # the smallest card PyTorch can use more of than the A100 40GB's 39.39 GiB: the H100 PCIe (78.40 GiB, estimated)
+    assert kinds["gpu"].workload == {"gpu": "H100-PCIe-80GB", "gpu_memory": None}
 
 
 def test_the_bigger_gpu_is_the_smallest_catalogued_one_that_holds_the_peak():
@@ -86,7 +88,7 @@ def test_the_bigger_gpu_is_the_smallest_catalogued_one_that_holds_the_peak():
     gpu = found["gpu"]
     from zerocalc.gpus import GPU_CATALOG
     peak = layout_report(scenario, work).peaks[3].peak_bytes
-    smaller = [cap for _, cap, _ in GPU_CATALOG.values() if peak <= cap < gpu.capacity_bytes]
+    smaller = [g.usable_bytes for g in GPU_CATALOG.values() if peak <= g.usable_bytes < gpu.capacity_bytes]
     assert smaller == [] and gpu.peak_bytes == peak
 
 

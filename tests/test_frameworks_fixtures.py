@@ -139,7 +139,7 @@ def test_accelerate_fsdp_template():
     assert r.selected_stage == 3 and r.format == "accelerate"
     subset(r.scenario, dict(FSDP2, comm_dtype="bf16", workers=2, offload_params="none", offload_optimizer="none",
                             shard_group=None))
-    assert r.workload == {"recompute": "none"} and r.layout["gpus"] == 2
+    assert r.workload == {"recompute": "none", "comm_buffers": "fsdp"} and r.layout["gpus"] == 2
 
 
 def test_accelerate_deepspeed_template_points_at_a_file_it_does_not_read():
@@ -215,9 +215,10 @@ def test_torchtitan_deepseek_v3_expert_parallel():
     subset(r.workload, {"micro_batch": 4, "seq_len": 4096})
 
 
-def test_torchtitan_llama4_pipeline_defaults_to_zero2():
+def test_torchtitan_llama4_pipeline_keeps_its_stage_gathered():
     r = load("torchtitan_llama4_17bx128e.toml", dict(CONTEXT, gpus=64))
-    assert r.selected_stage == 2                    # reshard_after_forward = not pp_enabled
+    # reshard_after_forward = not pp_enabled: ZeRO-3 keeping the stage's gathered copy (was ZeRO-2)
+    assert r.selected_stage == 3 and r.workload["reshard_after_forward"] == "auto"
     subset(r.layout, {"pp": 4, "tp": 8, "schedule": "1f1b", "micro_batches": 1, "gpus": 64})
     subset(r.scenario, {"workers": 2})
 

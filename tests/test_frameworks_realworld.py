@@ -276,7 +276,7 @@ def test_trl_context_parallel_fsdp2_full_recompute():
     r = load("trl_context_parallel_2gpu.yaml")
     assert r.selected_stage == 3 and r.scenario["workers"] == 1
     subset(r.layout, {"cp": 2, "gpus": 2})
-    assert r.workload == {"recompute": "full"}
+    assert r.workload == {"recompute": "full", "comm_buffers": "fsdp"}     # FSDP: per-unit buffers
 
 
 def test_trl_zero3_plugin_and_open_instruct_zero2_plugin():
@@ -349,7 +349,8 @@ def test_torchtitan_old_pipeline_microbatches_and_split_points():
     base = "[training]\nbatch_size = 16\n[experimental]\npipeline_parallel_degree = 4\n"
     r = import_torchtitan(base, {"gpus": 16})
     subset(r.layout, {"pp": 4, "micro_batches": 4, "schedule": "1f1b"})
-    assert r.workload["micro_batch"] == 4 and r.selected_stage == 2      # reshard default: not pp_enabled
+    assert r.workload["micro_batch"] == 4 and r.selected_stage == 3      # was 2: the gathered copy beside the
+    assert r.workload["reshard_after_forward"] == "auto"                 # shards (reshard default: not pp_enabled)
     points = ", ".join(f'"layers.{i}"' for i in range(4, 32, 4))         # 7 points: 8 stages, 2 per rank
     r = import_torchtitan(base + 'pipeline_parallel_microbatches = 8\npipeline_parallel_schedule = '
                           f'"Interleaved1F1B"\npipeline_parallel_split_points = [{points}]\n', {"gpus": 16})

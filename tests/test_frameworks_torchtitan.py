@@ -21,7 +21,9 @@ def test_an_empty_file_is_torchtitans_defaults():
     assert r.selected_stage == 3                                    # dp_shard -1 -> 8 ranks: FSDP, resharded
     assert r.scenario["workers"] == 8 and r.scenario["comm_dtype"] == "bf16" and r.scenario["optimizer"] == "adamw"
     # mode selective with selective_ac_option "2": one block in two checkpointed (_apply_layer_sac)
-    assert r.workload == {"seq_len": 2048, "micro_batch": 8, "recompute": "full", "recompute_every": 2}
+    assert r.workload == {"seq_len": 2048, "micro_batch": 8, "recompute": "full", "recompute_every": 2,
+                          "reshard_after_forward": "auto", "reduce_dtype": "fp32",     # FSDP2's policy
+                          "comm_buffers": "fsdp", "fsdp_wrap": "torchtitan"}          # its units, one at a time
     assert r.layout == {"gpus": 8, "micro_batches": 1}
 
 
@@ -42,12 +44,15 @@ def test_replicate_only_is_ddp_stage_0():
     assert r.selected_stage == 0 and r.scenario["comm_dtype"] is None and r.workload["activation_dtype"] == "bf16"
 
 
-@pytest.mark.parametrize("policy, pp, stage", [("always", 1, 3), ("never", 1, 2), ("default", 1, 3),
-                                                ("default", 2, 2), ("always", 2, 3)])
-def test_reshard_policy(policy, pp, stage):
+# ZeRO-3 throughout (was ZeRO-2 for "never" and for "default" under pp): the shards stay, and a unit that does not
+# reshard keeps its gathered copy beside them (zerocalc.step.fsdp_pipeline, workload.reshard_after_forward).
+@pytest.mark.parametrize("policy, pp, reshard", [("always", 1, "yes"), ("never", 1, "no"), ("default", 1, "auto"),
+                                                  ("default", 2, "auto"), ("always", 2, "yes")])
+def test_reshard_policy(policy, pp, reshard):
     r = tt(f"[training]\nlocal_batch_size = 4\n[parallelism]\ndata_parallel_shard_degree = 2\n"
            f"fsdp_reshard_after_forward = \"{policy}\"\npipeline_parallel_degree = {pp}\n")
-    assert r.selected_stage == stage
+    assert r.selected_stage == 3
+    assert r.workload["reshard_after_forward"] == reshard and r.workload["reduce_dtype"] == "fp32"
 
 
 def test_pipeline_micro_batches_and_schedules():

@@ -45,6 +45,8 @@ def valid_value(f):
         return st.sampled_from(["true", "false", "1", "0"])
     if f.kind in ("prob", "factor"):
         return st.floats(f.lo, f.hi).map(repr)
+    if f.kind == "ints":
+        return st.lists(st.integers(0, 10_000), max_size=20).map(lambda v: ",".join(map(str, v)))
     return st.integers(int(f.lo), int(f.hi)).map(str)
 
 

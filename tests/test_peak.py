@@ -26,16 +26,13 @@ def setup(model="llama-2-7b", workers=8, convention="zero-paper", **work):
 
 
 def test_gpu_capacities_are_what_the_driver_reports():
-    # nvidia-smi "Memory-Usage" totals as printed on these GPUs; rocm-smi for MI300X.
-    assert GPU_CATALOG["H100-SXM-80GB"][1] == 81_559 * MIB
-    assert GPU_CATALOG["A100-80GB"][1] == 81_920 * MIB
-    assert GPU_CATALOG["A100-40GB"][1] == 40_960 * MIB
-    assert GPU_CATALOG["H200-141GB"][1] == 143_771 * MIB
-    assert GPU_CATALOG["B200-180GB"][1] == 183_359 * MIB
-    assert GPU_CATALOG["L4-24GB"][1] == 23_034 * MIB
-    assert GPU_CATALOG["V100-16GB"][1] == 16_160 * MIB and GPU_CATALOG["V100-32GB"][1] == 32_510 * MIB
-    assert GPU_CATALOG["RTX-4090-24GB"][1] == 24_564 * MIB
-    assert GPU_CATALOG["MI300X-192GB"][1] == 206_141_652_992
+    # nvidia-smi "Memory-Usage" totals as printed on these GPUs; rocm-smi for MI300X (sources: zerocalc/gpus.py).
+    smi = {k: g.smi_bytes for k, g in GPU_CATALOG.items()}
+    assert smi["H100-SXM-80GB"] == 81_559 * MIB and smi["A100-80GB"] == 81_920 * MIB
+    assert smi["A100-40GB"] == 40_960 * MIB and smi["H200-141GB"] == 143_771 * MIB
+    assert smi["B200-180GB"] == 183_359 * MIB and smi["L4-24GB"] == 23_034 * MIB
+    assert smi["V100-16GB"] == 16_160 * MIB and smi["V100-32GB"] == 32_510 * MIB
+    assert smi["RTX-4090-24GB"] == 24_564 * MIB and smi["MI300X-192GB"] == 206_141_652_992
 
 
 def test_custom_capacity_overrides_the_catalog():

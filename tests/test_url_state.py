@@ -14,6 +14,8 @@ def value_for(f):
         return st.booleans()
     if f.kind == "multi":
         return st.lists(st.sampled_from(f.choices), unique=True).map(tuple)
+    if f.kind == "ints":                       # a pipeline's layers per stage (ui/state_stages.py)
+        return st.lists(st.integers(0, 10_000), max_size=20).map(tuple)
     if f.kind in ("prob", "factor"):
         return st.floats(f.lo, f.hi, allow_nan=False)
     return st.integers(int(f.lo), int(f.hi))

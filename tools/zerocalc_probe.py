@@ -49,7 +49,7 @@ FAKE_PEAKS = {
     "backward": (66 * GIB + 987_654_144, 70 * GIB + 2**21),
     "optimizer_step": (31 * GIB + 555_745_280, 70 * GIB + 2**21),
 }
-FAKE_TOTAL = 85_520_809_984          # an H100 80GB HBM3: 81,559 MiB
+FAKE_TOTAL = 84_943_257_600          # an H100 80GB HBM3 as mem_get_info totals it: 81,008 MiB (nvidia-smi: 81,559)
 FAKE_GPU = "fake GPU (dry run)"
 FAKE_CONTEXT = GIB
 

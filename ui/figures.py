@@ -22,8 +22,11 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "activations": "#E15759", "logits and loss": "#B07AA1", "recompute (one block)": "#FF9D9A",
     "gathered parameters": "#A0CBE8", "persistent parameters": "#86BCB6",
     "gradient buckets": "#FFBE7D", "all-gather bucket": "#F1CE63", "fp32 gradient copy": "#8CD17D",
-    "allocator reserve": "#BAB0AC", "CUDA context": "#79706E",
+    "allocator reserve": "#BAB0AC", "CUDA context": "#79706E", "library workspaces": "#D7B5A6",
     "one copy": "#9D7660", "redundant": "#D37295",
+    "unsharded parameters (reshard_after_forward off)": "#4E79A7", "unit gradient before accumulation": "#F28E2B",
+    "accumulated unsharded gradients (sync at the last micro-batch)": "#FFBE7D",
+    "CPU offload: a unit's shard and gradient shard on the GPU": "#B6992D",
 }
 TERM_MEANING = {
     "parameters": "the compute copy of the weights (ledger category)",
@@ -33,13 +36,21 @@ TERM_MEANING = {
     "activations": "tensors saved for backward, every in-flight micro-batch",
     "logits and loss": "the logits and their fp32 upcast / gradient for the loss",
     "recompute (one block)": "one block rebuilt during backward under full recompute",
-    "gathered parameters": "ZeRO-3: parameters gathered for the running layer, prefetch included",
+    "gathered parameters": "ZeRO-3 / FSDP: parameters gathered for the running unit, prefetch included",
     "persistent parameters": "ZeRO-3: small parameters kept whole on every worker",
-    "gradient buckets": "gradient reduce buckets (twice with overlap_comm)",
+    "gradient buckets": "gradients being reduced: DeepSpeed's buckets (twice with overlap_comm) or FSDP's unit",
     "all-gather bucket": "ZeRO-1/2: the bucket that gathers updated parameters",
     "fp32 gradient copy": "the optimizer step's fp32 copy of narrower gradients",
-    "allocator reserve": "the caching allocator's reserve and fragmentation (an assumption)",
-    "CUDA context": "CUDA context, library workspaces, NCCL buffers (an assumption)",
+    "allocator reserve": "the caching allocator's reserve: 5% at the point, its band by allocator (step/allocator.py)",
+    "CUDA context": "CUDA context, library handles, NCCL buffers (an assumption)",
+    "library workspaces": "GEMM workspaces held in PyTorch's allocator: cuBLAS, Transformer Engine (by GPU)",
+    "unsharded parameters (reshard_after_forward off)": "FSDP2: a stage's parameters kept gathered for the step",
+    "unit gradient before accumulation": "FSDP2: one unit's gradient before its cast to the reduce dtype",
+    "accumulated unsharded gradients (sync at the last micro-batch)": "FSDP2 under pipeline parallelism: "
+                                                                      "gradients summed unsharded until the last "
+                                                                      "micro-batch",
+    "CPU offload: a unit's shard and gradient shard on the GPU": "FSDP with offloaded parameters: a unit's shard "
+                                                                 "copied in and its gradient shard out",
     "one copy": "cluster bytes of one copy of every state",
     "redundant": "cluster bytes that duplicate a copy held elsewhere",
 }

@@ -25,6 +25,7 @@ from zerocalc.scenario import FieldError
 from . import plain, worker
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
                     format_value, parse_value, resolve)
+from .state_stages import NONE as STAGE_NONE
 from .widgets import read_state, set_fields
 
 HUB_ENDPOINT_ENV = "ZEROCALC_HUB_ENDPOINT"   # another Hub (a mirror, or the tests' local server); unset: the Hub
@@ -198,7 +199,8 @@ FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accel
 def _ui_value(name: str, value):
     """A core value as the widget holds it (None dtype -> "none", no shard group -> 0, auto activation dtype)."""
     if value is None:
-        return {"shard_group": 0, "activation_dtype": "auto", "vocab_divisor": 0}.get(name, "none")
+        return {"shard_group": 0, "activation_dtype": "auto", "vocab_divisor": 0, "reduce_dtype": "auto",
+                "workspace_bytes": -1, **STAGE_NONE}.get(name, "none")
     return value
 
 

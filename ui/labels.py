@@ -34,14 +34,23 @@ LABELS = {
     "prefetch_bucket_size": "stage3_prefetch_bucket_size", "max_live_parameters": "stage3_max_live_parameters",
     "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
     "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
+    "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
+    "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
+    "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
+    "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
+    "loss_fusion": "Megatron --cross-entropy-loss-fusion",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
-    "gpu": "GPU", "gpu_memory": "Custom capacity (bytes)", "buffer_factor": "DeepSpeed buffer factor",
+    "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
     "vpp": "Virtual stages per rank (vpp)", "cp": "Context parallel (cp)", "sequence_parallel": "Sequence parallel",
     "loss_parallel": "Vocab-parallel logits and loss", "vocab_divisor": "Pad vocabulary to a multiple of (x tp; 0: auto)",
     "ep": "Expert parallel (ep)", "etp": "Expert tensor parallel (etp)",
+    "stage_split": "Layers per pipeline stage", "stage_layers": "Layers of each stage (schedule order)",
+    "first_stage_layers": "Layers on the first pipeline rank", "last_stage_layers": "Layers on the last pipeline rank",
+    "embedding_weight": "Embedding counted as layers (-1: the rule's)",
+    "head_weight": "Head counted as layers (-1: the rule's)",
     "micro_batches": "Micro-batches per step (gradient accumulation)",
     "recompute_every": "Full recompute of one block in N",
     "finetune": "What trains", "lora_rank": "Adapter rank (r)", "lora_targets": "Adapted modules",
@@ -62,7 +71,9 @@ HELP = {
              "gradients, 3 also the parameters (FSDP FULL_SHARD). The verdict, the fixes and the step timeline "
              "check this one.",
     "gpu": "Capacities as nvidia-smi / rocm-smi report them (an H100 80GB has 81,559 MiB = 85.52 GB).",
-    "gpu_memory": "The GPU's total memory in bytes, as nvidia-smi reports it (MiB x 1,048,576).",
+    "gpu_memory": ("What PyTorch can use on your GPU, with its unit: 48 GB, 44.4 GiB, 46068 MiB. The OOM "
+                   "message's \"total capacity\" or torch.cuda.get_device_properties(0).total_memory gives it; nvidia-smi's "
+                   "total is higher (the driver keeps part of it). A bare number is bytes and must be at least 1 GiB."),
     "workers": "The ZeRO / FSDP group: GPUs that each hold a replica (or a shard) of the model. "
                "World size = dp x tp x pp x cp.",
     "micro_batch": "Sequences each GPU processes per forward/backward (per_device_train_batch_size).",
@@ -92,8 +103,27 @@ HELP = {
     "offload_params": "ZeRO-Infinity: parameters on the CPU or NVMe, gathered to the GPU per layer (stage 3).",
     "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB (0.5-1.5 GiB "
                           "in the range shown).",
-    "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors (0-15% in "
-                             "the range shown).",
+    "workspace_bytes": "GEMM scratch that PyTorch's allocator hands out once and max_memory_allocated counts: two "
+                       "cuBLAS workspaces (forward and backward threads; 32 MiB each on H100/H200, 8.1 MiB "
+                       "elsewhere) plus Transformer Engine's under Megatron (32 MiB from sm90, else 4 MiB). "
+                       "-1 takes that table; set CUBLAS_WORKSPACE_CONFIG runs' own figure here.",
+    "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors: the point "
+                             "(5%). The band shown: 0-35% of the tensors plus two ZeRO-3 unit cycles with the "
+                             "default allocator, 0-10% with expandable segments, 0-15% flat (docs/peak-memory.md 3a).",
+    "allocator": "Which allocator the reserve's band models: PyTorch's caching allocator (default), "
+                 "expandable_segments:True, or the flat 0-15% band of earlier versions.",
+    "allocator_units": "ZeRO-3 / FSDP unit cycles (a gathered unit and its gradient) the reserve holds at the point "
+                       "(0; the band's high end holds two: the communication streams' blocks).",
+    "comm_buffers": "auto: from the convention (megatron: its grad buffer, nothing more; fsdp2: FSDP one unit at a "
+                    "time; otherwise DeepSpeed's buckets), none without data parallelism unless DeepSpeed.",
+    "fsdp_wrap": "FSDP's units: each decoder block with the ends in the root, or torchtitan's (embedding, blocks, "
+                 "[norm, head] kept after forward).",
+    "reshard_after_forward": "FSDP2 fully_shard(reshard_after_forward=...): auto as torchtitan, off under pipeline "
+                             "parallelism (each rank keeps its stage's unsharded parameters for the step).",
+    "reduce_dtype": "FSDP MixedPrecisionPolicy.reduce_dtype: gradients reduced (and, under pipeline parallelism, "
+                    "accumulated unsharded) in it; auto: the compute dtype (torchtitan sets fp32).",
+    "loss_fusion": "Megatron's native fused cross entropy (off by default): its backward holds a second fp32 copy of "
+                   "the softmax and a bf16 copy of the gradient.",
     "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",
     "allgather_bucket_size": "DeepSpeed's bucket for gathering updated parameters at stages 1-2, in elements.",
     "prefetch_bucket_size": "ZeRO-3 parameters fetched ahead of use, in elements.",
@@ -109,7 +139,13 @@ HELP = {
     "pp": "Splits the layers into stages; the first stage also holds the embedding, the last the head.",
     "schedule": "1F1B holds up to pp micro-batches on the first stage; interleaved adds virtual stages; "
                 "GPipe holds all micro-batches.",
-    "vpp": "Model chunks per pipeline rank (interleaved schedule); pp x vpp must divide the layers.",
+    "vpp": "Model chunks per pipeline rank (interleaved schedule); pp x vpp must divide the layers unless the "
+           "stages are uneven.",
+    "stage_split": "even: as many layers per stage as they go (interleaved: divisible); torchtitan: its default "
+                   "split, the embedding and the head each counted as a layer (126 layers on 8 stages: 15, 16 x 6, "
+                   "15); megatron: first / last rank's layers, the rest even.",
+    "first_stage_layers": "Megatron's --decoder-first-pipeline-num-layers (0: even).",
+    "last_stage_layers": "Megatron's --decoder-last-pipeline-num-layers (0: even).",
     "cp": "Splits the sequence across GPUs (ring attention, flash only); ZeRO then shards over dp x cp.",
     "sequence_parallel": "Also splits norms, dropout and the residual stream over tp (Korthikanti et al. 2022).",
     "loss_parallel": "Off: every tensor-parallel rank gathers the full logits (Hugging Face's colwise_rep head).",

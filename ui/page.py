@@ -23,7 +23,7 @@ ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to rea
 def render() -> None:
     link_warnings = share.start_session()
     state = widgets.read_state()          # the widgets' values are in the session before they are drawn
-    problems = share.params_from_text(state)
+    problems = share.texts_into_state(state)
     resolved = resolve(state)
     stage, unit = resolved.state["stage"], resolved.state["units"]
     layouts = st.session_state.get("show_layouts", False)

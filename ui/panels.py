@@ -19,6 +19,7 @@ from zerocalc.units import format_bytes
 from . import figures, finetune, plain
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
+from .state_stages import NONE as STAGE_NONE, ui_value
 from .widgets import set_fields
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
@@ -185,7 +186,7 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str) -> str:
         answer = f"{_names(fit)} fit{'s' if len(fit) == 1 else ''}; {_names(nofit)} do{'es' if len(nofit) == 1 else ''} not"
     p = peaks[stage]
     check = (f"Checking {STAGE_LABELS[stage]}: peak {format_bytes(p['peak_bytes'], unit)}, "
-             f"{100 * p['utilisation']:.0f}% of {format_bytes(p['capacity_bytes'], unit)} "
+             f"{100 * p['utilisation']:.0f}% of the {format_bytes(p['capacity_bytes'], unit)} PyTorch can use "
              + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
                                                                   if len(report["ranks"]) > 1 else ""))
     sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {html.escape(workers)}?'
@@ -198,7 +199,8 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str) -> str:
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 
 
-FIELD_OF = {"shard_group": lambda v: 0 if v is None else v}
+FIELD_OF = {"shard_group": lambda v: 0 if v is None else v,
+            **{name: (lambda v, n=name: ui_value(n, v)) for name in STAGE_NONE}}    # a layout's stage split
 
 
 def fix_fields(fix) -> dict:

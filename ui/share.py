@@ -13,10 +13,11 @@ from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import streamlit as st
 
-from zerocalc.units import parse_count
+from zerocalc.units import capacity_text, parse_capacity, parse_count
 
-from .state import FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
-from .widgets import PARAMS_TEXT, VALUES, seed, set_fields
+from .labels import LABELS
+from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
+from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, VALUES, seed
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
@@ -56,29 +57,44 @@ def start_session() -> list:
     view, plan, warnings = split_query(_query())
     state, view_warnings = from_query(view)
     resolved = resolve(state)
-    seed({**resolved.state, PARAMS_TEXT: str(resolved.state["params"])})
+    seed({**resolved.state, PARAMS_TEXT: str(resolved.state["params"]),
+          GPU_MEMORY_TEXT: capacity_text(resolved.state["gpu_memory"])})
     if plan is not None:
         st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
         warnings += plan_warnings
     return view_warnings + resolved.warnings + warnings
 
 
-def params_from_text(state: dict) -> list:
-    """Parse the parameter-count text box into the state; a message naming the field when it is not a count."""
-    if state["model"] != PARAMS_ONLY:
-        return []
-    text = st.session_state[VALUES].get(PARAMS_TEXT, str(state["params"]))
-    field = next(f for f in FIELDS if f.name == "params")
-    try:
-        value = parse_count(text)
-        if not field.lo <= value <= field.hi:
-            raise ValueError(f"{value:,} is out of range")
-    except ValueError as exc:
-        return [f"Parameters: {exc}; allowed: a count from 1 to 10^18 such as 7B, 1.5T or 124439808. "
-                f"Showing the last valid count, {state['params']:,}."]
-    state["params"] = value
-    set_fields({"params": value})                          # the last valid count, kept for a later typo
-    return []
+# The fields typed as text: (field, its text box, when the box is drawn, how it parses, allowed, the value shown).
+TYPED = (
+    ("params", PARAMS_TEXT, lambda s: s["model"] == PARAMS_ONLY, parse_count,
+     "a count from 1 to 10^18 such as 7B, 1.5T or 124439808", lambda v: f"{v:,}", str),
+    ("gpu_memory", GPU_MEMORY_TEXT, lambda s: s["gpu"] == CUSTOM, parse_capacity,
+     "a capacity with its unit from 1 GiB to 1 PiB, such as 48 GB, 44.4 GiB or 46068 MiB", capacity_text,
+     capacity_text),
+)
+
+
+def texts_into_state(state: dict) -> list:
+    """Parse the text boxes (the parameter count, a custom capacity) into the state; for one that does not parse,
+    a message naming the field and what is allowed, and the last valid value stays."""
+    problems = []
+    for name, key, drawn, parse, allowed, shown, as_text in TYPED:
+        if not drawn(state):
+            continue
+        text = st.session_state[VALUES].get(key, as_text(state[name]))
+        field = next(f for f in FIELDS if f.name == name)
+        try:
+            value = parse(text)
+            if not field.lo <= value <= field.hi:
+                raise ValueError(f"{value:,} is out of range")
+        except ValueError as exc:
+            problems.append(f"{LABELS[name]}: {exc}; allowed: {allowed}. Showing the last valid value, "
+                            f"{shown(state[name])}.")
+            continue
+        state[name] = value
+        st.session_state[VALUES][name] = value             # the last valid value, kept for a later typo
+    return problems
 
 
 def link_params(state: dict, plan_a: dict = None) -> dict:

@@ -20,10 +20,12 @@ from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPE
                                      FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
+from .state_stages import STAGE_NAMES, parse_ints, stage_fields, stage_layout
+from .state_step import step_fields, step_workload
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
 from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
-from zerocalc.units import parse_count
+from zerocalc.units import parse_capacity, parse_count
 from zerocalc.step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 
 PARAMS_ONLY = "params-only"
@@ -40,7 +42,7 @@ DENSE_IDS = "dense_layer_ids"
 
 class Field(NamedTuple):
     name: str
-    kind: str                 # "choice" | "int" | "count" | "bool" | "prob" | "factor" | "multi" (a tuple of choices)
+    kind: str                 # "choice" | "int" | "count" | "bytes" | "bool" | "prob" | "factor" | "multi" (a tuple)
     default: object           # a value, or None when it comes from the convention / model (see default_for)
     choices: tuple = ()
     lo: float = 0
@@ -115,7 +117,7 @@ FIELDS: Tuple[Field, ...] = (
     _i("tp", *LAYOUT_LIMITS["tp"], 1), _i("pp", *LAYOUT_LIMITS["pp"], 1), _c("schedule", SCHEDULES, "1f1b"),
     _i("vpp", *LAYOUT_LIMITS["vpp"], 1), _i("cp", *LAYOUT_LIMITS["cp"], 1), Field("sequence_parallel", "bool", False),
     Field("loss_parallel", "bool", True), _i("vocab_divisor", 0, 1_000_000, 0),
-    _i("ep", *LAYOUT_LIMITS["ep"], 1), _i("etp", *LAYOUT_LIMITS["etp"], 1),
+    _i("ep", *LAYOUT_LIMITS["ep"], 1), _i("etp", *LAYOUT_LIMITS["etp"], 1), *stage_fields(Field),
     # the step
     _i("micro_batch", 1, 4096, 1), _i("micro_batches", *LAYOUT_LIMITS["micro_batches"], 1),
     _i("seq_len", 1, 1_048_576, 2048), _c("attention", ATTENTION, "flash"),
@@ -138,11 +140,12 @@ FIELDS: Tuple[Field, ...] = (
     _i("param_persistence_threshold", *_W["param_persistence_threshold"], 100_000, kind="count"),
     _c("overlap_comm", OVERLAP_CHOICES, "auto"),
     _i("cuda_context_bytes", *_W["cuda_context_bytes"], 2**30, kind="count"),
+    *step_fields(Field),                                                    # the framework's buffers: state_step
     _i("fragmentation_percent", *_W["fragmentation_percent"], 5),
     _i("moe_imbalance_percent", *_W["moe_imbalance_percent"], 100),
     _i("moe_capacity_percent", *_W["moe_capacity_percent"], 0),
     _c("gpu", tuple(GPU_CATALOG) + (CUSTOM,), DEFAULT_GPU),
-    _i("gpu_memory", *_W["gpu_memory"], 80 * 10**9, kind="count"),
+    _i("gpu_memory", *_W["gpu_memory"], 80 * 10**9, kind="bytes"),
     Field("buffer_factor", "factor", 1.5, (), 0.1, 100),
     # view
     _c("units", ("GB", "GiB"), "GB"), _c("breakdown", ("category", "entry"), "category"),
@@ -195,16 +198,20 @@ def allowed(f: Field) -> str:
         return "one of " + ", ".join(f.choices)
     if f.kind == "bool":
         return "true or false"
-    if f.kind == "multi":
+    if f.kind in ("multi", "ints"):
         return "a comma-separated list of " + ", ".join(f.choices) + " (or nothing)"
     if f.kind in ("prob", "factor"):
         return f"a number from {f.lo:g} to {f.hi:g}"
+    if f.kind == "bytes":
+        return "a capacity with its unit, from 1 GiB to 1 PiB (48 GB, 44.4 GiB, 46068 MiB; a bare number is bytes)"
     return f"an integer from {f.lo:,} to {f.hi:,}"
 
 
 def parse_value(f: Field, text: str):
     """The value a URL string denotes for this field; ValueError when it is not allowed."""
     text = str(text).strip()
+    if f.kind == "ints":             # bounded by its own reader (ui/state_stages.py)
+        return parse_ints(text) if text else ()
     if len(text) > MAX_VALUE_CHARS:
         raise ValueError("too long")
     if f.kind == "choice":
@@ -225,7 +232,7 @@ def parse_value(f: Field, text: str):
         if not math.isfinite(value) or not f.lo <= value <= f.hi:
             raise ValueError(text)
         return value
-    value = parse_count(text)
+    value = parse_capacity(text) if f.kind == "bytes" else parse_count(text)
     if not f.lo <= value <= f.hi:
         raise ValueError(text)
     return value
@@ -234,8 +241,8 @@ def parse_value(f: Field, text: str):
 def format_value(f: Field, value) -> str:
     if f.kind == "bool":
         return "true" if value else "false"
-    if f.kind == "multi":
-        return ",".join(value)
+    if f.kind in ("multi", "ints"):
+        return ",".join(map(str, value))
     if f.kind in ("prob", "factor"):
         return repr(float(value))
     return str(value)
@@ -341,14 +348,14 @@ def scenario_fields(state: dict, params: int) -> dict:
 
 
 LAYOUT_FIELDS = ("tp", "pp", "schedule", "vpp", "cp", "sequence_parallel", "loss_parallel", "vocab_divisor", "ep",
-                 "etp", "micro_batches")
+                 "etp", *STAGE_NAMES, "micro_batches")
 
 
 def layout(state: dict) -> Layout:
     return Layout(tp=state["tp"], pp=state["pp"], vpp=state["vpp"], cp=state["cp"],
                   sequence_parallel=state["sequence_parallel"], micro_batches=state["micro_batches"],
                   schedule=state["schedule"], loss_parallel=state["loss_parallel"],
-                  vocab_divisor=state["vocab_divisor"] or None, ep=state["ep"], etp=state["etp"])
+                  vocab_divisor=state["vocab_divisor"] or None, ep=state["ep"], etp=state["etp"], **stage_layout(state))
 
 
 def workload(state: dict, arch: Architecture) -> Workload:
@@ -365,7 +372,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),
         moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"],
-        finetune=finetune(state))
+        finetune=finetune(state), **step_workload(state))
 
 
 def finetune(state: dict) -> FineTune:

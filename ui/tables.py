@@ -124,10 +124,34 @@ def ranges_table(ranges: dict, unit: str) -> "pandas.DataFrame":
     return frame(rows)
 
 
+def capacity_sentence(report: dict) -> str:
+    """The verdict's capacity, where it comes from, and nvidia-smi's total beside it."""
+    g = report["gpu"]
+    text = (f"The verdict is against {auto(g['capacity_bytes'], 'GiB')} ({auto(g['capacity_bytes'], 'GB')}) "
+            f"that PyTorch can use on {g['name']}: {g['capacity_source']}.")
+    if g["nvidia_smi_bytes"] is not None:
+        text += (f" nvidia-smi shows {auto(g['nvidia_smi_bytes'], 'GiB')} ({g['nvidia_smi_source']}); the driver "
+                 "keeps the difference.")
+    return text
+
+
+def validation_sentence(summary) -> str:
+    """'Checked against N published GPU runs: median error x%, worst y% ...' from the ledger's summary."""
+    if not summary:
+        return "The validation ledger (docs/validation.md) is not in this copy of zerocalc."
+    within = summary["within_10_percent"]
+    return (f"**Checked against {summary['expressed']} published GPU runs** (of {summary['cases']} collected; the "
+            f"others need features zerocalc lacks): median error {100 * summary['median_error']:+.1f}%, worst "
+            f"{100 * summary['worst_error']:+.1f}% ({summary['worst_case']}), {100 * within:.0f}% within 10%. "
+            "Every row, its source and its command: docs/validation.md (choose it below).")
+
+
 def fits_on_table(report: dict, unit: str) -> "pandas.DataFrame":
     rows = []
     for g in report["fits_on"]:
-        row = {"GPU": g["name"], f"capacity ({unit})": in_unit(g["capacity_bytes"], unit)}
+        row = {"GPU": g["name"], f"PyTorch can use ({unit})": in_unit(g["capacity_bytes"], unit)
+               + (" (estimated)" if g["estimated"] else ""),
+               f"nvidia-smi ({unit})": in_unit(g["nvidia_smi_bytes"], unit)}
         for stage in range(4):
             row[STAGE_LABELS[stage]] = "fits" if g["fits"][str(stage)] else "—"
         rows.append(row)

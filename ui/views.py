@@ -4,6 +4,7 @@ none computes a byte."""
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 from pathlib import Path
@@ -18,7 +19,16 @@ from .figures import STAGE_LABELS
 from .panels import chart, escape_markdown, table_with_csv
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-DOC_PAGES = ("peak-memory.md", "parallelism.md", "benchmarks.md")
+DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "benchmarks.md")
+
+
+@functools.lru_cache(maxsize=1)       # the committed ledger's summary: read once per process
+def validation_summary():
+    """docs/validation.json's "summary" (tools/validation_ledger.py writes it; a test checks it is current)."""
+    try:
+        return json.loads((DOCS / "validation.json").read_text(encoding="utf-8"))["summary"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 @st.fragment
@@ -76,6 +86,8 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
     for sentence in tables.solver_sentences(report):
         st.markdown(f"- {sentence}")
     step_timeline(report, unit, stage)
+    if "comm_buffers" in report:
+        st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ".")
     if ranges:
         st.markdown("**Assumption ranges** (each alone, the others at their point values):")
         table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)
@@ -145,7 +157,8 @@ ASSUMPTIONS = """
 rounded up to whole elements); optimizer and parameter offload; activations saved for backward, validated against
 real Hugging Face models within 10%; logits and the fp32 loss; ZeRO-3 gathered parameters, prefetch and persistent
 small parameters; gradient reduce buckets (doubled with overlap_comm) and the all-gather bucket; the fp32 gradient
-copy at the optimizer step; one rebuilt block under full recompute; a CUDA context and an allocator reserve.
+copy at the optimizer step; one rebuilt block under full recompute; the library workspaces (cuBLAS, and
+Transformer Engine's under Megatron, by GPU); a CUDA context and an allocator reserve.
 
 **Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve 5%
 (range 0-15%); DeepSpeed's defaults for bucket sizes, prefetch, live parameters and the persistence threshold;
@@ -156,12 +169,20 @@ rank's split of every tensor, ZeRO over dp x cp (experts over the expert-data-pa
 micro-batches per schedule, communication per kind.
 
 **Not modelled.** Zero-bubble pipeline schedules; optimizer temporaries other than the fp32 gradient copy;
-activation offload; allocator behaviour beyond a flat percentage. Capacities are what nvidia-smi / rocm-smi
-report, not the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
+activation offload; allocator behaviour beyond a flat percentage.
+
+**Capacity.** The verdict compares the peak, CUDA context included, with what PyTorch can use: the device total
+that `torch.cuda.get_device_properties().total_memory` and the OOM message's "total capacity" report, below
+nvidia-smi's total (the driver keeps part of it: 79.11 GiB against 81,559 MiB on an H100 80GB). Each catalogued
+card carries both, each with its published source; a card without a published PyTorch figure is estimated as
+nvidia-smi's total less 1 GiB and marked so. Never the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
 """
 
 
 def about_tab(report: dict) -> None:
+    if "gpu" in report:                       # a peak, so a GPU to hold it (not for a bare parameter count)
+        st.markdown(escape_markdown(tables.capacity_sentence(report)))
+    st.markdown(tables.validation_sentence(validation_summary()))
     st.markdown("**One colour per memory term**, the same in every chart and every view:")
     st.dataframe(tables.colour_table(), hide_index=True, key="colours_table",
                  column_config={"colour": st.column_config.TextColumn("colour")})

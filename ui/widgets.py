@@ -16,6 +16,7 @@ import streamlit as st
 
 from zerocalc.model.inventory import counts
 from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.units import capacity_text
 
 from .labels import HELP, LABELS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
@@ -25,13 +26,17 @@ CHOICE_BUTTONS = {"units", "attention", "breakdown", "recompute"}     # a few sh
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 # The fields of each lazy section (drawn only while it is open; values kept in the state). The fine-tuning section
 # draws the training mode and then only the fields that mode reads (state.FINETUNE_MODE_FIELDS).
-CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params")
+CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params", "comm_buffers", "fsdp_wrap",
+                  "reshard_after_forward", "reduce_dtype")
 STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
-ASSUMPTION_FIELDS = ("cuda_context_bytes", "fragmentation_percent", "reduce_bucket_size", "allgather_bucket_size",
-                     "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
+ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "allocator", "allocator_units",
+                     "reduce_bucket_size",
+                     "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
                      "moe_imbalance_percent", "moe_capacity_percent", "buffer_factor")
 VALUES = "_values"          # session key: every field's value, the app state
 PARAMS_TEXT = "params_text"  # the parameter count as typed (params-only): kept in VALUES beside the fields
+GPU_MEMORY_TEXT = "gpu_memory_text"  # a custom capacity as typed, with its unit ("48 GB"): kept beside them too
+TEXTS = (PARAMS_TEXT, GPU_MEMORY_TEXT)
 
 
 def seed(state: dict) -> None:
@@ -54,6 +59,8 @@ def set_fields(values: dict) -> None:
     """Set field values from a callback (imports, fixes, compare) or the script; a live widget takes the value
     too, an undrawn one reads it from the store when it is next drawn."""
     store = st.session_state[VALUES]
+    if values.get("gpu_memory") is not None:   # the capacity's text box shows what was set, with its unit
+        values = {**values, GPU_MEMORY_TEXT: capacity_text(values["gpu_memory"])}
     for name, value in values.items():
         store[name] = value
         if name in st.session_state:
@@ -196,6 +203,11 @@ def _parallel(box) -> None:
     widget("schedule", box)
     if current("schedule") == "interleaved":
         widget("vpp", box)
+    if current("pp") > 1:
+        widget("stage_split", box)
+        if current("stage_split") == "megatron":
+            widget("first_stage_layers", box)
+            widget("last_stage_layers", box)
     for name in ("cp", "loss_parallel", "vocab_divisor"):
         widget(name, box)
     if current("experts"):
@@ -232,6 +244,8 @@ def _fields(names):
 
 def _step(box) -> None:
     _fields(STEP_FIELDS)(box)
+    if current("implementation") == "megatron":
+        widget("loss_fusion", box)
     if current("recompute") == "full":
         widget("recompute_every", box)
 
@@ -267,7 +281,8 @@ def sidebar(loaders=None) -> None:
         sb.text_input(LABELS["params"], key=PARAMS_TEXT, help=HELP["params"])
     widget("gpu", sb)
     if current("gpu") == CUSTOM:
-        widget("gpu_memory", sb)
+        st.session_state[GPU_MEMORY_TEXT] = current(GPU_MEMORY_TEXT)
+        sb.text_input(LABELS["gpu_memory"], key=GPU_MEMORY_TEXT, help=HELP["gpu_memory"])
     widget("workers", sb)
     widget("stage", sb)
     for name in ("micro_batch", "seq_len", "recompute"):
@@ -295,7 +310,7 @@ def read_state() -> dict:
     for name in live.keys() & store.keys():
         store[name] = live[name]
     state = {name: (tuple(value) if FIELD[name].kind == "multi" else value)
-             for name, value in store.items() if name != PARAMS_TEXT}
+             for name, value in store.items() if name not in TEXTS}
     if DENSE_IDS in live:
         state[DENSE_IDS] = live[DENSE_IDS]
     return state

@@ -69,3 +69,44 @@ def parse_count(text: str) -> int:
         if value != value.to_integral_value():
             raise ValueError(f"not a whole number: {text!r}")
         return int(value)
+
+
+_BYTE_UNITS = {u.lower(): u for u in UNIT_BYTES}
+MIN_CAPACITY, MAX_CAPACITY = 2**30, 2**50
+
+
+def parse_capacity(text: str) -> int:
+    """A memory capacity with its unit: '48 GB' -> 48 * 10^9, '44.4 GiB', '46068 MiB', '85520809984 B'; rounded
+    down to whole bytes. A bare number is bytes and must be at least 1 GiB: '48' is a missing unit, refused (taken
+    as bytes it would be a 48-byte GPU). 'G', 'M' alone are refused as ambiguous (GB or GiB?)."""
+    raw = str(text).strip().replace("_", "").replace(",", "")
+    if not raw or len(raw) > 40:
+        raise ValueError(f"not a capacity: {text!r} (examples: 48 GB, 44.4 GiB, 46068 MiB)")
+    head = raw.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    number, unit = head.strip(), raw[len(head):]
+    if not number:
+        raise ValueError(f"not a capacity: {text!r} (examples: 48 GB, 44.4 GiB, 46068 MiB)")
+    if unit and unit.lower() not in _BYTE_UNITS:
+        raise ValueError(f"unknown unit {unit!r} in {text!r}: use B, MB, GB, TB (powers of 10) or MiB, GiB, TiB "
+                         "(powers of 2)")
+    try:
+        value = Decimal(number)
+    except InvalidOperation:
+        raise ValueError(f"not a capacity: {text!r} (examples: 48 GB, 44.4 GiB, 46068 MiB)") from None
+    if not value.is_finite() or value < 0 or value.adjusted() > 20:
+        raise ValueError(f"not a capacity: {text!r}: a positive number with a unit, e.g. 48 GB")
+    nbytes = int(value * UNIT_BYTES[_BYTE_UNITS[unit.lower()]]) if unit else int(value)
+    if not unit and nbytes < MIN_CAPACITY:
+        raise ValueError(f"{text!r} has no unit and is below 1 GiB as bytes: give the unit, e.g. {number} GB or "
+                         f"{number} GiB")
+    if not MIN_CAPACITY <= nbytes <= MAX_CAPACITY:
+        raise ValueError(f"{text!r} is {nbytes:,} bytes: a GPU's capacity is from 1 GiB to 1 PiB")
+    return nbytes
+
+
+def capacity_text(nbytes: int) -> str:
+    """The shortest exact spelling parse_capacity reads back: 48 * 10^9 -> '48 GB', 46068 MiB -> '46068 MiB'."""
+    for unit in ("TB", "TiB", "GB", "GiB", "MB", "MiB"):
+        if nbytes % UNIT_BYTES[unit] == 0:
+            return f"{nbytes // UNIT_BYTES[unit]} {unit}"
+    return f"{nbytes} B"

@@ -71,9 +71,15 @@ class StageModule(nn.Module):
         return h
 
 
-def split(model, stage: int, num_stages: int = 2) -> StageModule:
+def split(model, stage: int, num_stages: int = 2, stage_layers=None) -> StageModule:
+    """Stage `stage` of `num_stages`: its share of the decoder layers (stage_layers: the count of each stage, in
+    order, as torchtitan's module_fqns_per_model_part assigns them; None: as even as they go)."""
     n = model.config.num_hidden_layers
-    bounds = [round(i * n / num_stages) for i in range(num_stages + 1)]
+    if stage_layers is None:
+        bounds = [round(i * n / num_stages) for i in range(num_stages + 1)]
+    else:
+        assert len(stage_layers) == num_stages and sum(stage_layers) == n, stage_layers
+        bounds = [sum(stage_layers[:i]) for i in range(num_stages + 1)]
     return StageModule(model, range(bounds[stage], bounds[stage + 1]), stage == 0, stage == num_stages - 1)
 
 
@@ -118,7 +124,8 @@ def _param_info(module):
 
 
 def _one_microbatch_saved(stage_mod, model, stage, cfg, dtype, ids, labels):
-    """Saved bytes of one micro-batch through this stage alone (forward + loss on the last stage)."""
+    """Saved bytes of one micro-batch through this stage alone (forward + loss on the last stage; stage: its
+    index, 0 for the one that embeds)."""
     rec = LiveSaved(stage_mod)
     mb = ids.shape[0] // cfg["microbatches"]
     if stage == 0:
@@ -136,27 +143,36 @@ def _one_microbatch_saved(stage_mod, model, stage, cfg, dtype, ids, labels):
 
 
 def measure_stage(cfg: dict, stage: int, num_stages: int, group=None) -> dict:
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+    """One pipeline rank: `stage` is the rank; with cfg["vpp"] > 1 it holds stages rank, rank + pp, ... (the
+    looped placement of torchtitan's pipeline_module_split) and runs ScheduleInterleaved1F1B."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 
     dtype = DTYPES[cfg.get("dtype", "bf16")]
     t0 = time.perf_counter()
     model = build_from_config({**cfg["model"], "attn_implementation": cfg.get("attn", "sdpa")}, dtype)
     tied = model.lm_head.weight is model.model.embed_tokens.weight
     full_params = sum(p.numel() * p.element_size() for p in model.parameters())   # tied weights once
-    stage_mod = split(model, stage, num_stages)
+    pp, vpp = num_stages, cfg.get("vpp", 1)
+    total_stages = pp * vpp
+    indices = [stage + v * pp for v in range(vpp)]
+    chunks = [split(model, i, total_stages, cfg.get("stage_layers")) for i in indices]
+    stage_mod = nn.ModuleList(chunks)
     del model.model.layers   # drop what this stage does not hold (the StageModule keeps its own references)
     pbytes, pnames = _param_info(stage_mod)
 
     gen = torch.Generator().manual_seed(1234)
     ids = torch.randint(0, model.config.vocab_size, (cfg["batch"], cfg["seq"]), generator=gen)
-    one_mb = _one_microbatch_saved(stage_mod, model, stage, cfg, dtype, ids, ids)
+    one_mb = [_one_microbatch_saved(c, model, i, cfg, dtype, ids, ids) for c, i in zip(chunks, indices)]
 
     def loss_fn(logits, labels):
         return model.loss_function(logits=logits, labels=labels, vocab_size=model.config.vocab_size)
 
-    pstage = PipelineStage(stage_mod, stage, num_stages, torch.device("cpu"), group=group)
-    sched_cls = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}[cfg.get("schedule", "1F1B")]
-    schedule = sched_cls(pstage, n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
+    pstages = [PipelineStage(c, i, total_stages, torch.device("cpu"), group=group) for c, i in zip(chunks, indices)]
+    if vpp > 1:
+        schedule = ScheduleInterleaved1F1B(pstages, n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
+    else:
+        sched_cls = {"1F1B": Schedule1F1B, "GPipe": ScheduleGPipe}[cfg.get("schedule", "1F1B")]
+        schedule = sched_cls(pstages[0], n_microbatches=cfg["microbatches"], loss_fn=loss_fn)
     rec = LiveSaved(stage_mod)
     opt = torch.optim.AdamW(stage_mod.parameters(), lr=1e-3)
     peaks, leftover, losses_out, packed = [], [], [], []
@@ -164,9 +180,9 @@ def measure_stage(cfg: dict, stage: int, num_stages: int, group=None) -> dict:
         rec.peak, rec.packed = rec.live, 0
         losses = []
         with rec.hooks():
-            if stage == 0:
+            if 0 in indices:
                 schedule.step(ids)
-            elif stage == num_stages - 1:
+            elif total_stages - 1 in indices:
                 schedule.step(target=ids, losses=losses)
             else:
                 schedule.step()
@@ -181,13 +197,13 @@ def measure_stage(cfg: dict, stage: int, num_stages: int, group=None) -> dict:
     state = sum(v.numel() * v.element_size() for s in opt.state.values() for k, v in s.items()
                 if k in ("exp_avg", "exp_avg_sq"))
     return {
-        "name": cfg.get("name"), "stage": stage, "schedule": cfg.get("schedule", "1F1B"),
+        "name": cfg.get("name"), "stage": stage, "schedule": cfg.get("schedule", "1F1B"), "stages": indices,
         "microbatches": cfg["microbatches"], "batch": cfg["batch"], "seq": cfg["seq"],
         "params_bytes": pbytes, "params": pnames, "tied_in_full_model": tied, "full_model_params_bytes": full_params,
         "grads_bytes": grads, "adamw_bytes": state,
-        "saved_one_microbatch": one_mb, "peak_saved_per_step": peaks, "live_saved_after_step": leftover,
-        "tensors_packed_per_step": packed,
-        "microbatches_in_flight": [round(p / one_mb, 3) for p in peaks] if one_mb else None,
+        "saved_one_microbatch": sum(one_mb), "saved_one_microbatch_per_stage": one_mb,
+        "peak_saved_per_step": peaks, "live_saved_after_step": leftover, "tensors_packed_per_step": packed,
+        "microbatches_in_flight": [round(p / sum(one_mb), 3) for p in peaks] if sum(one_mb) else None,
         "losses": losses_out, "seconds": round(time.perf_counter() - t0, 2),
     }
 

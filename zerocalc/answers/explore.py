@@ -10,6 +10,7 @@ from typing import Dict, List
 from ..gpus import GPU_CATALOG
 from ..states.groups import state_rows as group_rows
 from ..states.zero import StateRow, row_bytes
+from ..step.peak import peak_on_gpu
 from ..step.shape import param_groups
 from ..tables import PARTITIONED
 
@@ -49,12 +50,16 @@ def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
 
 def fits_on(report) -> List[dict]:
     """For each catalogued GPU: its capacity and, per stage, the worst rank's peak and whether it fits (a peak
-    does not depend on the capacity it is checked against)."""
+    does not depend on the capacity it is checked against; only its library workspaces depend on the card)."""
     rows = []
-    for key, (label, capacity, _) in GPU_CATALOG.items():
-        rows.append({"gpu": key, "name": label, "capacity_bytes": capacity,
-                     "fits": {str(p.stage): p.peak_bytes <= capacity for p in report.peaks},
-                     "peak_bytes": {str(p.stage): p.peak_bytes for p in report.peaks}})
+    for key, gpu in GPU_CATALOG.items():
+        capacity = gpu.usable_bytes
+        peak = {str(p.stage): p.peak_bytes if report.workload is None else peak_on_gpu(p, report.workload, key)
+                for p in report.peaks}
+        rows.append({"gpu": key, "name": gpu.name, "capacity_bytes": capacity, "nvidia_smi_bytes": gpu.smi_bytes,
+                     "estimated": gpu.estimated,
+                     "fits": {stage: b <= capacity for stage, b in peak.items()},
+                     "peak_bytes": peak})
     return rows
 
 

@@ -33,6 +33,7 @@ from ..gpus import GPU_CATALOG
 from ..layout import LAYOUT_LIMITS
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
+from ..step.peak import peak_on_gpu
 from ..units import format_bytes
 from .solve import max_micro_batch, min_workers
 
@@ -197,11 +198,12 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         peak = _peak(replace(scenario, **changes), workload, stage)
         if peak is not None and peak <= capacity:
             yield "workers", stage, changes, {}, {}, peak
-    peak_now = report.peaks[stage].peak_bytes                        # a bigger GPU (the peak does not move)
-    bigger = sorted((cap, i, key) for i, (key, (_, cap, _)) in enumerate(GPU_CATALOG.items())
-                    if cap >= peak_now and cap > capacity)
+    # a bigger GPU: the peak moves only by the card's library workspaces (step/peak.py peak_on_gpu)
+    on = {key: peak_on_gpu(report.peaks[stage], workload, key) for key in GPU_CATALOG}
+    bigger = sorted((gpu.usable_bytes, i, key) for i, (key, gpu) in enumerate(GPU_CATALOG.items())
+                    if gpu.usable_bytes >= on[key] and gpu.usable_bytes > capacity)
     if bigger:
-        yield "gpu", stage, {}, {"gpu": bigger[0][2], "gpu_memory": None}, {}, peak_now
+        yield "gpu", stage, {}, {"gpu": bigger[0][2], "gpu_memory": None}, {}, on[bigger[0][2]]
     length = 1                                                       # a shorter sequence (a power of two)
     while length * 2 < workload.seq_len:
         length *= 2
@@ -216,7 +218,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             break
         length //= 2
     if layouts:                                                      # a layout of the same GPUs
-        from ..parallel.search import SearchBoundError, search_layouts
+        from ..parallel.search import SPLIT_RULE, SearchBoundError, search_layouts, split_for
         try:
             plan = next((p for p in search_layouts(scenario, workload) if p.stage == stage), None)
         except SearchBoundError:                                     # beyond the search's bounds: not offered
@@ -230,6 +232,9 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             l_all = {"tp": plan.tp, "pp": plan.pp, "cp": plan.cp, "ep": plan.ep, "vpp": plan.vpp,
                      "schedule": plan.schedule, "sequence_parallel": plan.sequence_parallel,
                      "micro_batches": plan.micro_batches}
+            split = split_for(workload, plan.pp, plan.vpp) or {}          # the stage split the plan was built with
+            l_all.update({f: split.get(f, "even" if f == "stage_split" else None) for f in ("stage_layers",)
+                          + SPLIT_RULE})
             l_changes = {k: v for k, v in l_all.items() if getattr(lay, k) != v}
             if l_changes:        # the same layout with other settings is one of the changes above
                 yield "layout", stage, s_changes, w_changes, l_changes, plan.peak_bytes
@@ -277,7 +282,7 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
         mp = workload.layout.model_parallel
         return f"{s['workers']:,} data-parallel workers" + (f" ({s['workers'] * mp:,} GPUs)" if mp > 1 else "")
     if fix.kind == "gpu":
-        return GPU_CATALOG[w["gpu"]][0]
+        return GPU_CATALOG[w["gpu"]].name
     if fix.kind == "seq_len":
         return f"sequence {w['seq_len']:,}"
     if fix.kind == "layout":

@@ -15,16 +15,19 @@ The ranges and where their figures come from:
   across machines (pytorch/pytorch #28113); lazy loading is the default on Linux since CUDA 12.2 (NVIDIA CUDA C++
   Programming Guide, "Lazy Loading"). The workspaces and NCCL's buffers of a training run come on top; 0.5 GiB
   low and 1.5 GiB high are our assumption from these figures, around the 1 GiB point (workload.py).
-- allocator_reserve (fragmentation_percent), 0-15 %. 0 %: the caching allocator holds nothing beyond live tensors
-  (reachable with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, which maps 2 MiB pages into one growing
-  segment; c10/cuda/CUDACachingAllocator.cpp, Note [Expandable Segments]). 15 %: an assumption. Without expandable
-  segments the allocator rounds large blocks up to 2 MiB, packs 1-10 MiB requests in 20 MiB blocks and cannot
-  reuse the slivers that shape changes leave (the same file's notes; the ZeRO paper, Rajbhandari et al. SC20,
-  names fragmentation among the residual memory consumers). Out-of-memory messages users publish ("X is allocated
-  by PyTorch, and Y is reserved by PyTorch but unallocated") show Y / X from about 0.1 % (120.54 MiB of 90.63 GiB,
-  a vLLM report) through 3.7 % (1.22 of 33.29 GiB), 5.2 % (1.51 of 28.92 GiB, ColossalAI discussion #2907) and
-  7.6 % (3.24 of 42.40 GiB) to over 20 % on a small process (1.17 of 5.45 GiB): 15 % is a planning range, not a
-  bound. calibrate.compare measures it for a real run.
+- allocator_reserve (fragmentation_percent, allocator_units), modelled per allocator and sharding mode in
+  step/allocator.py (Workload.allocator, default "caching"; its docstring derives the band from
+  c10/cuda/CUDACachingAllocator.cpp and tests/test_allocator.py checks it against published pairs). Low end 0 % and
+  no unit cycles: rounding adds under 512 bytes a tensor and cached blocks that are not split are released
+  before an out-of-memory error. The point, fragmentation_percent (5 %), is what survives that release:
+  out-of-memory messages users publish ("X is allocated by PyTorch, and Y is reserved by PyTorch but
+  unallocated") show Y / X from about 0.1 % (120.54 MiB of 90.63 GiB, a vLLM report) through 3.7 % (1.22 of
+  33.29 GiB), 5.2 % (1.51 of 28.92 GiB, ColossalAI discussion #2907) and 7.6 % (3.24 of 42.40 GiB) to over 20 %
+  on a small process (1.17 of 5.45 GiB). High end: what a run with room reports as max_memory_reserved, every
+  pool at its high-water mark: 35 % of the tensors with the default allocator, plus two unit cycles of the
+  communication streams under ZeRO-3 (published pairs reach 1.35x); 10 % with expandable segments (an
+  assumption); "flat" keeps the band before issue 20, 0-15 % and no unit cycles. calibrate.compare measures the
+  reserve for a real run.
 - buckets (reduce_bucket_size, prefetch_bucket_size), opt-in: between the values Hugging Face's "auto" DeepSpeed
   config fills in from the hidden size h (reduce_bucket_size = h * h, stage3_prefetch_bucket_size = 0.9 * h * h:
   accelerate's Accelerator._prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig) and DeepSpeed's own
@@ -39,6 +42,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
+from ..step.allocator import ALLOCATORS
 from ..step.peak import tensor_bytes, with_overheads
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
@@ -75,10 +79,14 @@ ASSUMPTIONS: Dict[str, Assumption] = {
         "loading, >1000 MB before CUDA 11.7, pytorch/pytorch #107667 and #109888) plus cuBLAS/cuDNN workspaces and "
         "NCCL buffers; the band's ends are an assumption from those figures"),
     "allocator_reserve": Assumption(
-        "allocator_reserve", "allocator reserve", ("fragmentation_percent",),
-        lambda w: {"fragmentation_percent": 0}, lambda w: {"fragmentation_percent": 15},
-        "0-15 % of the tensors: 0 with expandable segments (c10/cuda/CUDACachingAllocator.cpp), 15 an assumption "
-        "for the default allocator's rounding and slivers (published OOM messages show 0.1-8 %, outliers above 20 %)"),
+        "allocator_reserve", "allocator reserve", ("fragmentation_percent", "allocator_units"),
+        lambda w: {"fragmentation_percent": 0, "allocator_units": 0},
+        lambda w: {"fragmentation_percent": ALLOCATORS[w.allocator].high_percent,
+                   "allocator_units": ALLOCATORS[w.allocator].high_units},
+        "0 (rounding only; cached blocks are released before an OOM) to what a run with room reserves "
+        "(step/allocator.py, c10/cuda/CUDACachingAllocator.cpp): 35 % of the tensors with PyTorch's caching "
+        "allocator, plus two unit cycles of ZeRO-3's communication streams (published pairs up to 1.35x); 10 % "
+        "with expandable segments (an assumption); 15 % and no units for \"flat\", the band before issue 20"),
     "buckets": Assumption(
         "buckets", "bucket sizes", ("reduce_bucket_size", "prefetch_bucket_size"),
         _hf_auto, lambda w: {"reduce_bucket_size": 500_000_000, "prefetch_bucket_size": 50_000_000},
@@ -87,7 +95,7 @@ ASSUMPTIONS: Dict[str, Assumption] = {
 }
 DEFAULT_VARY = ("cuda_context", "allocator_reserve")
 # Fields that change only a phase's overheads, not its tensors (peak.with_overheads): moved without a new report.
-OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent"})
+OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent", "allocator_units"})
 
 
 class StageBand(NamedTuple):
@@ -166,13 +174,16 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
     low, point, high, notes = _ends(workload, vary, bounds)
 
     point_report = layout_report(scenario, workload)
-    tensors = [tensor_bytes(p) for p in point_report.peaks]
+    # Every rank class's (tensors, cycle unit) per stage: the worst rank is the largest total at each setting.
+    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes) for v in point_report.ranks]
+               for s in STAGES]
 
     def peaks(fields):
         if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
             context = fields.get("cuda_context_bytes", workload.cuda_context_bytes)
             percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
-            return [with_overheads(t, context, percent) for t in tensors]
+            units = fields.get("allocator_units", workload.allocator_units)
+            return [max(with_overheads(t, context, percent, units, u) for t, u in ranks) for ranks in tensors]
         return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
 
     at_point = [p.peak_bytes for p in point_report.peaks]

@@ -13,7 +13,7 @@ from dataclasses import fields as dataclass_fields
 
 from .. import __version__
 from ..gpus import GPU_CATALOG
-from ..layout import SCHEDULES
+from ..layout import SCHEDULES, STAGE_SPLITS, parse_stage_layers
 from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES
 from ..model.hf_config import ConfigError
 from ..model.hub.ids import HubError
@@ -25,9 +25,11 @@ from ..parallel.ranks import report_for
 from ..scenario import FieldError, Scenario
 from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
-from ..step.workload import OVERLAP_CHOICES
+from ..step.allocator import ALLOCATORS
+from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
 from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
-from ..units import UNIT_CHOICES, parse_count
+from ..units import UNIT_CHOICES, parse_capacity, parse_count
 from .frameworks import (
     FlagError,
     add_framework_flags,
@@ -40,6 +42,7 @@ from .frameworks import (
 )
 from .sources import sources_dict, sources_text
 from .workload import (
+    FLAG_NAMES,
     ModelFlagError,
     architecture_from_args,
     list_gpus,
@@ -61,6 +64,20 @@ class _Parser(argparse.ArgumentParser):
 def _count(text: str) -> int:
     try:
         return parse_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _stage_layers(text: str) -> tuple:
+    try:
+        return parse_stage_layers(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _capacity(text: str) -> int:
+    try:
+        return parse_capacity(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -166,14 +183,38 @@ def _model_flags(p):
     m.add_argument("--dropout", type=_probability, help="every dropout probability (default: the model's)")
     m.add_argument("--implementation", choices=IMPLEMENTATIONS, help="which kernels save activations "
                                                                       "(default huggingface)")
+    m.add_argument("--cross-entropy-loss-fusion", dest="loss_fusion", action="store_const", const=True,
+                   help="with --implementation megatron: Megatron's fused (native) cross entropy, whose backward "
+                        "holds an fp32 copy of the softmax and a bf16 gradient (default: unfused, as Megatron)")
     m.add_argument("--gpu", choices=list(GPU_CATALOG), help="default H100-SXM-80GB (see --list-gpus)")
-    m.add_argument("--gpu-memory", type=_count, help="a custom capacity in bytes (overrides --gpu)")
+    m.add_argument("--gpu-memory", type=_capacity, metavar="CAPACITY",
+                   help="a custom capacity PyTorch can use, with its unit: 48GB, 44.4GiB, 46068MiB (overrides --gpu)")
     for flag in ("--reduce-bucket-size", "--allgather-bucket-size", "--prefetch-bucket-size",
                  "--max-live-parameters", "--param-persistence-threshold"):
         m.add_argument(flag, type=_count, help="DeepSpeed ZeRO knob, in elements")
     m.add_argument("--overlap-comm", choices=OVERLAP_CHOICES, help="auto: on for stage 3 only (DeepSpeed)")
+    m.add_argument("--comm-buffers", choices=COMM_BUFFERS,
+                   help="whose gradient buckets and gathered parameters the step holds: deepspeed (fixed-size "
+                        "buckets), megatron (none beyond its grad buffer), fsdp (one unit at a time), none; "
+                        "auto (default): from the convention (megatron, fsdp2 -> fsdp, else deepspeed), none "
+                        "without data parallelism unless DeepSpeed")
+    m.add_argument("--fsdp-wrap", choices=FSDP_WRAPS,
+                   help="FSDP units: blocks (default: each decoder block, the ends in the root) or torchtitan "
+                        "(the embedding, each block, [norm, head] kept gathered after forward)")
+    m.add_argument("--reshard-after-forward", choices=RESHARD_CHOICES,
+                   help="FSDP2 at stage 3: yes frees each unit's gathered parameters after forward, no keeps them "
+                        "(under pp: the stage unsharded for the step); auto (default): torchtitan's, no under pp")
+    m.add_argument("--reduce-dtype", choices=list(DTYPE_BITS),
+                   help="FSDP's reduce_dtype (default: the compute dtype; torchtitan: fp32)")
     m.add_argument("--cuda-context-bytes", type=_count, help="CUDA context and framework overhead (1 GiB)")
+    m.add_argument("--workspace-bytes", type=_count,
+                   help="GEMM workspaces held in PyTorch's allocator (default: by GPU and implementation: 2 cuBLAS workspaces, 32 MiB each on sm90, + Transformer Engine's under megatron)")
     m.add_argument("--fragmentation-percent", type=_count, help="allocator reserve, %% of tensors (5)")
+    m.add_argument("--allocator", choices=tuple(ALLOCATORS),
+                   help="which allocator the reserve's band models: caching (PyTorch's default), expandable "
+                        "(expandable_segments:True), flat (0-15%%, the band before issue 20)")
+    m.add_argument("--allocator-units", type=_count,
+                   help="ZeRO-3 unit cycles the reserve holds beyond the percent (0; the band's high end: 2)")
     par = p.add_argument_group("parallel layout (world = dp x tp x pp x cp; needs a model)")
     par.add_argument("--gpus", type=_count, help="total GPUs, instead of --workers: dp = gpus / (tp x pp x cp)")
     par.add_argument("--tp", type=_count, help="tensor-parallel degree (default 1)")
@@ -185,6 +226,20 @@ def _model_flags(p):
     par.add_argument("--micro-batches", type=_count, help="micro-batches per optimizer step (gradient "
                                                           "accumulation; in flight under pipeline parallel)")
     par.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")
+    par.add_argument("--stage-layers", type=_stage_layers, metavar="N,N,...",
+                     help="decoder layers of each of the pp x vpp stages in schedule order (stage c on rank c mod pp)")
+    par.add_argument("--stage-split", choices=STAGE_SPLITS, help="the stages' layers when --stage-layers is not "
+                     "given: even (default), torchtitan (its default split), megatron")
+    par.add_argument("--first-stage-layers", type=_count, help="with --stage-split megatron: "
+                     "--decoder-first-pipeline-num-layers")
+    par.add_argument("--last-stage-layers", type=_count, help="with --stage-split megatron: "
+                     "--decoder-last-pipeline-num-layers")
+    par.add_argument("--embedding-weight", type=_count, help="the embedding counted as layers in the split: "
+                     "torchtitan's pipeline_parallel_first_stage_less_layers (default 1), Megatron's "
+                     "--account-for-embedding-in-pipeline-split (1; default 0)")
+    par.add_argument("--head-weight", type=_count, help="the head and loss counted as layers: torchtitan's "
+                     "pipeline_parallel_last_stage_less_layers (default 1), Megatron's "
+                     "--account-for-loss-in-pipeline-split (1; default 0)")
     par.add_argument("--loss-parallel", choices=("yes", "no"),
                      help="vocab-parallel logits and loss under tp (default yes; no: gathered logits)")
     par.add_argument("--vocab-divisor", type=_count, help="pad the vocabulary to a multiple of this x tp "
@@ -218,7 +273,7 @@ def _model_flags(p):
 
 
 def _flag(field: str) -> str:
-    return "--" + field.replace("_", "-")
+    return "--" + FLAG_NAMES.get(field, field.replace("_", "-"))
 
 
 def scenario_from_args(args, params: int) -> Scenario:

@@ -16,12 +16,15 @@ from ..units import format_bytes
 
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "recompute_every",
-                  "implementation",
+                  "implementation", "loss_fusion",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
-                  "param_persistence_threshold", "overlap_comm", "cuda_context_bytes", "fragmentation_percent",
-                  "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")
+                  "param_persistence_threshold", "overlap_comm", "comm_buffers", "fsdp_wrap",
+                  "reshard_after_forward", "reduce_dtype",
+                  "cuda_context_bytes", "workspace_bytes", "fragmentation_percent",
+                  "allocator", "allocator_units", "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")
 LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
-                "vocab_divisor", "ep", "etp")
+                "vocab_divisor", "ep", "etp", "stage_layers", "stage_split", "first_stage_layers", "last_stage_layers",
+                "embedding_weight", "head_weight")
 FINETUNE_FLAGS = {"finetune": "mode", "lora_rank": "lora_rank", "lora_targets": "lora_targets",
                   "lora_dropout": "lora_dropout", "adapter_dtype": "adapter_dtype",
                   "modules_to_save": "modules_to_save", "train_last_layers": "train_last_layers",
@@ -90,9 +93,12 @@ def workload_from_args(args, arch) -> Workload:
     return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)
 
 
+FLAG_NAMES = {"loss_fusion": "cross-entropy-loss-fusion"}     # a field whose flag keeps its framework's name
+
+
 def workload_flags_given(args) -> list:
-    return [f"--{f.replace('_', '-')}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS + tuple(FINETUNE_FLAGS)
-            if getattr(args, f, None) is not None]
+    return [f"--{FLAG_NAMES.get(f, f.replace('_', '-'))}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS +
+            tuple(FINETUNE_FLAGS) if getattr(args, f, None) is not None]
 
 
 def list_models(as_json: bool):
@@ -112,12 +118,16 @@ def list_models(as_json: bool):
 
 
 def list_gpus(as_json: bool):
-    rows = [{"name": key, "capacity_bytes": cap, "marketing_name": label, "reported_as": reported}
-            for key, (label, cap, reported) in GPU_CATALOG.items()]
+    rows = [{"name": key, "capacity_bytes": gpu.usable_bytes, "marketing_name": gpu.name,
+             "capacity_source": gpu.usable_source, "estimated": gpu.estimated,
+             "nvidia_smi_bytes": gpu.smi_bytes, "reported_as": gpu.reported_as, "nvidia_smi_source": gpu.smi_source}
+            for key, gpu in GPU_CATALOG.items()]
     if as_json:
         return rows
     width = max(len(r["name"]) for r in rows)
-    return "\n".join([f"{'gpu':{width}}  {'capacity':>12}  {'':>10}  reported as"] +
-                     [f"{r['name']:{width}}  {format_bytes(r['capacity_bytes'], 'GiB'):>12}  "
-                      f"{format_bytes(r['capacity_bytes'], 'GB'):>10}  {r['reported_as']} ({r['marketing_name']})"
-                      for r in rows])
+    head = (f"{'gpu':{width}}  {'PyTorch can use':>15}  {'':>10}  {'nvidia-smi':>10}  marketing name; sources\n"
+            "(the verdict compares the peak, CUDA context included, with what PyTorch can use)")
+    return "\n".join([head] + [
+        f"{r['name']:{width}}  {format_bytes(r['capacity_bytes'], 'GiB'):>15}  {format_bytes(r['capacity_bytes'], 'GB'):>10}"
+        f"  {format_bytes(r['nvidia_smi_bytes'], 'GiB'):>10}  {r['marketing_name']}; {r['capacity_source']}; "
+        f"nvidia-smi {r['nvidia_smi_source']}" for r in rows])

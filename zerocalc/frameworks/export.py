@@ -307,8 +307,13 @@ def _torchtitan(scenario, workload, layout, stage):
     parallelism = {"data_parallel_replicate_degree": replicate, "data_parallel_shard_degree": shard,
                    "tensor_parallel_degree": lay["tp"], "pipeline_parallel_degree": lay["pp"],
                    "context_parallel_degree": lay["cp"], "expert_parallel_degree": lay["ep"]}
-    if stage in (2, 3):
-        parallelism["fsdp_reshard_after_forward"] = "always" if stage == 3 else "never"
+    if stage in (2, 3):      # stage 2: torchtitan keeps the shards too, with the gathered copy beside them
+        reshard = w.get("reshard_after_forward", "auto") if stage == 3 else "no"
+        parallelism["fsdp_reshard_after_forward"] = {"auto": "default", "yes": "always", "no": "never"}[reshard]
+        if stage == 2:
+            notes.append("torchtitan has no ZeRO-2: fully_shard keeps every parameter sharded, and "
+                         "fsdp_reshard_after_forward never keeps each unit's gathered bf16 copy beside its shard "
+                         "(read back as ZeRO-3 with reshard_after_forward no).")
     if lay["tp"] > 1 and not lay["loss_parallel"]:      # parallelize.py apply_tp(loss_parallel=not disable_...)
         parallelism["disable_loss_parallel"] = True
     fsdp = shard > 1 or lay["cp"] > 1                   # parallel_dims.py fsdp_enabled
@@ -326,6 +331,7 @@ def _torchtitan(scenario, workload, layout, stage):
         if lay["schedule"] == "interleaved" and lay["vpp"] != 2:
             notes.append(f"{lay['vpp']} stages per rank need pipeline_parallel_layers_per_stage for the model's "
                          "layer count; torchtitan's default is 2.")
+        _torchtitan_split(lay, parallelism, notes)
     tables = {"training": training, "parallelism": parallelism,
               "activation_checkpoint": {"mode": w["recompute"]}}
     if w["recompute"] == "selective":
@@ -339,6 +345,24 @@ def _torchtitan(scenario, workload, layout, stage):
     if "nvme" in (s["offload_params"], s["offload_optimizer"]):
         notes.append("torchtitan offloads to the CPU only (enable_cpu_offload).")
     return tables, notes
+
+
+def _torchtitan_split(lay: dict, parallelism: dict, notes: list) -> None:
+    """The view's layers per stage as torchtitan splits them (pipeline_parallel.py generate_llm_fqn_per_model_part):
+    the even split is its rule with both ends weighed 0 layers; its own rule keeps its weights (default 1)."""
+    names = {"embedding_weight": "pipeline_parallel_first_stage_less_layers",
+             "head_weight": "pipeline_parallel_last_stage_less_layers"}
+    split = lay.get("stage_split", "even")
+    if lay.get("stage_layers"):
+        notes.append("the view's layers per stage need module_fqns_per_model_part (the model's module names): "
+                     "not written.")
+    elif split == "even":
+        parallelism.update({name: 0 for name in names.values()})
+    elif split == "torchtitan":
+        parallelism.update({name: lay[f] for f, name in names.items() if lay.get(f) not in (None, 1)})
+    else:
+        notes.append(f"the view's {split} split of the layers has no torchtitan key: torchtitan splits by its own "
+                     "rule (pipeline_parallel_first / last_stage_less_layers).")
 
 
 def export_torchtitan(scenario: dict, workload: dict, layout: dict, stage: int) -> str:

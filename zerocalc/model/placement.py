@@ -1,10 +1,11 @@
 """Who holds which part of each parameter tensor: the inventory (architecture.tensors) placed on a layout.
 
-A pipeline rank holds its chunks' layers, the embedding end on the first stage and the output end on the last; a
-tied output head is kept as a copy on the last stage when that stage does not also hold the embedding (Megatron-LM
-keeps the word embeddings on both and all-reduces their gradients over the embedding group). Within a stage every
-tensor-parallel rank holds its split of each tensor (architecture.ParamTensor.tp), rounded up to whole rows when a
-dimension does not divide (DTensor's torch.chunk order: the first ranks take the larger shards).
+A pipeline rank holds its chunks' layers (layout.stage_sizes: the even split, a named uneven one or the counts
+given), the embedding end on the first stage and the output end on the last; a tied output head is kept as a copy
+on the last stage when that stage does not also hold the embedding (Megatron-LM keeps the word embeddings on both
+and all-reduces their gradients over the embedding group). Within a stage every tensor-parallel rank holds its
+split of each tensor (architecture.ParamTensor.tp), rounded up to whole rows when a dimension does not divide
+(DTensor's torch.chunk order: the first ranks take the larger shards).
 
 Ranks that hold the same bytes form a **rank class** (DESIGN.md section 7): pipeline stages with the same chunks
 and ends. Every tensor- and context-parallel rank and every data-parallel replica of a stage is in its class.
@@ -15,7 +16,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Dict, NamedTuple, Tuple
 
-from ..layout import Layout, padded_vocab
+from ..layout import Layout, padded_vocab, stage_sizes
 from .architecture import Architecture, layer_counts
 from .finetune import FULL, FineTune, finetuned, peft_converts_experts
 from .inventory import ParamTensor, tensors
@@ -169,32 +170,28 @@ def _stage_name(ranks: Tuple[int, ...], pp: int) -> str:
     return f"pipeline {span}" + (f" ({', '.join(ends)})" if ends else "")
 
 
-def chunk_ranges(layers: int, pp: int, vpp: int) -> Tuple[Tuple[range, ...], ...]:
-    """The layer indices of each model chunk on each pipeline rank: result[r][v] for chunk v of rank r."""
+def chunk_ranges(layers: int, pp: int, vpp: int, sizes=None) -> Tuple[Tuple[range, ...], ...]:
+    """The layer indices of each model chunk on each pipeline rank: result[r][v] for chunk v of rank r. sizes: the
+    stages' layer counts in schedule order (layout.stage_sizes); None: the even split (array_split order)."""
     n = pp * vpp
-    base, extra = divmod(layers, n)
+    if sizes is None:
+        base, extra = divmod(layers, n)
+        sizes = tuple(base + (1 if c < extra else 0) for c in range(n))
     spans, start = [], 0
-    for c in range(n):
-        size = base + (1 if c < extra else 0)
+    for size in sizes:
         spans.append(range(start, start + size))
         start += size
     return tuple(tuple(spans[v * pp + r] for v in range(vpp)) for r in range(pp))
 
 
-def chunk_blocks(arch: Architecture, pp: int, vpp: int) -> Tuple[Tuple[Blocks, ...], ...]:
+def chunk_blocks(arch: Architecture, pp: int, vpp: int, sizes=None) -> Tuple[Tuple[Blocks, ...], ...]:
     """The blocks of each model chunk on each pipeline rank: result[r][v] for chunk v of rank r. Layers
-    are cut into pp x vpp chunks in order, the first ones a layer longer when they do not divide (array_split);
-    chunk v x pp + r lives on rank r (Megatron's virtual pipeline layout)."""
-    n = pp * vpp
-    base, extra = divmod(arch.layers, n)
-    starts, start = [], 0
-    for c in range(n):
-        size = base + (1 if c < extra else 0)
-        starts.append((start, start + size))
-        start += size
-    kinds = [layer_counts(arch, a, b) for a, b in starts]
-    return tuple(tuple(Blocks(kinds[v * pp + r]["dense"], kinds[v * pp + r]["moe"], kinds[v * pp + r]["sliding"])
-                       for v in range(vpp)) for r in range(pp))
+    are cut into pp x vpp chunks in order (sizes, or the even split: the first ones a layer longer when they do
+    not divide); chunk v x pp + r lives on rank r (Megatron's virtual pipeline layout)."""
+    def blocks(span):
+        kinds = layer_counts(arch, span.start, span.stop)
+        return Blocks(kinds["dense"], kinds["moe"], kinds["sliding"])
+    return tuple(tuple(blocks(span) for span in rank) for rank in chunk_ranges(arch.layers, pp, vpp, sizes))
 
 
 def inventory(arch: Architecture, finetune: FineTune = FULL, param_dtype: str = "bf16") -> Tuple[ParamTensor, ...]:
@@ -210,19 +207,19 @@ def rank_classes(arch: Architecture, layout: Layout, dp: int, implementation: st
     vocab_rows = padded_vocab(arch.vocab, layout.vocab_multiple(implementation))
     return tuple(c._replace(count=c.count * per_stage)
                  for c in _pipeline_classes(arch, layout.tp, layout.pp, layout.vpp, layout.ep, layout.etp,
-                                            vocab_rows, finetune, param_dtype))
+                                            vocab_rows, finetune, param_dtype, stage_sizes(layout, arch.layers)))
 
 
 # Keyed by what a rank holds, without dp and cp (they only multiply the class's count): a new worker count, and
 # every layout of a search that differs only in cp or micro-batches, reuses the same classes and holdings.
 @lru_cache(maxsize=1024)
 def _pipeline_classes(arch: Architecture, tp: int, pp: int, vpp: int, ep: int, etp: int, vocab_rows: int,
-                      finetune: FineTune, param_dtype: str) -> Tuple[RankClass, ...]:
-    """rank_classes with each class's count in pipeline ranks alone."""
+                      finetune: FineTune, param_dtype: str, sizes=None) -> Tuple[RankClass, ...]:
+    """rank_classes with each class's count in pipeline ranks alone (sizes: the stages' layers, stage_sizes)."""
     table = inventory(arch, finetune, param_dtype)
-    ranges = chunk_ranges(arch.layers, pp, vpp)
+    ranges = chunk_ranges(arch.layers, pp, vpp, sizes)
     split = {t: local_shape(t, tp, vocab_rows, ep, etp) for t in table}
-    chunks = chunk_blocks(arch, pp, vpp)
+    chunks = chunk_blocks(arch, pp, vpp, sizes)
 
     def signature(r):
         return chunks[r], r == 0, r == pp - 1

@@ -10,17 +10,33 @@ from fractions import Fraction
 from functools import lru_cache
 
 from .. import __version__
+from ..gpus import GPU_CATALOG
 from ..answers.explore import fits_on, ledger_cells, scaling
 from ..answers.explore import stage_rows as ledger_rows_of
 from ..answers.solve import solve
 from ..model.finetune import caveats, describe
 from ..model.inventory import counts, largest_layer
+from ..layout import stage_sizes
 from ..model.placement import stored_holdings
 from ..parallel.ranks import LayoutReport, layout_report, report_for
 from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
+from ..step.buffers import describe as comm_buffers
 from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
+
+
+def gpu_dict(workload) -> dict:
+    """The GPU the verdict is against: the capacity PyTorch can use (the verdict's), nvidia-smi's total beside it,
+    each with its source (zerocalc.gpus); a custom capacity is taken as what PyTorch can use."""
+    if workload.gpu_memory is not None:
+        return {"key": "custom", "name": workload.gpu_label, "capacity_bytes": workload.capacity_bytes,
+                "capacity_source": "custom: the capacity PyTorch can use, as given", "capacity_estimated": False,
+                "nvidia_smi_bytes": None, "nvidia_smi_source": None}
+    gpu = GPU_CATALOG[workload.gpu]
+    return {"key": workload.gpu, "name": gpu.name, "capacity_bytes": gpu.usable_bytes,
+            "capacity_source": gpu.usable_source, "capacity_estimated": gpu.estimated,
+            "nvidia_smi_bytes": gpu.smi_bytes, "nvidia_smi_source": gpu.smi_source}
 
 
 def plain(obj, skip=()) -> dict:
@@ -137,7 +153,8 @@ def layout_dict(report: LayoutReport) -> dict:
             "schedule": layout.schedule, "loss_parallel": layout.loss_parallel,
             "world_size": layout.world(dp), "zero_shard_group": report.scenario.group * layout.cp,
             "vocab_multiple": layout.vocab_multiple(w.implementation), "padded_vocab": w.vocab_rows,
-            "stored_params": report.stored_params}
+            "stored_params": report.stored_params, "stage_split": "given" if layout.stage_layers else
+            layout.stage_split, "stage_layers": list(stage_sizes(layout, w.arch.layers))}
 
 
 def _peak_row(p, rank_name: str = None) -> dict:
@@ -272,7 +289,8 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
                              "every_stage": shape.act.stage, "output_end": shape.act.head,
                              "first_block_adjustment": shape.act.first_block_delta,
                              "recompute_working": shape.act.recompute_working},
-        "gpu": {"name": workload.gpu_label, "capacity_bytes": workload.capacity_bytes},
+        "gpu": gpu_dict(workload),
+        "comm_buffers": comm_buffers(s, workload, shape),
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
     }

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from ..answers.solve import solve
+from ..gpus import GPU_CATALOG
+from ..layout import stage_sizes
 from ..model.finetune import caveats, describe
 from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, search_layouts
 from ..states.ledger import bytes_per_param
 from ..states.zero import workers_per_node
+from ..step.buffers import describe as comm_buffers
 from ..tables import CONVENTIONS
 from ..units import format_bytes, in_unit, resolve_unit
 from .report import group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
@@ -110,6 +113,10 @@ def layout_line(report) -> str:
                      f"{'vocab-parallel' if L.loss_parallel else 'gathered'} logits")
     if L.pp > 1:
         parts.append(f"{L.schedule}" + (f" with {L.vpp} virtual stages" if L.vpp > 1 else ""))
+        if L.stage_layers is not None or L.stage_split != "even":
+            sizes = stage_sizes(L, w.arch.layers)
+            shown = ", ".join(map(str, sizes)) if len(sizes) <= 32 else f"{len(sizes):,} stages"
+            parts.append(f"layers per stage ({'given' if L.stage_layers else L.stage_split + ' split'}): {shown}")
     parts.append(f"{L.micro_batches} micro-batch{'es' if L.micro_batches > 1 else ''} per step")
     parts.append(f"ZeRO shards over dp x cp = {s.group * L.cp:,}")
     if L.ep > 1 or L.etp > 1:
@@ -153,6 +160,15 @@ def _layouts_text(report, unit) -> list:
             "(pp - 1) / (vpp x micro-batches)."]
 
 
+def capacity_text(workload, unit) -> str:
+    """'79.11 GiB that PyTorch can use; nvidia-smi shows 79.65 GiB': the verdict's capacity first."""
+    text = f"{format_bytes(workload.capacity_bytes, unit)} that PyTorch can use"
+    if workload.nvidia_smi_bytes is None:
+        return text + ", as given"
+    estimated = " (estimated)" if GPU_CATALOG[workload.gpu].estimated else ""
+    return f"{text}{estimated}; nvidia-smi shows {format_bytes(workload.nvidia_smi_bytes, unit)}"
+
+
 def peak_text(report, units) -> str:
     s, workload = report.scenario, report.workload
     a = workload.arch
@@ -162,9 +178,10 @@ def peak_text(report, units) -> str:
     solution = solve(s, workload)
     lines = [
         layout_line(report),
-        f"Peak working set per GPU on {workload.gpu_label} ({format_bytes(workload.capacity_bytes, unit)}): "
+        f"Peak working set per GPU on {workload.gpu_label} ({capacity_text(workload, unit)}): "
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
-        f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}).",
+        f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}"
+        f"{', fused cross entropy' if workload.loss_fusion else ''}).",
         f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
         f"micro-batch x {heaviest.rank.layers} layers{_checkpointed(shape.act, units)}, "
         f"{format_bytes(shape.activation_bytes, units)} in flight; "
@@ -183,6 +200,7 @@ def peak_text(report, units) -> str:
     for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
         lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
+    lines.append(f"  communication buffers: {comm_buffers(s, workload, shape)['why']}")
     mp = workload.layout.model_parallel
     lines += ["", "Answers (the layout held):"]
     for stage in range(4):

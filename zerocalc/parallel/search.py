@@ -1,6 +1,7 @@
 """Every layout of the same GPUs that fits, cheapest first: for a GPU count (the view's world size) and GPUs per
 node, every tp dividing the heads, KV heads, FFN width and the GPUs of a node (tensor parallelism stays inside a
-node), every pp dividing the layers, every cp the sequence allows (2 x cp dividing it; flash attention), dp the
+node), every pp dividing the layers (or that the view's named stage split splits them: the counts given
+carried where pp x vpp matches), every cp the sequence allows (2 x cp dividing it; flash attention), dp the
 rest; for each ZeRO stage, the cheapest recompute and offload setting that fits. Sequence parallelism is on
 whenever tp > 1 (same traffic, less memory). The global batch (dp x micro-batch x micro-batches: the sequences of
 one optimizer step) is held, so every plan does the same work per step: a plan's micro-batches are the global
@@ -24,7 +25,7 @@ from dataclasses import replace
 from functools import lru_cache
 from typing import List, NamedTuple, Tuple
 
-from ..layout import LAYOUT_LIMITS, Layout
+from ..layout import LAYOUT_LIMITS, Layout, split_sizes
 from ..scenario import FieldError
 from .costs import bubble_fraction, time_overhead
 from .ranks import fitting_stages, layout_report
@@ -94,7 +95,8 @@ def candidate_layouts(workload, gpus: int, gpus_per_node: int):
                 (a.shared_expert_ffn and a.shared_expert_ffn % tp):
             continue
         for pp in _divisors(gpus // tp):
-            if pp > top["pp"] or a.layers % pp:
+            if pp > top["pp"] or (split_for(workload, pp, 1) is None and
+                                  split_for(workload, pp, workload.layout.vpp) is None):
                 continue
             for cp in _divisors(gpus // (tp * pp)):
                 if cp > top["cp"] or (cp > 1 and (workload.attention != "flash" or seq % (2 * cp))):
@@ -108,10 +110,34 @@ def candidate_layouts(workload, gpus: int, gpus_per_node: int):
 def _layout_for(workload, tp, pp, cp, ep, sp, micro_batches) -> Layout:
     given = workload.layout
     schedule, vpp = given.schedule, given.vpp
-    if schedule == "interleaved" and (pp < 2 or workload.arch.layers % (pp * vpp)):
+    split = split_for(workload, pp, vpp) if schedule == "interleaved" and pp >= 2 else None
+    if schedule == "interleaved" and (split is None or (not split and workload.arch.layers % (pp * vpp))):
         schedule, vpp = "1f1b", 1
+    if schedule != "interleaved":
+        split = split_for(workload, pp, 1)
     return Layout(tp=tp, pp=pp, vpp=vpp, cp=cp, sequence_parallel=sp, micro_batches=micro_batches,
-                  schedule=schedule, loss_parallel=given.loss_parallel, vocab_divisor=given.vocab_divisor, ep=ep)
+                  schedule=schedule, loss_parallel=given.loss_parallel, vocab_divisor=given.vocab_divisor, ep=ep,
+                  **(split or {}))
+
+
+SPLIT_RULE = ("stage_split", "first_stage_layers", "last_stage_layers", "embedding_weight", "head_weight")
+
+
+def split_for(workload, pp: int, vpp: int):
+    """The view's stage split carried to a candidate of pp x vpp stages: its counts when there are as many stages,
+    its named rule when the rule splits the layers there; else the even split where pp divides the layers (as
+    Megatron requires); else None: the candidate is not proposed."""
+    given, layers = workload.layout, workload.arch.layers
+    if given.stage_layers is not None and len(given.stage_layers) == pp * vpp:
+        return {"stage_layers": given.stage_layers}
+    if given.stage_layers is None and given.stage_split != "even":
+        rule = {f: getattr(given, f) for f in SPLIT_RULE}
+        try:
+            split_sizes(layers, pp, vpp, **rule)
+            return rule
+        except FieldError:
+            pass
+    return {} if layers % pp == 0 else None
 
 
 def _recomputes(workload):

@@ -32,7 +32,8 @@ NOTES = {
     "mlp input": "gate/up projections' input", "mlp activation": "the activation function's input",
     "mlp gate product": "act(gate) and up, saved by their product", "mlp fc2 input": "the down projection's input",
     "mlp fc1 output": "Megatron: the GeLU / SwiGLU input", "token ids": "int64", "labels": "int64",
-    "position ids": "int64", "loss log-softmax (fp32)": "the fp32 log-probabilities over the vocabulary",
+    "position ids": "int64", "loss log-softmax (fp32)": "the fp32 log-probabilities over the vocabulary (Megatron: "
+    "the softmax, computed in place in the logits' one fp32 upcast)",
     "block input (checkpoint)": "full recompute keeps each block's input only",
     "rotary cos/sin": "cos and sin tables, batch 1", "output projection input": "the head's input",
 }

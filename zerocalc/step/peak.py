@@ -1,16 +1,22 @@
 """The peak working set per ZeRO stage: what is live in each phase of a step, the largest, and the fit.
 
 Each phase's live set is a dict of named components (bytes per worker, on the GPU):
-- forward (at the loss, the end of forward): model states on the GPU, every saved activation, the logits in the
-  activation dtype plus their fp32 upcast for the loss (HF ForCausalLMLoss: logits.float()), ZeRO-3's gathered
-  parameters;
-- backward (its start, when every activation is still saved): model states, activations, the logits (the model
-  output keeps them), the fp32 gradient of the loss input and its cast back, the gathered layer and its gradient
-  (ZeRO-3), gradient reduce buckets (x2 with overlap_comm), and under full recompute one block rebuilt;
+- forward (at the loss, the end of forward): model states on the GPU, every saved activation, what the loss holds
+  beyond its saved fp32 probabilities (LOSSES: Hugging Face's logits and their fp32 upcast; Megatron's bf16 logits
+  beside the one fp32 buffer its vocab-parallel cross entropy computes the softmax in), the gathered parameters;
+- backward (its start, when every activation is still saved): model states, activations, the loss's gradient
+  transients (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32
+  gradient to the logits' dtype), the gathered parameters and the gradient buckets, and under full recompute one
+  block rebuilt;
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
-  updates"), the all-gather bucket for updated parameters (stages 1-2), ZeRO-3's persistent parameters.
-Every phase adds the CUDA context and the allocator's fragmentation reserve (Workload assumptions).
+  updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters.
+Gathered parameters and gradient buckets follow the framework (Workload.comm_buffers, step/buffers.py): DeepSpeed's
+fixed-size buckets and ZeRO-3 prefetch; nothing beyond the ledger for Megatron's DDP (it reduces in its grad
+buffer); FSDP's per-unit all-gather, unsharded gradient and reduce-scatter input; nothing without data parallelism.
+Every phase holds the library workspaces (GEMM scratch PyTorch's allocator hands out once: step/workspaces.py)
+and adds the CUDA context and the caching allocator's reserve (Workload assumptions; its model and band:
+step/allocator.py): fragmentation_percent of the phase's tensors plus allocator_units cycles of ZeRO-3's unit.
 """
 
 from __future__ import annotations
@@ -19,7 +25,12 @@ from typing import Dict, NamedTuple, Tuple
 
 from ..states.zero import StageResult
 from ..tables import DTYPE_BITS
+from .allocator import cycle_unit_bytes, reserve_bytes
+from .buffers import buffer_items, framework
+from .fsdp_offload import offload_parts
+from .fsdp_pipeline import REPLACES, kept_parts
 from .shape import StepShape, trainable_params
+from .workspaces import workspace_bytes
 
 PHASES = ("forward", "backward", "optimizer_step")
 
@@ -29,6 +40,7 @@ class StagePeak(NamedTuple):
     phases: Dict[str, Dict[str, int]]     # phase -> component -> bytes
     capacity_bytes: int
     phase_totals: Dict[str, int]          # phase -> bytes (the sum of its components)
+    cycle_unit_bytes: int = 0             # what one ZeRO-3 gather-free cycle leaves cached (allocator.py)
 
     @property
     def peak_phase(self) -> str:
@@ -52,16 +64,18 @@ def _b(elements: int, bits: int) -> int:
     return -(-elements * bits // 8)
 
 
-def allocator_reserve(tensors: int, percent: int) -> int:
-    """The caching allocator's reserve over a phase's live tensors: percent of them, rounded up."""
-    return -(-tensors * percent // 100)
+def allocator_reserve(tensors: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
+    """The caching allocator's reserve over a phase's live tensors: percent of them, rounded up, plus `units`
+    cycles of the stage's cycle unit (allocator.reserve_bytes)."""
+    return reserve_bytes(tensors, percent, units, unit_bytes)
 
 
-def with_overheads(tensors: int, context: int, percent: int) -> int:
+def with_overheads(tensors: int, context: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
     """A phase's total: its live tensors, the allocator's reserve over them and the CUDA context. Strictly
-    increasing in the tensors, so the phase (and the rank) with the most tensors is the peak at every context and
-    percent (zerocalc.answers.ranges moves those two along their range without recomputing the step)."""
-    return tensors + allocator_reserve(tensors, percent) + context
+    increasing in the tensors, and the unit is the stage's (the same in each phase), so the phase with the most
+    tensors is the peak at every context, percent and unit count (zerocalc.answers.ranges moves them along their
+    range without recomputing the step)."""
+    return tensors + allocator_reserve(tensors, percent, units, unit_bytes) + context
 
 
 def tensor_bytes(peak: "StagePeak") -> int:
@@ -70,13 +84,67 @@ def tensor_bytes(peak: "StagePeak") -> int:
     return peak.peak_bytes - parts["allocator reserve"] - parts["CUDA context"]
 
 
+def peak_on_gpu(peak: "StagePeak", workload, gpu: str) -> int:
+    """A stage's peak on another catalogued card. Only the library workspaces depend on the card (workspaces.py),
+    and every phase holds them, so the peak phase stays the largest and the rest of the step is unchanged."""
+    parts, tensors = peak.phases[peak.peak_phase], tensor_bytes(peak)
+    other = tensors - parts.get("library workspaces", 0) + workspace_bytes(workload, gpu)
+    context, percent, units = parts["CUDA context"], workload.fragmentation_percent, workload.allocator_units
+    return peak.peak_bytes + with_overheads(other, context, percent, units, peak.cycle_unit_bytes) \
+        - with_overheads(tensors, context, percent, units, peak.cycle_unit_bytes)
+
+
+class LossRow(NamedTuple):
+    """What a loss holds at the loss end beyond the fp32 probabilities activations.py counts as saved ("loss
+    log-softmax (fp32)"): per phase, terms (bits per token and vocabulary column, "w" for the logits' own width;
+    whether it exists only when the logits are narrower than fp32, i.e. when an upcast or cast back is a copy)."""
+    forward: Tuple[Tuple[object, bool], ...]
+    backward: Tuple[Tuple[object, bool], ...]
+    source: str
+    checked: str
+
+
+MEGATRON_CE = "Megatron-LM d98e8a64 megatron/core/"
+LOSSES = {
+    "huggingface": LossRow(
+        (("w", False), (32, True)),                    # the logits, their fp32 upcast (logits.float())
+        (("w", False), (32, False), ("w", True)),      # the logits (the output keeps them), fp32 gradient, cast back
+        "transformers loss_utils.py ForCausalLMLoss: logits.float(), then cross_entropy", "the code"),
+    # The bf16 logits stay referenced by GPTModel._postprocess while compute_language_model_loss runs and are freed
+    # when forward returns (no node saves them). _VocabParallelCrossEntropy upcasts them once (.float()), subtracts
+    # the max, exponentiates and normalises in place, and saves that fp32 softmax (4 bytes, the activation), the
+    # target mask and the masked target; backward turns it into the gradient in place and returns it fp32, which
+    # autograd casts to the logits' dtype (engine.cpp validate_outputs) before the saved buffer is released. With
+    # fp32 logits .float() is the logits themselves and nothing is cast.
+    "megatron": LossRow(
+        (("w", True),), (("w", True),),
+        MEGATRON_CE + "tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy, models/gpt/gpt_model.py "
+        "_postprocess, models/common/language_module/language_module.py compute_language_model_loss",
+        "CPU: megatron-core's code, allocation by allocation (tests/test_loss_megatron.py)"),
+    # --cross-entropy-loss-fusion: the same steps under torch.compile (jit_fuser). Its backward scatters into the
+    # saved softmax, which Inductor does out of place (fx_passes/reinplace.py: the copy back into that graph input
+    # is the later product, not the scatter): a fresh fp32 buffer, then calculate_gradients' .to(torch.bfloat16).
+    "megatron, fused": LossRow(
+        (("w", True),), ((32, False), (16, False)),
+        MEGATRON_CE + "fusions/fused_cross_entropy.py calculate_gradients, jit.py jit_fuser = torch.compile",
+        "CPU: Inductor's C++ code of torch 2.13 (tests/test_loss_megatron.py); not on a GPU"),
+}
+# Not counted: the loss's token-sized tensors (int64 targets, fp32 row maxima and sums: 37 bytes per token at
+# Megatron's forward peak, measured), under 0.2 % of its 6 bytes per vocabulary column once V / tp >= 3,100.
+
+
+def loss_row(workload) -> LossRow:
+    if workload.implementation == "megatron":
+        return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
+    return LOSSES["huggingface"]
+
+
 def _logits(workload, shape: StepShape) -> Dict[str, int]:
-    """Forward: logits + their fp32 upcast. Backward: logits (still referenced) + the fp32 gradient + its cast back.
-    With fp32 activations the casts are no-ops."""
-    tokens_vocab = shape.logits_elements
-    logits, fp32 = _b(tokens_vocab, shape.act_bits), _b(tokens_vocab, 32)
-    cast = 0 if shape.act_bits == 32 else 1
-    return {"forward": logits + cast * fp32, "backward": logits + fp32 + cast * logits}
+    """The loss's transients at each phase (LOSSES), over the logits' tokens x vocabulary columns."""
+    w, row = shape.act_bits, loss_row(workload)
+    return {phase: sum(_b(shape.logits_elements, w if bits == "w" else bits) for bits, narrow in terms
+                       if not narrow or w != 32)
+            for phase, terms in (("forward", row.forward), ("backward", row.backward))}
 
 
 def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
@@ -105,25 +173,28 @@ def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> Stag
 def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak, ...]:
     """One rank's peak at each of its stage results (model_states.StageResult)."""
     context, percent, capacity = workload.cuda_context_bytes, workload.fragmentation_percent, workload.capacity_bytes
+    units = workload.allocator_units
     peaks = []
     for s, items in _phase_items(scenario, workload, ((r.stage, r.gpu_bytes) for r in stages), shape):
         phases, totals = {}, {}
+        unit = cycle_unit_bytes(scenario, workload, s, shape)
         for name, phase in zip(PHASES, items):
             parts = {k: v for k, v in phase if v}          # a part that is zero is not shown
             tensors = sum(parts.values())
-            parts["allocator reserve"] = allocator_reserve(tensors, percent)
+            parts["allocator reserve"] = allocator_reserve(tensors, percent, units, unit)
             parts["CUDA context"] = context
-            phases[name], totals[name] = parts, with_overheads(tensors, context, percent)
-        peaks.append(StagePeak(s, phases, capacity, totals))
+            phases[name], totals[name] = parts, with_overheads(tensors, context, percent, units, unit)
+        peaks.append(StagePeak(s, phases, capacity, totals, unit))
     return tuple(peaks)
 
 
 def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: StepShape) -> Tuple[int, ...]:
     """Per stage, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without the
     phases' named parts: for a search that only asks what fits."""
-    context, percent = workload.cuda_context_bytes, workload.fragmentation_percent
-    return tuple(max(with_overheads(sum(v for _, v in phase), context, percent) for phase in items)
-                 for _, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape))
+    context, percent, units = workload.cuda_context_bytes, workload.fragmentation_percent, workload.allocator_units
+    return tuple(max(with_overheads(sum(v for _, v in phase), context, percent, units,
+                                    cycle_unit_bytes(scenario, workload, s, shape)) for phase in items)
+                 for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape))
 
 
 def _phase_items(scenario, workload, stages, shape: StepShape):
@@ -139,21 +210,28 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
     persistent = _b(min(shape.persistent_params, P), shape.compute_bits)
     gathered = _b(live, shape.compute_bits) + persistent
+    ds = {"gathered": gathered, "layer_grad": _b(L, grad_bits), "persistent": persistent,   # + the gathered layer's
+          "reduce_bucket": reduce_bucket, "allgather_bucket": allgather_bucket}             # gradient at stage 3
+    comm = framework(scenario, workload, shape)
+    workspaces = workspace_bytes(workload)
     for s, gpu_bytes in stages:
-        common = (("model states", gpu_bytes), ("activations", shape.activation_bytes))
+        common = (("model states", gpu_bytes), ("library workspaces", workspaces),   # step/workspaces.py
+                  ("activations", shape.activation_bytes))
         forward = [*common, ("logits and loss", logits["forward"])]
         backward = [*common, ("logits and loss", logits["backward"])]
-        optimizer = [common[0]]
-        if s == 3:
-            forward.append(("gathered parameters", gathered))
-            backward.append(("gathered parameters", gathered + _b(L, grad_bits)))   # + the gathered layer's gradient
-            optimizer.append(("persistent parameters", persistent))
-        copies = 2 if workload.overlap(s) else 1
-        backward.append(("gradient buckets", copies * reduce_bucket))
+        optimizer = [*common[:2]]
+        # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
+        fwd, bwd, opt = buffer_items(comm, s, scenario, workload, shape, ds)
+        forward += fwd
+        backward += bwd
+        optimizer += opt
         backward.append(("recompute (one block)", shape.act.recompute_working))
-        if s in (1, 2):
-            optimizer.append(("all-gather bucket", allgather_bucket))
         forward.append(("dequantized 4-bit weight", shape.dequantized))
         backward.append(("dequantized 4-bit weight", shape.dequantized))
         optimizer.append(("fp32 gradient copy", _fp32_grad_copy(scenario, s, shape)))
+        kept = kept_parts(workload, s, shape, comm)          # FSDP2 under PP: the stage unsharded (fsdp_pipeline.py)
+        for phase, name in ((forward, "forward"), (backward, "backward")):
+            gone = {REPLACES[part] for part, _ in kept.get(name, ()) if part in REPLACES}
+            phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
+        backward += offload_parts(scenario, workload, s, shape, comm).get("backward", [])   # fsdp_offload.py
         yield s, (forward, backward, optimizer)

@@ -6,13 +6,14 @@ gathers, and its parameters by ZeRO group. Computed once per rank class, scenari
 
 from __future__ import annotations
 
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
-from ..layout import in_flight
+from ..layout import in_flight_chunks
 from ..model.placement import Blocks
 from ..states.groups import ParamGroup
 from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations, split_checkpointed
+from .buffers import FsdpUnits, fsdp_units
 from .trainable import training_for
 
 
@@ -29,6 +30,7 @@ class StepShape(NamedTuple):
     in_flight: Tuple[int, int, int]   # chunk-micro-batches alive at that peak, of which first / last chunk
     logits_elements: int         # tokens x vocabulary columns of the logits (0 off the last pipeline stage)
     dequantized: int = 0         # QLoRA: bytes of the largest 4-bit weight dequantized while it runs
+    fsdp: Optional[FsdpUnits] = None   # the rank's FSDP units (buffers.fsdp_units): the fsdp buffer rule reads them
 
 
 def activation_args(scenario, workload) -> tuple:
@@ -63,19 +65,27 @@ def rank_shape(scenario, workload, rank) -> StepShape:
         ckpt = sum(c.checkpointed for c in counts)
         act = act._replace(checkpointed_layers=ckpt, recompute_working=act.recompute_working if ckpt else 0)
     embed, head = sum(act.embed.values()) + act.first_block_delta, sum(act.head.values())
-    chunk = max(act.blocks(*c) for c in counts) + sum(act.stage.values())
-    pp_m = (layout.micro_batches if layout.pp > 1 else 1)
+    # What one micro-batch saves on each local chunk: its own blocks (uneven stages, dense and MoE blocks mixed,
+    # frozen or checkpointed ones differ chunk by chunk) and what a chunk with blocks saves once (a stage holding
+    # only the embedding or the head saves no rotary tables: measured, tests/test_uneven_stages_validation.py).
+    per_stage = sum(act.stage.values())
+    weights = tuple(act.blocks(*c) + (per_stage if c.dense + c.moe + getattr(c, "checkpointed", 0) else 0)
+                    for c in counts)
     if layout.pp == 1:
-        alive = (1, 1, 1)
+        per_chunk, first, last = (1,) * len(weights), 1, 1
     else:
-        alive = in_flight(layout.schedule, layout.pp, layout.vpp, pp_m, rank.pp_ranks[0], embed, head, chunk)
-    # Interleaved chunks hold equal layer counts; with dense and MoE blocks mixed, the largest chunk stands for all.
-    activation = alive[0] * chunk + alive[1] * embed + alive[2] * head
+        per_chunk, first, last = in_flight_chunks(layout.schedule, layout.pp, layout.vpp, layout.micro_batches,
+                                                  rank.pp_ranks[0], embed, head,
+                                                  weights[0] if len(set(weights)) == 1 else weights)
+    alive = (sum(per_chunk), first, last)
+    activation = sum(a * w for a, w in zip(per_chunk, weights)) + first * embed + last * head
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
+    groups = param_groups(scenario, workload, rank)
     return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
                      rank.persistent_params(workload.param_persistence_threshold), rank.params,
-                     param_groups(scenario, workload, rank), activation, alive,
-                     tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank))
+                     groups, activation, alive,
+                     tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank),
+                     fsdp_units(rank, groups))
 
 
 def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:

@@ -20,6 +20,8 @@ from ..model.finetune import FULL, FineTune
 from ..scenario import FieldError, require_choice, require_int
 from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
+from .buffers import COMM_BUFFERS, FSDP_WRAPS
 from .moe import Routing
 
 WORKLOAD_LIMITS = {
@@ -31,13 +33,17 @@ WORKLOAD_LIMITS = {
     "max_live_parameters": (1, 10**15),
     "param_persistence_threshold": (0, 10**13),
     "cuda_context_bytes": (0, 2**40),
-    "gpu_memory": (1, 2**50),
+    "workspace_bytes": (0, 2**40),
+    "gpu_memory": (2**30, 2**50),      # below 1 GiB is a unit mistake ("48" meant 48 GB), not a GPU
     "fragmentation_percent": (0, 100),
+    "allocator_units": (0, 64),
     "moe_imbalance_percent": (100, 10_000),
     "moe_capacity_percent": (0, 10_000),
     "recompute_every": (1, 10_000),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
+RESHARD_CHOICES = ("auto", "yes", "no")      # FSDP2 fully_shard(reshard_after_forward=...); auto: torchtitan
+CAPACITY_HINT = "bytes from 1 GiB (1,073,741,824) to 1 PiB; a number below 1 GiB is a missing unit: 48 GB, 44.4 GiB"
 
 
 @dataclass(frozen=True)
@@ -51,39 +57,69 @@ class Workload:
     # With full recompute, checkpoint one block in N (torchtitan's selective_ac_option = "N"); 1: every block.
     recompute_every: int = 1
     implementation: str = "huggingface"
+    # Megatron's --cross-entropy-loss-fusion (its "native" impl; off by default, as Megatron): step/peak.py _logits.
+    loss_fusion: bool = False
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
     prefetch_bucket_size: int = 50_000_000
     max_live_parameters: int = 1_000_000_000
     param_persistence_threshold: int = 100_000
     overlap_comm: str = "auto"                # auto: on for stage 3 only, as DeepSpeed
-    # CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers: outside PyTorch's allocator, inside nvidia-smi's
-    # figure (torch.cuda.memory_allocated docs). Commonly 0.5-1.5 GiB; 1 GiB assumed.
+    # CUDA context, cuDNN's and cuBLAS's own handles and NCCL buffers: outside PyTorch's allocator, inside
+    # nvidia-smi's figure (torch.cuda.memory_allocated docs). Commonly 0.5-1.5 GiB; 1 GiB assumed.
     cuda_context_bytes: int = 2**30
+    # The GEMM workspaces libraries take from PyTorch's allocator and keep (step/workspaces.py: PyTorch's cuBLAS
+    # per thread, Transformer Engine's under Megatron); None: that table's, by the card's compute capability.
+    workspace_bytes: Optional[int] = None
     # Caching-allocator reserve and fragmentation, as a percentage of what tensors need (assumed 5%).
     fragmentation_percent: int = 5
+    # Which allocator the reserve's band models (step/allocator.py): "caching" (PyTorch's default), "expandable"
+    # (expandable_segments:True) or "flat" (0-15 % of the tensors, the band before issue 20); and how many unit
+    # cycles of ZeRO-3's communication streams the reserve holds (0 at the point; the band's high end holds two).
+    allocator: str = DEFAULT_ALLOCATOR
+    allocator_units: int = 0
     gpu: str = DEFAULT_GPU
-    gpu_memory: Optional[int] = None          # a custom capacity in bytes; overrides the catalog
+    gpu_memory: Optional[int] = None          # a custom capacity PyTorch can use, in bytes; overrides the catalog
     layout: Layout = Layout()                 # tensor, pipeline and context parallelism; dp is Scenario.workers
     # Expert parallelism: the pairs the busiest rank's experts receive, % of a balanced share (100: balanced
     # routing), capped by a capacity factor when one drops tokens (0: dropless, as Megatron's default).
     moe_imbalance_percent: int = 100
     moe_capacity_percent: int = 0
     finetune: FineTune = FULL                 # what trains: full, frozen blocks, LoRA / DoRA, QLoRA
+    # FSDP2 (the fsdp buffers, ZeRO-3): whether each unit frees its gathered parameters after forward. auto: as
+    # torchtitan's fsdp_reshard_after_forward "default" (parallelize.py apply_fsdp: not pp_enabled), so under
+    # pipeline parallelism a rank keeps its stage's unsharded parameters for the step (step/fsdp_pipeline.py).
+    reshard_after_forward: str = "auto"
+    # FSDP's MixedPrecisionPolicy.reduce_dtype: the dtype gradients are reduced (and, without gradient sync,
+    # accumulated unsharded) in. None: the compute dtype (the policy's default; torchtitan sets float32).
+    reduce_dtype: Optional[str] = None
+    # Whose communication buffers the step holds (step/buffers.py): deepspeed | megatron | fsdp | none; auto: from
+    # the convention (megatron, fsdp2 -> fsdp, else deepspeed), none without data parallelism unless DeepSpeed.
+    comm_buffers: str = "auto"
+    # FSDP's wrap units: blocks (each decoder block, the ends in the root) or torchtitan's (embedding, blocks,
+    # [norm, head] kept after forward).
+    fsdp_wrap: str = "blocks"
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
             raise FieldError("arch", type(self.arch).__name__, "an Architecture")
+        if isinstance(self.gpu_memory, int) and not isinstance(self.gpu_memory, bool) and self.gpu_memory < 2**30:
+            raise FieldError("gpu_memory", self.gpu_memory, CAPACITY_HINT)
         for field, (lo, hi) in WORKLOAD_LIMITS.items():
-            if getattr(self, field) is not None or field != "gpu_memory":
+            if getattr(self, field) is not None or field not in ("gpu_memory", "workspace_bytes"):
                 require_int(field, getattr(self, field), lo, hi)
-        if self.activation_dtype is not None:
-            require_choice("activation_dtype", self.activation_dtype, DTYPE_BITS)
+        for field in ("activation_dtype", "reduce_dtype"):
+            if getattr(self, field) is not None:
+                require_choice(field, getattr(self, field), DTYPE_BITS)
         for field, options in (("attention", ATTENTION), ("recompute", RECOMPUTE),
-                               ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES)):
+                               ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES),
+                               ("reshard_after_forward", RESHARD_CHOICES), ("comm_buffers", COMM_BUFFERS),
+                               ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS)):
             require_choice(field, getattr(self, field), options)
         if self.recompute_every > 1 and self.recompute != "full":
             raise FieldError("recompute_every", self.recompute_every, "1 unless recompute is full")
+        if not isinstance(self.loss_fusion, bool) or self.loss_fusion and self.implementation != "megatron":
+            raise FieldError("loss_fusion", self.loss_fusion, "true or false; true only with implementation megatron")
         if self.gpu_memory is None and self.gpu not in GPU_CATALOG:
             raise FieldError("gpu", self.gpu, "one of " + ", ".join(GPU_CATALOG) + ", or a custom gpu_memory")
         if not isinstance(self.layout, Layout):
@@ -103,11 +139,17 @@ class Workload:
 
     @property
     def capacity_bytes(self) -> int:
-        return self.gpu_memory if self.gpu_memory is not None else GPU_CATALOG[self.gpu][1]
+        """What the verdict compares the peak with: the memory PyTorch can use (zerocalc.gpus), or the custom one."""
+        return self.gpu_memory if self.gpu_memory is not None else GPU_CATALOG[self.gpu].usable_bytes
+
+    @property
+    def nvidia_smi_bytes(self) -> Optional[int]:
+        """nvidia-smi's total of a catalogued card (shown beside the capacity; a custom capacity has none)."""
+        return None if self.gpu_memory is not None else GPU_CATALOG[self.gpu].smi_bytes
 
     @property
     def gpu_label(self) -> str:
-        return f"custom {self.gpu_memory:,} bytes" if self.gpu_memory is not None else GPU_CATALOG[self.gpu][0]
+        return f"custom {self.gpu_memory:,} bytes" if self.gpu_memory is not None else GPU_CATALOG[self.gpu].name
 
     @cached_property      # read by every rank's step and cost: worked out once per workload
     def vocab_rows(self) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Dict, Optional, Tuple
 
+from ...gpus import ESTIMATE_GAP
 from ...scenario import FieldError
 from ...units import format_bytes
 from .measurement import Measurement
@@ -121,6 +122,31 @@ def _gib(n: int) -> str:
     return format_bytes(n, "binary")
 
 
+def _capacity_suggestion(m: Measurement, workload) -> Optional["Suggestion"]:
+    """gpu_memory from a measured capacity. PyTorch's own total (the OOM message's "total capacity", mem_get_info)
+    is what the verdict compares with, so it is taken as it is. nvidia-smi's total is not: the driver keeps part of
+    it (zerocalc.gpus), so only a card whose nvidia-smi total differs from the catalogue's gets a suggestion, its
+    total less ESTIMATE_GAP, and the sentence says where the exact figure is printed."""
+    current = workload.capacity_bytes
+    if m.usable_total_bytes is not None:
+        if abs(m.usable_total_bytes - current) <= m.tolerance_bytes.get("usable_total_bytes", 0):
+            return None
+        return Suggestion(
+            "gpu_memory", current, m.usable_total_bytes,
+            f"PyTorch reports a total capacity of {m.usable_total_bytes:,} bytes ({_gib(m.usable_total_bytes)}): "
+            f"the ceiling its allocator works under; the estimate assumes {current:,} ({workload.gpu_label}). "
+            f"gpu_memory = {m.usable_total_bytes:,} would use the measured capacity.")
+    smi = m.nvidia_smi_total_bytes
+    if smi is None or smi == workload.nvidia_smi_bytes or smi - ESTIMATE_GAP == current:
+        return None
+    return Suggestion(
+        "gpu_memory", current, smi - ESTIMATE_GAP,
+        f"nvidia-smi reports {smi:,} bytes ({_gib(smi)}) in total, which is more than PyTorch can use: the driver "
+        f"keeps 0.02-1.08 GiB of it on the published cards. gpu_memory = {smi - ESTIMATE_GAP:,} (1.25 GiB less) is a "
+        f"safe estimate (now {current:,}, {workload.gpu_label}); the exact figure is the OOM message's 'total "
+        "capacity' or torch.cuda.mem_get_info()[1].")
+
+
 def compare(measurement: Measurement, peak, workload) -> Calibration:
     """The measurement against one stage's estimated peak (a peak.StagePeak, or a report's "peak" row).
 
@@ -201,12 +227,9 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
         if m.reserved_peak_bytes is not None and m.nvidia_smi_used_bytes < m.reserved_peak_bytes:
             sentences.append("nvidia-smi shows less than PyTorch's reserved peak: it was sampled at another moment "
                              "(or on another GPU), so the context figure is a lower bound.")
-    if m.nvidia_smi_total_bytes is not None and m.nvidia_smi_total_bytes != workload.capacity_bytes:
-        suggestions.append(Suggestion(
-            "gpu_memory", workload.capacity_bytes, m.nvidia_smi_total_bytes,
-            f"The GPU reports {m.nvidia_smi_total_bytes:,} bytes ({_gib(m.nvidia_smi_total_bytes)}) in total; the "
-            f"estimate assumes {workload.capacity_bytes:,} ({workload.gpu_label}). gpu_memory = "
-            f"{m.nvidia_smi_total_bytes:,} would use the measured capacity."))
+    capacity = _capacity_suggestion(m, workload)
+    if capacity is not None:
+        suggestions.append(capacity)
 
     phase_rows = []
     for phase in phases:

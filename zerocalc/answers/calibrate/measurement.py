@@ -21,7 +21,10 @@ FORMAT_HELP = {
     "nvidia_smi": "nvidia-smi --query-gpu=memory.used,memory.total --format=csv lines, or the nvidia-smi table",
     "plain": "labelled numbers (max_memory_allocated: 12345, max_memory_reserved: 70.2 GiB)",
 }
-QUANTITIES = ("allocated_peak_bytes", "reserved_peak_bytes", "nvidia_smi_used_bytes", "nvidia_smi_total_bytes")
+# usable_total_bytes: the capacity PyTorch can use (cudaMemGetInfo's total: the OOM message's "total capacity",
+# torch.cuda.mem_get_info, total_memory), below nvidia-smi's total (zerocalc.gpus): the two are never mixed.
+QUANTITIES = ("allocated_peak_bytes", "reserved_peak_bytes", "nvidia_smi_used_bytes", "nvidia_smi_total_bytes",
+              "usable_total_bytes")
 BINARY = {"B": 1, "BYTES": 1, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50}
 DECIMAL = {"KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 GIB = 2**30
@@ -59,6 +62,7 @@ class Measurement:
     reserved_peak_bytes: Optional[int] = None
     nvidia_smi_used_bytes: Optional[int] = None
     nvidia_smi_total_bytes: Optional[int] = None
+    usable_total_bytes: Optional[int] = None
     per_phase: Dict[str, int] = field(default_factory=dict)
     per_phase_reserved: Dict[str, int] = field(default_factory=dict)
     source_format: str = ""
@@ -70,7 +74,8 @@ class Measurement:
     def to_dict(self) -> dict:
         return {"allocated_peak_bytes": self.allocated_peak_bytes, "reserved_peak_bytes": self.reserved_peak_bytes,
                 "nvidia_smi_used_bytes": self.nvidia_smi_used_bytes,
-                "nvidia_smi_total_bytes": self.nvidia_smi_total_bytes, "per_phase": dict(self.per_phase),
+                "nvidia_smi_total_bytes": self.nvidia_smi_total_bytes,
+                "usable_total_bytes": self.usable_total_bytes, "per_phase": dict(self.per_phase),
                 "per_phase_reserved": dict(self.per_phase_reserved), "source_format": self.source_format,
                 "notes": list(self.notes), "readings": [asdict(r) for r in self.readings],
                 "tolerance_bytes": dict(self.tolerance_bytes), "gpu_name": self.gpu_name}

@@ -21,7 +21,9 @@ _LABELS = (
                             r"[ _.-]?)?(?:reserved|cached)|peak[ _.-]?(?:mem(?:ory)?[ _.-]?)?(?:reserved|cached)|"
                             r"(?:reserved|cached)[ _.-]?peak"),
     ("nvidia_smi_used_bytes", r"nvidia[ _-]?smi[ _.-]?used|driver[ _.-]?used|gpu[ _.-]?memory[ _.-]?used"),
-    ("nvidia_smi_total_bytes", r"nvidia[ _-]?smi[ _.-]?total|gpu[ _.-]?memory[ _.-]?total|total[ _.-]?memory"),
+    ("usable_total_bytes", r"total[ _.-]?capacity|(?:torch[ _.-]?)?total_memory|mem_get_info[ _.-]?total"),
+    ("nvidia_smi_total_bytes", r"nvidia[ _-]?smi[ _.-]?total|gpu[ _.-]?memory[ _.-]?total|memory\.total|"
+                               r"total[ .-]?memory"),
 )
 _PLAIN = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(f"(?P<{q.split('_bytes')[0]}>{p})" for q, p in _LABELS) +
                     r")\s*(?:[:=]|\bis\b|->)?\s*(" + NUMBER + r")\s*(bytes|B|KiB|MiB|GiB|TiB|KB|MB|GB|TB)?"
@@ -73,4 +75,5 @@ def read_plain(text: str, gb: str = "decimal") -> Optional[Measurement]:
 
 
 _READING_FIELD = {"allocated_peak_bytes": "allocated_peak_bytes", "reserved_peak_bytes": "reserved_peak_bytes",
-                  "nvidia_smi_used_bytes": "used_bytes", "nvidia_smi_total_bytes": "total_bytes"}
+                  "nvidia_smi_used_bytes": "used_bytes", "nvidia_smi_total_bytes": "total_bytes",
+                  "usable_total_bytes": "total_bytes"}

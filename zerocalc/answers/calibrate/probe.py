@@ -81,5 +81,6 @@ def read_probe(text: str) -> Optional[Measurement]:
     if len(lines) > 1:
         notes.append(f"probe: {len(lines)} lines; each figure is the largest over them")
     return Measurement(max(alloc, default=None), max(reserved, default=None), max(used, default=None),
-                       max(total, default=None), per_phase, per_reserved, "probe", tuple(notes), tuple(readings), {},
-                       " / ".join(sorted(names)) or None)
+                       usable_total_bytes=max(total, default=None), per_phase=per_phase,
+                       per_phase_reserved=per_reserved, source_format="probe", notes=tuple(notes),
+                       readings=tuple(readings), gpu_name=" / ".join(sorted(names)) or None)

@@ -68,7 +68,7 @@ def _read_oom(text: str) -> Optional[Measurement]:
         used = _oom_size(*process) if process else max(0, total_b - _oom_size(*free))
         tol = {"allocated_peak_bytes": _oom_tol(*allocated) + (_oom_tol(*private) if private else 0),
                "nvidia_smi_used_bytes": _oom_tol(*process) if process else _oom_tol(*free) + _oom_tol(*total),
-               "nvidia_smi_total_bytes": _oom_tol(*total)}
+               "usable_total_bytes": _oom_tol(*total)}
         tol["reserved_peak_bytes"] = tol["allocated_peak_bytes"] + _oom_tol(*unallocated)
         used_note = ("this process's own use, non-PyTorch memory included (the CUDA context too)" if process else
                      "total capacity - free: the whole device, every process on it")
@@ -80,12 +80,12 @@ def _read_oom(text: str) -> Optional[Measurement]:
         total_b, used = _oom_size(*_oom_get(m, "total")), None
         tol = {"allocated_peak_bytes": _oom_tol(*_oom_get(m, "allocated")),
                "reserved_peak_bytes": _oom_tol(*_oom_get(m, "reserved")),
-               "nvidia_smi_total_bytes": _oom_tol(*_oom_get(m, "total"))}
+               "usable_total_bytes": _oom_tol(*_oom_get(m, "total"))}
         used_note = None
     notes = [f"torch_oom: values at the failed allocation on GPU {m.group('gpu')} (c10/cuda/CUDACachingAllocator.cpp): "
              f"the step needed at least {format_bytes(_oom_size(*_oom_get(m, 'ask')), 'binary')} more than it could "
              "get, so its real peak is higher than these"]
     if used_note:
         notes.append(f"torch_oom: the used figure is {used_note}")
-    return Measurement(alloc, reserved, used, total_b, source_format="torch_oom", notes=tuple(notes),
+    return Measurement(alloc, reserved, used, usable_total_bytes=total_b, source_format="torch_oom", notes=tuple(notes),
                        tolerance_bytes={k: v for k, v in tol.items() if v})

@@ -34,6 +34,7 @@ class FsdpReader:
         else:
             stage, hybrid = self._fsdp2_reshard(keys, get), False
         self.b.stage = stage
+        self.b.set("workload", "comm_buffers", "fsdp", f"FSDP{version}: one wrapped unit at a time")
         comm = {"no": None, "fp8": "bf16"}.get(precision, precision)
         self.fp32_ledger(f"FSDP{version} mixed precision ({FSDP_SRC}.set_mixed_precision): fp32 shards, "
                          f"{comm or 'fp32'} gathers and compute", comm)

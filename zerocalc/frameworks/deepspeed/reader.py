@@ -295,6 +295,7 @@ class _Reader(BatchReader, PrecisionReader):
             overlap = None
         self.b.set("workload", "overlap_comm", "auto" if overlap is None else "on" if overlap else "off",
                    key if overlap is not None else "default: on at stage 3 only (overlap_comm_valid)")
+        self.b.set("workload", "comm_buffers", "deepspeed", "DeepSpeed's reduce and all-gather buckets")
         if zero.get("contiguous_gradients") is False:
             self.b.note("contiguous_gradients is false: zerocalc still counts the reduce buckets.")
         hpz = zero.get("zero_hpz_partition_size", 1)

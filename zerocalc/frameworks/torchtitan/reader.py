@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import tomllib
 
+from ...layout import MAX_STAGES, STAGE_LAYER_LIMITS
 from ...step.workload import WORKLOAD_LIMITS
 from ..common import (
     Builder,
@@ -202,6 +203,9 @@ class _Reader(LegacyReader):
             self.b.note("data_parallel_shard_degree -1 is assumed to leave more than one rank, so FSDP is on.")
         stage = self.stage(fsdp, dims)
         self.b.stage = stage
+        if fsdp:      # distributed/fsdp.py apply_fsdp_to_decoder: embedding, each block, [norm, lm_head] as units
+            self.b.set("workload", "comm_buffers", "fsdp", "FSDP2 fully_shard: one unit at a time")
+            self.b.set("workload", "fsdp_wrap", "torchtitan", "apply_fsdp_to_decoder's units")
         s = "scenario"
         if dtype == "bf16":
             for field, value in (("convention", "pure-bf16"), ("param_dtype", "bf16"), ("grad_dtype", "bf16"),
@@ -257,13 +261,19 @@ class _Reader(LegacyReader):
                             "not supported > 1D parallelism').")
             self.b.sources["selected_stage"] = "no FSDP (dp_shard 1 and cp 1): DDP or one replica"
             return 0
-        # parallelize.py apply_fsdp: always -> True, never -> False, default -> not pp_enabled.
-        reshard = {"always": True, "never": False, "default": dims["pp"] == 1}[policy]
+        # parallelize.py apply_fsdp: always -> True, never -> False, default -> not pp_enabled. The parameters stay
+        # sharded (ZeRO-3) either way; a unit that does not reshard keeps its gathered bf16 copy beside the shard
+        # (zerocalc.step.fsdp_pipeline), and under pipelining the gradients accumulate unsharded in float32.
+        self.b.set("workload", "reshard_after_forward", {"always": "yes", "never": "no", "default": "auto"}[policy],
+                   "parallelism.fsdp_reshard_after_forward (parallelize.py apply_fsdp; default: not pp_enabled)")
+        self.b.set("workload", "reduce_dtype", "fp32", "training.mixed_precision_reduce (MixedPrecisionPolicy "
+                                                       "reduce_dtype)")
         self.b.sources["selected_stage"] = f"parallelism.fsdp_reshard_after_forward = {policy}"
         if policy == "default" and dims["pp"] > 1:
             self.b.note("With pipeline parallelism torchtitan's default keeps parameters gathered after forward "
-                        "(reshard_after_forward = not pp_enabled): ZeRO-2.")
-        return 3 if reshard else 2
+                        "(reshard_after_forward = not pp_enabled): each rank holds its stage's bf16 parameters "
+                        "unsharded and, until the last micro-batch, their float32 gradients.")
+        return 3
 
     # --- batch, pipeline -------------------------------------------------------------------------------------
     def batch(self, t, p, dims):
@@ -339,6 +349,35 @@ class _Reader(LegacyReader):
             else:
                 self.b.note("Stages per rank depend on the model's layer count "
                             "(pipeline_parallel_layers_per_stage); the view's vpp is kept.")
+        self.stages()
+
+    def stages(self):
+        """pipeline_parallel.py pipeline_llm: module_fqns_per_model_part names each stage's modules (its layers.N
+        entries are the stage's layers); else generate_llm_fqn_per_model_part splits the layers with the embedding
+        and the head weighed as pipeline_parallel_first / last_stage_less_layers layers (default 1 each; both 0 is
+        zerocalc's even split)."""
+        key = "parallelism.module_fqns_per_model_part"
+        parts = self.get("parallelism", "module_fqns_per_model_part", None)
+        if parts is not None:
+            if not isinstance(parts, list) or not parts or len(parts) > MAX_STAGES or not all(
+                    isinstance(p, list) and all(isinstance(n, str) for n in p) for p in parts):
+                raise FrameworkConfigError(key, parts, f"a list of lists of module names, one per stage (at most "
+                                                       f"{MAX_STAGES:,})")
+            counts = tuple(sum(1 for n in p if n.startswith("layers.")) for p in parts)
+            self.b.set("layout", "stage_layers", counts, f"{key}: the layers.N names of each stage")
+            return
+        weights = {}
+        for field, name in (("embedding_weight", "pipeline_parallel_first_stage_less_layers"),
+                            ("head_weight", "pipeline_parallel_last_stage_less_layers")):
+            weights[field] = (f"parallelism.{name}", strict_int(f"parallelism.{name}",
+                                                                self.get("parallelism", name, 1), 0,
+                                                                STAGE_LAYER_LIMITS[1]))
+        if not any(value for _, value in weights.values()):
+            return
+        self.b.set("layout", "stage_split", "torchtitan", "generate_llm_fqn_per_model_part (pipeline_parallel.py)")
+        for field, (source, value) in weights.items():
+            if value != 1:
+                self.b.set("layout", field, value, source)
 
     # --- recompute, optimizer, model -------------------------------------------------------------------------
     def checkpointing(self):

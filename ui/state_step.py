@@ -1,0 +1,33 @@
+"""The step's framework choices in the app's state (issue 20): Megatron's fused loss, whose communication buffers
+(zerocalc.step.buffers), FSDP's wrap, reshard-after-forward and reduce dtype, the allocator whose reserve band is
+shown (zerocalc.step.allocator), and the library workspaces. The fields as a link carries them, and the Workload
+keywords they give. Where the core has None the state holds a value a link never needs: "auto", or -1 bytes."""
+
+from __future__ import annotations
+
+from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
+from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
+from zerocalc.tables import DTYPE_BITS
+
+def step_fields(field) -> tuple:
+    """The fields, built with ui.state's Field."""
+    units_lo, units_hi = WORKLOAD_LIMITS["allocator_units"]
+    return (field("comm_buffers", "choice", "auto", COMM_BUFFERS), field("fsdp_wrap", "choice", "blocks", FSDP_WRAPS),
+            field("reshard_after_forward", "choice", "auto", RESHARD_CHOICES),
+            field("reduce_dtype", "choice", "auto", ("auto",) + tuple(DTYPE_BITS)),
+            field("allocator", "choice", DEFAULT_ALLOCATOR, tuple(ALLOCATORS)),
+            field("allocator_units", "int", 0, (), units_lo, units_hi),
+            field("workspace_bytes", "count", -1, (), -1, WORKLOAD_LIMITS["workspace_bytes"][1]),  # -1: the table's
+            field("loss_fusion", "bool", False))
+
+
+def step_workload(state: dict) -> dict:
+    """The Workload keywords of those fields (Megatron's loss fusion only under the megatron implementation)."""
+    return {"comm_buffers": state["comm_buffers"], "fsdp_wrap": state["fsdp_wrap"],
+            "reshard_after_forward": state["reshard_after_forward"],
+            "reduce_dtype": None if state["reduce_dtype"] == "auto" else state["reduce_dtype"],
+            "allocator": state["allocator"], "allocator_units": state["allocator_units"],
+            "workspace_bytes": None if state["workspace_bytes"] < 0 else state["workspace_bytes"],
+            "loss_fusion": bool(state["loss_fusion"]) and state["implementation"] == "megatron"}
+

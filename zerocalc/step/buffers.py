@@ -1,0 +1,202 @@
+"""Communication buffers by framework: which gradient buckets and gathered parameters a step holds beyond the ledger.
+
+Workload.comm_buffers names the framework whose buffers are counted (one row each below; COUNTS says each in
+words, AUTO maps conventions to rows); "auto" takes it from the scenario's convention. One function,
+`buffer_items`, applies the row to one stage of one rank.
+
+- deepspeed: DeepSpeed's fixed-size buckets (deepspeed/runtime/zero/config.py defaults, in elements):
+  reduce buckets `min(reduce_bucket_size, trained)` in the gradient dtype, twice with overlap_comm (the ipg
+  double buffer, stage_1_and_2.py setup_buckets); the all-gather bucket of updated parameters at stages 1-2;
+  at stage 3 the largest module plus prefetch up to max_live_parameters, the persistent small parameters and the
+  gathered module's gradient. DeepSpeed allocates them whatever the data-parallel size (setup_buckets has no
+  world-size test), so an explicit "deepspeed" keeps them at one GPU.
+- megatron: nothing beyond the ledger. Megatron-Core's DDP reduces (all-reduce, or reduce-scatter with the
+  distributed optimizer) in place in the contiguous grad buffer the 18-byte ledger counts as fp32 main gradients,
+  and all-gathers updated parameters into the param buffer it counts as bf16 parameters
+  (megatron/core/distributed/param_and_grad_buffer.py at d98e8a64: start_grad_sync reduce-scatters
+  `local_data_view` of `bucket.grad_data` into itself; start_param_sync gathers into `bucket.param_data`).
+  Stage 3 (Megatron's own FSDP) is counted with the fsdp row.
+- fsdp: FSDP2 `fully_shard` one unit at a time (torch 2.13.0, git cf30153c, _fully_shard/_fsdp_param_group.py and
+  _fsdp_collectives.py; measured on gloo: tests/measure/fsdp2_buffers.py). A unit's all-gather output and its
+  unsharded parameters are `dp x ceil(rows / dp)` padded rows of every tensor in param_dtype (the compute dtype);
+  the unsharded gradient is the tensor's own size in that dtype; the reduce-scatter input is padded, in
+  Workload.reduce_dtype (None: param_dtype, MixedPrecisionPolicy's default; torchtitan's mixed_precision_reduce
+  is "float32").
+  Forward, at the loss: only the units not resharded after forward stay gathered (the root's all-gather output
+  is freed by the root's post-forward). Backward, over its first units (the ones that run while every activation
+  is saved): the largest of the windows in `fsdp_backward`. The wrap (Workload.fsdp_wrap):
+    blocks      each decoder block a unit, embeddings + final norm + head in the root (accelerate's
+                TRANSFORMER_BASED_WRAP, torch's FSDP2 examples): the root stays gathered from its forward to the end
+                of backward and accumulates its gradients until then;
+    torchtitan  torchtitan/distributed/fsdp.py apply_fsdp_to_decoder at b5bcd76c: the embedding its own unit,
+                [norm, lm_head] one unit kept gathered after forward, each block a unit (tied embeddings: one unit
+                of all three, kept, like the blocks wrap's root).
+- none: nothing is reduced or gathered (one process).
+auto: megatron for the megatron convention, fsdp for fsdp2, deepspeed otherwise; at one data-parallel rank (every
+ZeRO group of size 1) none, except under the deepspeed convention (DeepSpeed still allocates its buckets).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from ..tables import DTYPE_BITS
+
+COMM_BUFFERS = ("auto", "deepspeed", "megatron", "fsdp", "none")
+FSDP_WRAPS = ("blocks", "torchtitan")
+
+# convention -> the framework whose buffers auto counts (data, one row per convention; the default row: deepspeed)
+AUTO = {"megatron": "megatron", "fsdp2": "fsdp", "deepspeed": "deepspeed"}
+
+
+class Unit(NamedTuple):
+    """One FSDP unit on one rank, in elements: the all-gather output (= the unsharded parameters, padded), the
+    unsharded gradients (trainable tensors, their own size) and the reduce-scatter input (trainable, padded)."""
+    params: int = 0
+    grads: int = 0
+    reduce: int = 0
+
+    def __add__(self, other):
+        return Unit(*(a + b for a, b in zip(self, other)))
+
+
+class FsdpUnits(NamedTuple):
+    block: Unit        # the rank's largest decoder block
+    blocks: int        # blocks on the rank (a prefetch needs a second one)
+    first: Unit        # the embedding end (embeddings, positions)
+    last: Unit         # the output end (final norm, head)
+    tied: bool = False # no separate head on the rank (tied embeddings): torchtitan wraps the ends as one unit
+
+
+def framework(scenario, workload, shape) -> str:
+    """The row that applies: Workload.comm_buffers, or for "auto" the convention's framework; none where nothing
+    is sharded (every ZeRO group of one rank) unless DeepSpeed is named (it allocates its buckets anyway)."""
+    chosen = workload.comm_buffers
+    name = chosen if chosen != "auto" else AUTO.get(scenario.convention, "deepspeed")
+    deepspeed_named = chosen == "deepspeed" or (chosen == "auto" and scenario.convention == "deepspeed")
+    if name != "none" and not deepspeed_named and all(g.shard == 1 for g in shape.groups):
+        return "none"
+    return name
+
+
+# what each row counts, in words (the report and the page say which row applied and why)
+COUNTS = {
+    "deepspeed": "DeepSpeed's fixed-size buckets: reduce_bucket_size (twice with overlap_comm), the stage 1-2 "
+                 "all-gather bucket, ZeRO-3's largest module + prefetch and persistent parameters",
+    "megatron": "nothing beyond the ledger: Megatron's DDP reduces in its grad buffer and gathers into its param "
+                "buffer (stage 3 as FSDP)",
+    "fsdp": "FSDP one unit at a time: the units kept gathered, a block's unsharded parameters, gradients and "
+            "reduce-scatter input, the next block's prefetched all-gather",
+    "none": "nothing: no data parallelism, so nothing is reduced or gathered",
+}
+
+
+def describe(scenario, workload, shape) -> dict:
+    """Which row applied to a rank and why: {"chosen", "counted", "why"}."""
+    counted = framework(scenario, workload, shape)
+    chosen = workload.comm_buffers
+    why = COUNTS[counted]
+    if chosen == "auto":
+        why = f"auto (convention {scenario.convention}): " + why
+    elif counted != chosen:
+        why = f"{chosen} without data parallelism: " + why
+    return {"chosen": chosen, "counted": counted, "why": why}
+
+
+def fsdp_units(rank, groups) -> FsdpUnits:
+    """The rank's FSDP units from its holdings: each tensor sharded over its group's size, padded per tensor."""
+    shard = {g.name: g.shard for g in groups}
+    kinds = {"all": Unit(), "dense": Unit(), "moe": Unit()}
+    seen, first, last = {}, Unit(), Unit()
+    for h in rank.holdings:
+        n = shard.get(h.group, 1)
+        padded = -(-h.rows // n) * n * (h.local_elements // h.rows if h.rows else 0)
+        u = Unit(padded, h.local_elements if h.tensor.trainable else 0, padded if h.tensor.trainable else 0)
+        t = h.tensor
+        if t.place == "layer":
+            key = (t.kind, t.name)                     # rows split by layer range: one block holds one of them
+            if key in seen:
+                seen[key] = Unit(*map(max, seen[key], u))
+            else:
+                seen[key] = u
+        elif t.place == "first":
+            first += u
+        else:
+            last += u
+    for (kind, _), u in seen.items():
+        kinds[kind] += u
+    dense, moe = kinds["all"] + kinds["dense"], kinds["all"] + kinds["moe"]
+    tied = not any(h.tensor.role == "head" and not h.tensor.tied for h in rank.holdings)
+    return FsdpUnits(dense if dense.params >= moe.params else moe, rank.layers, first, last, tied)
+
+
+def _b(elements: int, bits: int) -> int:
+    return -(-elements * bits // 8)
+
+
+def fsdp_forward(units: FsdpUnits, wrap: str, pbits: int) -> int:
+    """Gathered at the loss: the units kept after forward (the root; torchtitan's [norm, lm_head] unit)."""
+    kept = units.first + units.last if wrap == "blocks" or units.tied else units.last
+    return _b(kept.params, pbits)
+
+
+def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int) -> tuple[int, int]:
+    """(gathered parameters, unsharded gradients + reduce-scatter input) of the largest backward window from the
+    output end down to block 1 (_fsdp_param_group.py: pre_backward unshards the unit and prefetches the previous
+    unit's all-gather; post_backward reshards, then reduce-scatters, and keeps that reduce-scatter input until the
+    next unit's post_backward pops it). P, G, RS: a block's unsharded parameters, gradients, reduce-scatter input;
+    A: the next block's prefetched all-gather (P-sized, with a second block on the rank).
+      blocks wrap (the root R keeps both ends gathered and accumulates the output end's gradients G_out):
+        output end  R + G_out + A;  last block  R + G_out + P + G + A;  a later block (three or more)
+        R + G_out + P + G + A + RS (the block after it holds its input);  a block's reduce  R + G_out + G + RS + A
+      torchtitan wrap (H = [norm, lm_head], kept after forward):
+        H compute  H.P + H.G + A;  H reduce  H.G + H.RS + A;  last block  P + G + A + H.RS (held);
+        a later block  P + G + A + RS;  a block's reduce  G + RS + A
+    Not counted (after most activations are freed): block 0's prefetch of torchtitan's embedding unit and the
+    reduce-scatter of the root or embedding unit at the end of backward."""
+    u, last = units.block, units.last
+    p, g, rs = _b(u.params, pbits), _b(u.grads, pbits), _b(u.reduce, rbits)
+    a = p if units.blocks > 1 else 0
+    later = units.blocks > 2
+    if wrap == "blocks" or units.tied:
+        root = _b((units.first + units.last).params, pbits)
+        out = _b(last.grads + (units.first.grads if units.tied else 0), pbits)   # tied: the head's is the embedding's
+        windows = [(root + a, out), (root + p + a, out + g), (root + a, out + g + rs)]
+        if later:
+            windows.append((root + p + a, out + g + rs))
+    else:
+        hp, hg, hrs = _b(last.params, pbits), _b(last.grads, pbits), _b(last.reduce, rbits)
+        windows = [(hp + a, hg), (a, hg + hrs), (p + a, g + hrs), (a, g + rs)]
+        if later:
+            windows.append((p + a, g + rs))
+    return max(windows, key=sum)
+
+
+def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tuple[list, list, list]:
+    """(forward, backward, optimizer step) components of one stage under the framework `name`. `ds` holds the
+    DeepSpeed terms worked out once per rank (peak._phase_items)."""
+    if name == "megatron" and s == 3:
+        name = "fsdp"                                           # Megatron's FSDP gathers unit by unit too
+    if name in ("none", "megatron"):
+        return [], [], []
+    if name == "fsdp":
+        if shape.fsdp is None:
+            return [], [], []
+        pbits = shape.compute_bits
+        rbits = DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else pbits   # FSDP's default: param_dtype
+        wrap = workload.fsdp_wrap
+        gathered, grads = fsdp_backward(shape.fsdp, wrap, pbits, rbits)
+        if s < 3:          # the ledger holds whole parameters: only the unit's gradients and reduce-scatter
+            u = shape.fsdp.block
+            return [], [("gradient buckets", _b(u.grads, pbits) + _b(u.reduce, rbits))], []
+        return ([("gathered parameters", fsdp_forward(shape.fsdp, wrap, pbits))],
+                [("gathered parameters", gathered), ("gradient buckets", grads)], [])
+    forward, backward, optimizer = [], [], []
+    if s == 3:
+        forward.append(("gathered parameters", ds["gathered"]))
+        backward.append(("gathered parameters", ds["gathered"] + ds["layer_grad"]))
+        optimizer.append(("persistent parameters", ds["persistent"]))
+    backward.append(("gradient buckets", (2 if workload.overlap(s) else 1) * ds["reduce_bucket"]))
+    if s in (1, 2):
+        optimizer.append(("all-gather bucket", ds["allgather_bucket"]))
+    return forward, backward, optimizer
