@@ -8,11 +8,12 @@ import pytest
 
 from tests.app_helpers import (
     ISSUE_13,
-    answer_text,
     TABS,
+    answer_text,
     assert_overview_matches_core,
     captions,
     core_report,
+    dataframe_with,
     figure,
     has_figure,
     header_text,
@@ -263,6 +264,10 @@ def test_the_how_to_read_view_states_the_capacity_and_the_validation_ledger():
     assert "that PyTorch can use on NVIDIA H100 80GB HBM3 (SXM)" in text and "nvidia-smi shows 79.65 GiB" in text
     assert "Checked against" in text and "published GPU runs" in text and "median error" in text
     assert "of the 84.94 GB PyTorch can use" in answer_text(at)               # the verdict names its capacity
+    catalog = dataframe_with(at, "nvidia-smi's figure")                          # every card, both figures, sourced
+    assert len(catalog) == len(GPU_CATALOG) and catalog["PyTorch's figure"].str.len().min() > 10
+    row = catalog[catalog["key"] == "L40S-48GB"].iloc[0]
+    assert row["PyTorch can use (GB)"] == "47.66" and row["nvidia-smi (GB)"] == "48.31"
 
 
 def test_ranges_show_a_band_and_the_low_end_verdict():

@@ -95,3 +95,22 @@ def test_the_interleaved_schedule_without_virtual_stages_falls_back_to_1f1b():
 def test_params_only_ignores_layout_fields_in_the_link():
     at = run_app({"model": "params-only", "tp": "8"})
     assert "tp" not in dict(at.query_params)
+
+
+def test_the_layers_of_each_stage_are_typed_and_a_wrong_count_is_named_not_taken():
+    """Uneven stages (issue 20): the counts travel in the link; a sum that is not the model's layers, or text that
+    is not counts, gets a message naming the field and the last valid split stays."""
+    at = open_sections(run_app({"model": "llama-3-8b", "pp": "2", "micro_batches": "4", "workers": "4"}),
+                       "sec_parallel")
+    assert at.text_input(key="stage_layers_text").value == ""                # the even split
+    at.text_input(key="stage_layers_text").set_value("20, 12").run()
+    assert dict(at.query_params)["stage_layers"] == "20,12"
+    assert core_report(dict(at.query_params))["layout"]["stage_layers"] == [20, 12]
+    at.text_input(key="stage_layers_text").set_value("20,x").run()
+    assert not at.exception and "Layers of each stage (schedule order): stage_layers" in text_of(at)
+    assert dict(at.query_params)["stage_layers"] == "20,12"
+    at.text_input(key="stage_layers_text").set_value("20,13").run()          # 33 layers: refused, named
+    assert not at.exception and "stage_layers" in text_of(at) and "stage_layers" not in dict(at.query_params)
+    linked = open_sections(run_app({"model": "llama-3-8b", "pp": "2", "micro_batches": "4", "workers": "4",
+                                    "stage_layers": "10,22"}), "sec_parallel")
+    assert linked.text_input(key="stage_layers_text").value == "10,22"

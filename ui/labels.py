@@ -144,6 +144,9 @@ HELP = {
     "stage_split": "even: as many layers per stage as they go (interleaved: divisible); torchtitan: its default "
                    "split, the embedding and the head each counted as a layer (126 layers on 8 stages: 15, 16 x 6, "
                    "15); megatron: first / last rank's layers, the rest even.",
+    "stage_layers": "The decoder layers of each pipeline stage, comma-separated in schedule order (pp x vpp counts "
+                    "summing to the layers; a stage may hold 0: the embedding or the head alone), as torchtitan's "
+                    "pipeline_parallel_layers_per_stage or a module split gives them. Empty: the even split.",
     "first_stage_layers": "Megatron's --decoder-first-pipeline-num-layers (0: even).",
     "last_stage_layers": "Megatron's --decoder-last-pipeline-num-layers (0: even).",
     "cp": "Splits the sequence across GPUs (ring attention, flash only); ZeRO then shards over dp x cp.",

@@ -66,6 +66,6 @@ def render() -> None:
     elif view == "Framework configs":
         imports.exports_tab(resolved)
     elif view == "How to read it":
-        views.about_tab(report)
+        views.about_tab(report, unit)
 
     widgets.sidebar(imports.loaders)      # last: the sidebar's deltas follow the page's

@@ -17,7 +17,8 @@ from zerocalc.units import capacity_text, parse_capacity, parse_count
 
 from .labels import LABELS
 from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
-from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, VALUES, seed
+from .state_stages import LIST_HINT, layers_from_text, layers_text
+from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
@@ -58,7 +59,8 @@ def start_session() -> list:
     state, view_warnings = from_query(view)
     resolved = resolve(state)
     seed({**resolved.state, PARAMS_TEXT: str(resolved.state["params"]),
-          GPU_MEMORY_TEXT: capacity_text(resolved.state["gpu_memory"])})
+          GPU_MEMORY_TEXT: capacity_text(resolved.state["gpu_memory"]),
+          STAGE_LAYERS_TEXT: layers_text(resolved.state["stage_layers"])})
     if plan is not None:
         st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
         warnings += plan_warnings
@@ -72,6 +74,8 @@ TYPED = (
     ("gpu_memory", GPU_MEMORY_TEXT, lambda s: s["gpu"] == CUSTOM, parse_capacity,
      "a capacity with its unit from 1 GiB to 1 PiB, such as 48 GB, 44.4 GiB or 46068 MiB", capacity_text,
      capacity_text),
+    ("stage_layers", STAGE_LAYERS_TEXT, lambda s: s["pp"] > 1 and s["stage_split"] == "even", layers_from_text,
+     LIST_HINT + ", or nothing for the even split", layers_text, layers_text),
 )
 
 
@@ -86,7 +90,7 @@ def texts_into_state(state: dict) -> list:
         field = next(f for f in FIELDS if f.name == name)
         try:
             value = parse(text)
-            if not field.lo <= value <= field.hi:
+            if isinstance(value, int) and not field.lo <= value <= field.hi:
                 raise ValueError(f"{value:,} is out of range")
         except ValueError as exc:
             problems.append(f"{LABELS[name]}: {exc}; allowed: {allowed}. Showing the last valid value, "

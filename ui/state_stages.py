@@ -44,3 +44,13 @@ def stage_layout(state: dict) -> dict:
 def ui_value(name: str, value):
     """A core value as the state holds it (None -> its sentinel), for imports and fixes."""
     return NONE[name] if value is None and name in NONE else value
+
+
+def layers_text(counts) -> str:
+    """The counts as the text box shows them: "7,8,8,7"; nothing when none are given."""
+    return ",".join(str(c) for c in counts)
+
+
+def layers_from_text(text: str) -> tuple:
+    """The text box's counts (nothing: none given, the split rule decides); FieldError for anything else."""
+    return () if not str(text).strip() else parse_stage_layers(text)

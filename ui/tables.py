@@ -146,6 +146,16 @@ def validation_sentence(summary) -> str:
             "Every row, its source and its command: docs/validation.md (choose it below).")
 
 
+def catalog_table(rows: list, unit: str) -> "pandas.DataFrame":
+    """The GPU catalogue (zerocalc.gpus.catalog_rows): what PyTorch can use (the verdict's), nvidia-smi's, sources."""
+    return frame([{"GPU": r["marketing_name"], "key": r["name"],
+                   f"PyTorch can use ({unit})": in_unit(r["capacity_bytes"], unit) + (" (estimated)" if r["estimated"]
+                                                                                        else ""),
+                   f"nvidia-smi ({unit})": in_unit(r["nvidia_smi_bytes"], unit),
+                   "PyTorch's figure": r["capacity_source"], "nvidia-smi's figure": r["nvidia_smi_source"]}
+                  for r in rows])
+
+
 def fits_on_table(report: dict, unit: str) -> "pandas.DataFrame":
     rows = []
     for g in report["fits_on"]:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from zerocalc.gpus import catalog_rows
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
 
@@ -179,9 +180,11 @@ nvidia-smi's total less 1 GiB and marked so. Never the marketing "GB". GB = 10^9
 """
 
 
-def about_tab(report: dict) -> None:
+def about_tab(report: dict, unit: str = "GB") -> None:
     if "gpu" in report:                       # a peak, so a GPU to hold it (not for a bare parameter count)
         st.markdown(escape_markdown(tables.capacity_sentence(report)))
+    with st.expander("The GPU catalogue: both capacities of every card, each with its source"):
+        st.dataframe(tables.catalog_table(catalog_rows(), unit), hide_index=True, key="catalog_table")
     st.markdown(tables.validation_sentence(validation_summary()))
     st.markdown("**One colour per memory term**, the same in every chart and every view:")
     st.dataframe(tables.colour_table(), hide_index=True, key="colours_table",

@@ -36,7 +36,8 @@ ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_per
 VALUES = "_values"          # session key: every field's value, the app state
 PARAMS_TEXT = "params_text"  # the parameter count as typed (params-only): kept in VALUES beside the fields
 GPU_MEMORY_TEXT = "gpu_memory_text"  # a custom capacity as typed, with its unit ("48 GB"): kept beside them too
-TEXTS = (PARAMS_TEXT, GPU_MEMORY_TEXT)
+STAGE_LAYERS_TEXT = "stage_layers_text"  # the layers per pipeline stage as typed ("15,16,16,...")
+TEXTS = (PARAMS_TEXT, GPU_MEMORY_TEXT, STAGE_LAYERS_TEXT)
 
 
 def seed(state: dict) -> None:
@@ -61,6 +62,8 @@ def set_fields(values: dict) -> None:
     store = st.session_state[VALUES]
     if values.get("gpu_memory") is not None:   # the capacity's text box shows what was set, with its unit
         values = {**values, GPU_MEMORY_TEXT: capacity_text(values["gpu_memory"])}
+    if "stage_layers" in values:                # the stage counts' text box shows what was set
+        values = {**values, STAGE_LAYERS_TEXT: ",".join(str(c) for c in values["stage_layers"])}
     for name, value in values.items():
         store[name] = value
         if name in st.session_state:
@@ -205,6 +208,9 @@ def _parallel(box) -> None:
         widget("vpp", box)
     if current("pp") > 1:
         widget("stage_split", box)
+        if current("stage_split") == "even":
+            st.session_state[STAGE_LAYERS_TEXT] = current(STAGE_LAYERS_TEXT)
+            box.text_input(LABELS["stage_layers"], key=STAGE_LAYERS_TEXT, help=HELP["stage_layers"])
         if current("stage_split") == "megatron":
             widget("first_stage_layers", box)
             widget("last_stage_layers", box)

@@ -149,3 +149,11 @@ COMPUTE_CAPABILITY = MappingProxyType({
 GPU_CATALOG = MappingProxyType({key: card._replace(compute_capability=COMPUTE_CAPABILITY.get(key))
                                 for key, card in _CARDS.items()})
 DEFAULT_GPU = "H100-SXM-80GB"
+
+
+def catalog_rows() -> list:
+    """The catalogue as plain rows (the CLI's --list-gpus, the page's catalogue table): both capacities, sources."""
+    return [{"name": key, "capacity_bytes": gpu.usable_bytes, "marketing_name": gpu.name,
+             "capacity_source": gpu.usable_source, "estimated": gpu.estimated, "nvidia_smi_bytes": gpu.smi_bytes,
+             "reported_as": gpu.reported_as, "nvidia_smi_source": gpu.smi_source,
+             "compute_capability": gpu.compute_capability} for key, gpu in GPU_CATALOG.items()]

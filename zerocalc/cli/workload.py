@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..gpus import GPU_CATALOG
+from ..gpus import catalog_rows
 from ..layout import Layout
 from ..model.architecture import Architecture
 from ..model.finetune import FineTune
@@ -118,10 +118,7 @@ def list_models(as_json: bool):
 
 
 def list_gpus(as_json: bool):
-    rows = [{"name": key, "capacity_bytes": gpu.usable_bytes, "marketing_name": gpu.name,
-             "capacity_source": gpu.usable_source, "estimated": gpu.estimated,
-             "nvidia_smi_bytes": gpu.smi_bytes, "reported_as": gpu.reported_as, "nvidia_smi_source": gpu.smi_source}
-            for key, gpu in GPU_CATALOG.items()]
+    rows = catalog_rows()
     if as_json:
         return rows
     width = max(len(r["name"]) for r in rows)

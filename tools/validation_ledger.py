@@ -1,0 +1,358 @@
+"""The validation ledger: zerocalc against peak memories measured on real GPUs and published (issue 20).
+
+    python tools/validation_ledger.py            # print the summary
+    python tools/validation_ledger.py --write    # regenerate docs/validation.md and docs/validation.json
+    python tools/validation_ledger.py --check    # exit 1, with a diff, when the committed files are stale
+
+The cases live in validation/cases.json. A case either gives zerocalc's arguments (`argv`, as for
+`python -m zerocalc`), the ZeRO stage the run used and the rank to read, or names what zerocalc lacks to express it
+(`missing`). Each expressible case runs in-process through the CLI's own parser and inputs (zerocalc.cli.main) and
+the report it prints with --json (zerocalc.output.report.report_dict; the solvers and fits-on table are left out:
+no figure here reads them). Its figure is compared like with like:
+
+- max_memory_allocated: the live tensors, the peak without the "allocator reserve" and "CUDA context" parts;
+- max_memory_reserved: tensors + the allocator reserve, and the band of the reserve assumption
+  (zerocalc.answers.ranges) from its low to its high end; the error is measured to the band;
+- device (nvidia-smi / nvml): the whole peak, CUDA context included.
+
+Each is the largest over the phases of one rank class: the last pipeline stage where the source measured there
+(Megatron logs rank world_size - 1), else the busiest rank. The error is zerocalc / measured - 1, signed.
+Nothing here is hand-edited: the documents are what this file computes from the cases and zerocalc today.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+CASES = ROOT / "validation" / "cases.json"
+DOC_MD = ROOT / "docs" / "validation.md"
+DOC_JSON = ROOT / "docs" / "validation.json"
+KINDS = ("max_memory_allocated", "max_memory_reserved", "device")
+RESERVE, CONTEXT, WORKSPACES = "allocator reserve", "CUDA context", "library workspaces"
+GIB = 2**30
+WITHIN = 0.10
+SOURCE_TITLES = {
+    "megatron-lm": "Megatron-LM functional-test golden values",
+    "torchtitan": "torchtitan benchmark docs",
+    "torchao": "torchao benchmarks (run with torchtitan and torchtune)",
+    "torchtune": "torchtune README tables",
+    "huggingface": "Hugging Face transformers docs",
+    "peft": "Hugging Face PEFT docs (accelerate guides)",
+    "answerai-fsdp-qlora": "Answer.AI fsdp_qlora benchmarks (FSDP + LoRA/QLoRA, 2 x RTX 3090)",
+}
+
+
+def load_cases(path: Path = CASES) -> list:
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["cases"]
+
+
+def _resolve(argv: list) -> list:
+    """The case's arguments with --config paths read from the repository root, wherever this runs from."""
+    out = list(argv)
+    for i, arg in enumerate(out[:-1]):
+        if arg == "--config" and not os.path.isabs(out[i + 1]):
+            out[i + 1] = str(ROOT / out[i + 1])
+    return out
+
+
+def zerocalc_report(argv: list):
+    """(scenario, workload, report dict) for a case's arguments, as `python -m zerocalc ... --json` builds them."""
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.output.report import report_dict
+    from zerocalc.parallel.ranks import report_for
+    args = build_parser().parse_args(_resolve(argv))
+    scenario, _arch, workload, _imported = _inputs(args)
+    if workload is None:
+        raise ValueError("the case names no model: zerocalc gives no peak without one")
+    report = report_for(scenario, workload)
+    return scenario, workload, report_dict(report, None, layouts=False, answers=False)
+
+
+def phase_figures(parts: dict) -> dict:
+    """One phase's parts -> its tensors, tensors + reserve, and total."""
+    total = sum(parts.values())
+    reserve, context = parts.get(RESERVE, 0), parts.get(CONTEXT, 0)
+    tensors = total - reserve - context
+    return {"max_memory_allocated": tensors, "max_memory_reserved": tensors + reserve, "device": total}
+
+
+def rank_figure(peak_row: dict, kind: str) -> tuple:
+    """(figure, phase) for one rank's peak row of one stage: the phase where this kind of figure is largest."""
+    best = max(peak_row["phases"].items(), key=lambda kv: (phase_figures(kv[1])[kind], kv[0]))
+    return phase_figures(best[1])[kind], best[0]
+
+
+def pick_rank(report: dict, case: dict) -> tuple:
+    """(rank row, how it was chosen): the last pipeline stage's rank class when the source measured there (the
+    largest such class, experts included), else the busiest rank class for this kind of figure."""
+    stage, kind, ranks = case["stage"], case["kind"], report["ranks"]
+    if case.get("read_rank") == "last":
+        last = report["layout"]["pp"] - 1
+        ranks = [r for r in ranks if last in r["pp_stages"]]
+        how = "last pipeline stage"
+    else:
+        how = "busiest rank"
+    row = max(ranks, key=lambda r: rank_figure(r["peak"][stage], kind)[0])
+    return row, how
+
+
+def reserve_band(scenario, workload, stage: int, tensors: int, context: int, rank_is_worst: bool):
+    """(low, high) of tensors + reserve over the allocator-reserve assumption's range, or None where the report
+    gives no band for this rank (ranges answers for the worst rank of each stage)."""
+    try:
+        from zerocalc.answers.ranges import ASSUMPTIONS, ranges
+    except ImportError:
+        return None
+    if "allocator_reserve" not in ASSUMPTIONS or not rank_is_worst:
+        return None
+    band = ranges(scenario, workload, vary=("allocator_reserve",)).band(stage)
+    low, high = band.low_bytes - context, band.high_bytes - context
+    return (min(low, tensors), max(high, tensors))
+
+
+def error_to(value: int, measured: int) -> float:
+    return value / measured - 1
+
+
+def band_error(low: int, high: int, measured: int) -> float:
+    """0 inside the band, else the error of the nearer end."""
+    if low <= measured <= high:
+        return 0.0
+    return error_to(low if measured < low else high, measured)
+
+
+def evaluate(case: dict) -> dict:
+    """A case's result: zerocalc's figure like with like, the rank read, and the signed error."""
+    if "argv" not in case:
+        return {"expressed": False}
+    scenario, workload, report = zerocalc_report(case["argv"])
+    stage, kind, measured = case["stage"], case["kind"], case["measured_bytes"]
+    row, how = pick_rank(report, case)
+    peak = row["peak"][stage]
+    figure, phase = rank_figure(peak, kind)
+    parts = peak["phases"][phase]
+    if RESERVE not in parts or CONTEXT not in parts:    # renamed in the report: say so rather than count it as tensors
+        raise KeyError(f"{case['id']}: the report's phase has no {RESERVE!r} or {CONTEXT!r} part: {sorted(parts)}")
+    out = {"expressed": True, "rank": row["name"], "rank_rule": how, "phase": phase, "zerocalc_bytes": figure,
+           "parts": dict(parts), "point_error": error_to(figure, measured)}
+    out["error"] = out["point_error"]
+    if case.get("steady_bytes") and parts.get("model states"):
+        # what stays allocated between steps (Megatron logs it too) against zerocalc's persistent part, the model
+        # states and the library workspaces (taken once per process and kept): splits the error into what persists
+        # and the step's transients
+        steady = parts["model states"] + parts.get(WORKSPACES, 0)
+        out["steady_bytes"] = steady
+        out["steady_error"] = error_to(steady, case["steady_bytes"])
+        out["transient_error"] = error_to(figure - steady if kind == "max_memory_allocated" else
+                                          figure - steady - parts.get(RESERVE, 0)
+                                          - (parts.get(CONTEXT, 0) if kind == "device" else 0),
+                                          measured - case["steady_bytes"])
+    if kind == "max_memory_reserved":
+        worst = report["peak"][stage]["rank"] == row["name"]
+        band = reserve_band(scenario, workload, stage, figure - parts.get(RESERVE, 0), parts.get(CONTEXT, 0), worst)
+        if band is not None:
+            out["band_bytes"] = list(band)
+            out["error"] = band_error(band[0], band[1], measured)
+    return out
+
+
+def summarise(rows: list) -> dict:
+    """Counts, median and worst error and the share within 10% of the expressed rows."""
+    done = [r for r in rows if r["result"]["expressed"]]
+    errors = [r["result"]["error"] for r in done]
+    out = {"cases": len(rows), "expressed": len(done), "median_error": None, "worst_error": None,
+           "worst_case": None, "within_10_percent": None}
+    if done:
+        worst = max(done, key=lambda r: (abs(r["result"]["error"]), r["id"]))
+        out.update(median_error=statistics.median(errors), worst_error=worst["result"]["error"],
+                   worst_case=worst["id"],
+                   within_10_percent=sum(abs(e) <= WITHIN for e in errors) / len(errors))
+    return out
+
+
+def ledger(cases: list) -> dict:
+    rows = [{**case, "result": evaluate(case)} for case in cases]
+    summary = summarise(rows)
+    summary["sources"] = {name: summarise([r for r in rows if r["source_name"] == name])
+                          for name in sorted({r["source_name"] for r in rows})}
+    from zerocalc import __version__
+    return {"about": "zerocalc against published GPU peak memories; regenerate with "
+                     "`python tools/validation_ledger.py --write`",
+            "zerocalc_version": __version__, "summary": summary, "cases": rows}
+
+
+# ---- the documents -----------------------------------------------------------------------------------------------
+
+def gib(n: int) -> str:
+    return f"{n / GIB:,.2f} GiB"
+
+
+def pct(x) -> str:
+    return "n/a" if x is None else f"{x * 100:+.1f}%"
+
+
+def share(x) -> str:
+    return "n/a" if x is None else f"{x * 100:.0f}%"
+
+
+def link(source: dict) -> str:
+    if source.get("url"):
+        return f"[{source.get('path') or source['url']}]({source['url']})"
+    repo, path, commit = source["repo"], source["path"], source["commit"]
+    return f"[{repo} `{path.rsplit('/', 2)[-2] + '/' + path.rsplit('/', 1)[-1] if '/' in path else path}` @ " \
+           f"{commit[:8]}](https://github.com/{repo}/blob/{commit}/{path})"
+
+
+def cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def command(argv: list) -> str:
+    return "`python -m zerocalc " + " ".join(argv) + "`"
+
+
+def summary_lines(s: dict) -> list:
+    return [(f"- **{s['expressed']} of {s['cases']} cases expressed**; median error {pct(s['median_error'])}, "
+            f"worst {pct(s['worst_error'])} ({s['worst_case'] or 'none'}), within 10%: "
+            f"{share(s['within_10_percent'])}")]
+
+
+def render_md(doc: dict) -> str:
+    s = doc["summary"]
+    lines = ["# Validation ledger: zerocalc against published GPU runs", "",
+             "Generated by `python tools/validation_ledger.py --write` from `validation/cases.json`; do not edit "
+             "by hand. `python tools/validation_ledger.py --check` (and `tests/test_validation_ledger.py`) fails "
+             "when this file differs from what zerocalc computes now. zerocalc " + doc["zerocalc_version"] + ".", "",
+             "## Summary", ""]
+    lines += summary_lines(s)
+    lines += ["", "| source | cases | expressed | median error | worst | within 10% |", "|---|---|---|---|---|---|"]
+    for name, t in s["sources"].items():
+        lines.append(f"| {SOURCE_TITLES.get(name, name)} | {t['cases']} | {t['expressed']} | "
+                     f"{pct(t['median_error'])} | {pct(t['worst_error'])} ({t['worst_case'] or '-'}) | "
+                     f"{share(t['within_10_percent'])} |")
+    lines += ["", "## How to read it", "",
+              ("- **Like with like.** `max_memory_allocated` is compared with zerocalc's live tensors (the peak "
+              "without its allocator reserve and CUDA context); `max_memory_reserved` with tensors + allocator "
+              "reserve, the error measured to the reserve assumption's band when the report gives one (the point error, at "
+              "zerocalc's 5% reserve, in brackets); a `device` "
+              "reading (nvidia-smi, nvml) with the whole peak, CUDA context included."),
+              ("- **Rank.** Megatron logs memory on rank world_size - 1, the last pipeline stage: that rank class is "
+              "read. Elsewhere the busiest rank class is read (torchtitan's tables give the maximum across GPUs)."),
+              ("- **Error** = zerocalc / measured - 1: positive when zerocalc says more than the GPU measured. Byte "
+              "figures here are GiB (2^30 bytes) with two decimals; `docs/validation.json` has the exact bytes."),
+              ("- **Expressed** means every memory-relevant setting the source states can be set in zerocalc; the "
+              "assumptions each case needed are listed under it. The other cases stay below with the features "
+              "zerocalc lacks (or the settings the source does not publish)."),
+              ("- **Steady state.** Where the source also logs what stays allocated between steps (Megatron's "
+               "`mem-allocated-bytes`), the error splits in two: zerocalc's model states + library workspaces "
+               "(cuBLAS and Transformer Engine GEMM scratch, taken once per process and kept) against that steady "
+               "figure, and the step's transients (measured peak - steady) against zerocalc's tensors beyond "
+               "those."), ""]
+    rows = doc["cases"]
+    for name in s["sources"]:
+        mine = [r for r in rows if r["source_name"] == name and r["result"]["expressed"]]
+        if not mine:
+            continue
+        lines += [f"## {SOURCE_TITLES.get(name, name)}", "",
+                  "| id | source | quoted figure | kind | measured | zerocalc | rank, phase | error |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in mine:
+            res = r["result"]
+            band = f" (band {gib(res['band_bytes'][0])}..{gib(res['band_bytes'][1])})" if "band_bytes" in res \
+                else ""
+            point = f" (point {pct(res['point_error'])})" if "band_bytes" in res else ""
+            lines.append(f"| {r['id']} | {link(r['source'])} | {cell(r['figure']['value'])} "
+                         f"{r['figure']['printed_unit']} | {r['kind']} | {gib(r['measured_bytes'])} | "
+                         f"{gib(res['zerocalc_bytes'])}{band} | {cell(res['rank'])} (ZeRO {r['stage']}), "
+                         f"{res['phase']} | {pct(res['error'])}{point} |")
+        lines += ["", "Commands and assumptions:", ""]
+        for r in mine:
+            lines.append(f"- **{r['id']}** ({cell(r['gpu'])}): {command(r['argv'])}, ZeRO stage {r['stage']}, "
+                         f"read on the {r['result']['rank_rule']}. Quoted (verbatim): {cell(r['quoted'])}")
+            res = r["result"]
+            parts = ", ".join(f"{k} {gib(v)}" for k, v in res["parts"].items())
+            lines.append(f"  - zerocalc's parts at that phase: {parts}")
+            if "steady_error" in res:
+                lines.append(f"  - between steps the run kept {gib(r['steady_bytes'])} allocated "
+                             f"({cell(r['steady_note'])}): zerocalc's model states + library workspaces "
+                             f"({gib(res['steady_bytes'])}) are {pct(res['steady_error'])} "
+                             f"off it, the step's transients (peak - steady) {pct(res['transient_error'])}")
+            for a in r["assumptions"]:
+                lines.append(f"  - {cell(a)}")
+        lines.append("")
+    lines += ["## Cases zerocalc cannot express yet", "",
+              "| id | source | quoted figure | kind | measured | missing |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        if not r["result"]["expressed"]:
+            lines.append(f"| {r['id']} | {link(r['source'])} | {cell(r['figure']['value'])} "
+                         f"{r['figure']['printed_unit']} | {r['kind']} | {gib(r['measured_bytes'])} | "
+                         f"{cell('; '.join(r['missing']))} |")
+    lines += ["", "## Regenerate", "", "```bash", (". .venv/bin/activate   # or any Python 3.11 with the repository "
+              "on the path"), "python tools/validation_ledger.py --write", ("python tools/validation_ledger.py "
+              "--check   # what CI runs (tests/test_validation_ledger.py)"), "```", ""]
+    return "\n".join(lines)
+
+
+def render_json(doc: dict) -> str:
+    return json.dumps(doc, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
+
+
+def documents(cases: list | None = None) -> dict:
+    doc = ledger(load_cases() if cases is None else cases)
+    return {DOC_MD: render_md(doc), DOC_JSON: render_json(doc)}
+
+
+def check(docs: dict) -> list:
+    """The differences between the committed files and a fresh run, as unified diffs (empty when equal)."""
+    diffs = []
+    for path, fresh in docs.items():
+        old = path.read_text(encoding="utf-8") if path.exists() else ""
+        if old != fresh:
+            rel = path.relative_to(ROOT)
+            diff = difflib.unified_diff(old.splitlines(), fresh.splitlines(), f"{rel} (committed)",
+                                        f"{rel} (zerocalc now)", lineterm="", n=1)
+            diffs.append("\n".join(list(diff)[:80]))
+    return diffs
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="regenerate docs/validation.md and docs/validation.json")
+    mode.add_argument("--check", action="store_true", help="exit 1 when the committed files are stale")
+    args = p.parse_args(argv)
+    docs = documents()
+    if args.check:
+        diffs = check(docs)
+        if diffs:
+            print("the validation ledger is stale: run `python tools/validation_ledger.py --write`\n", file=sys.stderr)
+            print("\n\n".join(diffs), file=sys.stderr)
+            return 1
+        print("the validation ledger matches zerocalc")
+        return 0
+    if args.write:
+        for path, text in docs.items():
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path.relative_to(ROOT)}")
+    summary = json.loads(docs[DOC_JSON])["summary"]
+    for line in summary_lines(summary):
+        print(line)
+    for name, t in summary["sources"].items():
+        print(f"  {name}: {t['expressed']}/{t['cases']} expressed, median {pct(t['median_error'])}, worst "
+              f"{pct(t['worst_error'])} ({t['worst_case']}), within 10% {share(t['within_10_percent'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
