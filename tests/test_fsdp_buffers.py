@@ -11,6 +11,7 @@ import pytest
 
 from zerocalc import Scenario
 from zerocalc.layout import Layout
+from zerocalc.model.finetune import FineTune
 from zerocalc.model.inventory import param_count
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.parallel.ranks import layout_report
@@ -141,3 +142,21 @@ def test_fsdp2_buffers_are_exact(measured, i):
         got = rank["results"][i]
         assert got["at_loss"] == phases["forward"]["gathered parameters"]
         assert got["backward"] == backward
+
+
+def test_a_qlora_base_is_gathered_in_its_packed_storage_not_in_bf16():
+    """QLoRA under FSDP (Answer.AI fsdp_qlora; bnb_4bit_quant_storage=bfloat16): a block's nf4 linears are
+    all-gathered as bitsandbytes packs them, two 4-bit values a byte, never cast by FSDP's mixed precision (it casts
+    floating tensors; the packed storage is what the module holds). The packed bytes are measured with bitsandbytes'
+    own Params4bit on the CPU (tests/measure/quantized_storage.py); a block of Llama-3-8B (hidden 4096, FFN 14336,
+    8 KV heads) gathers its linears at 0.5 bytes a weight, its norms and adapters at their own width."""
+    bnb_storage = pytest.importorskip("tests.measure.quantized_storage")
+    packed = bnb_storage.linear4bit_storage(256, 128, quant_storage="bf16")["tensors"][0]
+    assert packed["bytes"] * 2 == 256 * 128                                  # 0.5 bytes a weight
+    h, kv, ffn = 4096, 1024, 14336
+    linears = 2 * h * h + 2 * h * kv + 3 * h * ffn
+    full = peak("fsdp2", workers=2, stage=3, finetune=FineTune("qlora", lora_rank=8, lora_targets=("q", "v")))
+    lora = peak("fsdp2", workers=2, stage=3, finetune=FineTune("lora", lora_rank=8, lora_targets=("q", "v")))
+    gathered = {k: p.phases["backward"]["gathered parameters"] for k, p in (("qlora", full), ("lora", lora))}
+    # two blocks in the backward window (the running one and the next, prefetched): each 1.5 bytes a weight less
+    assert gathered["lora"] - gathered["qlora"] == 2 * (linears * 2 - linears // 2)

@@ -103,14 +103,22 @@ def describe(scenario, workload, shape) -> dict:
     return {"chosen": chosen, "counted": counted, "why": why}
 
 
-def fsdp_units(rank, groups) -> FsdpUnits:
-    """The rank's FSDP units from its holdings: each tensor sharded over its group's size, padded per tensor."""
+QUANTIZED = ("nf4", "fp4_e2m1", "int4", "int8", "uint8")   # storage FSDP gathers as it is, never cast
+
+
+def fsdp_units(rank, groups, compute_bits: int = 16) -> FsdpUnits:
+    """The rank's FSDP units from its holdings: each tensor sharded over its group's size, padded per tensor. A
+    quantized frozen base (QLoRA's nf4) is gathered in its packed storage, not in param_dtype (bitsandbytes packs
+    two 4-bit values a byte into bnb_4bit_quant_storage; FSDP's mixed precision casts floating tensors only): its
+    elements count as compute-dtype elements of the same bytes."""
     shard = {g.name: g.shard for g in groups}
     kinds = {"all": Unit(), "dense": Unit(), "moe": Unit()}
     seen, first, last = {}, Unit(), Unit()
     for h in rank.holdings:
         n = shard.get(h.group, 1)
         padded = -(-h.rows // n) * n * (h.local_elements // h.rows if h.rows else 0)
+        if h.tensor.storage in QUANTIZED:
+            padded = -(-padded * DTYPE_BITS[h.tensor.storage] // compute_bits)
         u = Unit(padded, h.local_elements if h.tensor.trainable else 0, padded if h.tensor.trainable else 0)
         t = h.tensor
         if t.place == "layer":
