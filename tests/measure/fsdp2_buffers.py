@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import weakref
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -165,38 +164,10 @@ def _worker(rank, world, port, outdir, case):
 
 def fsdp2_buffers(world: int = 2, timeout: float = 120, **case) -> list:
     """Run the measurement on `world` CPU processes; one dict per rank (see the module docstring)."""
-    import subprocess
-    import sys
 
-    from tests.measure.fsdp2_lora import _free_port
+    from tests.measure.fsdp2_lora import run_workers
     from tests.measure.peft_lora import llama_config
 
     case = {"param_dtype": "bf16", "reduce_dtype": "fp32", "batch": 2, "seq": 32, "config": llama_config(), **case}
     case["runs"] = case.get("runs") or [{"wrap": "blocks"}, {"wrap": "torchtitan"}]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with tempfile.TemporaryDirectory() as outdir:
-        with open(os.path.join(outdir, "case.json"), "w") as f:
-            json.dump(case, f)
-        port = _free_port()
-        code = ("import json, sys; from tests.measure.fsdp2_buffers import _worker; "
-                "_worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], "
-                "json.load(open(sys.argv[4] + '/case.json')))")
-        env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, "-c", code, str(r), str(world), str(port), outdir], cwd=root,
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for r in range(world)]
-        logs = []
-        try:
-            for p in procs:
-                logs.append(p.communicate(timeout=timeout)[0])
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-        if any(p.returncode for p in procs):
-            raise RuntimeError("FSDP2 worker failed:\n" + "\n".join(log[-3000:] for log in logs))
-        out = []
-        for r in range(world):
-            with open(os.path.join(outdir, f"rank{r}.json")) as f:
-                out.append(json.load(f))
-    return out
+    return run_workers("tests.measure.fsdp2_buffers", world, case, timeout)

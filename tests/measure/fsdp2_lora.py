@@ -138,10 +138,14 @@ def _worker(rank, world, port, outdir, case):
 
 
 def fsdp2_lora(world: int = 2, timeout: float = 120, **case) -> list:
-    """Run the FSDP2 + LoRA measurement on `world` CPU processes; returns one dict per rank (see docstring).
+    """Run the FSDP2 + LoRA measurement on `world` CPU processes; returns one dict per rank (see docstring)."""
+    return run_workers("tests.measure.fsdp2_lora", world, case, timeout)
 
-    Workers are plain subprocesses (`python -c`), so this works from pytest, scripts and notebooks alike.
-    """
+
+def run_workers(module: str, world: int, case: dict, timeout: float) -> list:
+    """Run `module`'s `_worker(rank, world, port, outdir, case)` on `world` CPU processes and return each rank's
+    outdir/rank{r}.json. Workers are plain subprocesses (`python -c`), so this works from pytest, scripts and
+    notebooks alike; shared by the FSDP2 harnesses."""
     import subprocess
     import sys
 
@@ -150,7 +154,7 @@ def fsdp2_lora(world: int = 2, timeout: float = 120, **case) -> list:
         with open(os.path.join(outdir, "case.json"), "w") as f:
             json.dump(case, f)
         port = _free_port()
-        code = ("import json, sys; from tests.measure.fsdp2_lora import _worker; "
+        code = (f"import json, sys; from {module} import _worker; "
                 "_worker(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], "
                 "json.load(open(sys.argv[4] + '/case.json')))")
         env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")

@@ -16,11 +16,7 @@ rank, with the sharded parameters' shapes. Plain JSON-able data.
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import tempfile
-import traceback
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -29,7 +25,7 @@ import torch  # noqa: E402
 
 from tests.measure.pipeline_stages import split  # noqa: E402
 from tests.measure.saved_tensors import build_from_config  # noqa: E402
-from tests.measure.tensor_parallel import COLLECTIVE_TIMEOUT_S, free_port  # noqa: E402
+from tests.measure.tensor_parallel import run_configs, spawn_configs  # noqa: E402
 
 
 def _fsdp_params(root):
@@ -123,41 +119,19 @@ def measure(cfg: dict, rank: int, mesh) -> dict:
     }
 
 
-def _worker(rank, world, port, configs, out_dir):
-    import torch.distributed as dist
+def _pp_dp_mesh(rank, world):
     from torch.distributed.device_mesh import init_device_mesh
 
-    torch.set_num_threads(1)
-    results = []
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                                timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-        mesh = init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("pp", "dp"))
-        for cfg in configs:
-            try:
-                results.append(measure(cfg, rank, mesh))
-            except Exception as exc:  # noqa: BLE001 - reported per configuration
-                results.append({"name": cfg["name"], "error": f"{type(exc).__name__}: {exc}",
-                                "traceback": traceback.format_exc()[-3000:]})
-            dist.barrier()
-    finally:
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(results, f)
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("pp", "dp"))
+
+
+def _worker(rank, world, port, configs, out_dir):
+    run_configs(rank, world, port, configs, out_dir, measure, _pp_dp_mesh)
 
 
 def measure_fsdp_pp(configs: list, world: int = 4) -> list:
     """Run each config on a (pp 2) x (dp world/2) mesh; per config, the per-rank results (rank order)."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="zerocalc-fsdp-pp-") as tmp:
-        mp.spawn(_worker, args=(world, free_port(), configs, tmp), nprocs=world, join=True)
-        per_rank = []
-        for rank in range(world):
-            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
-                per_rank.append(json.load(f))
-    return [[per_rank[r][i] for r in range(world)] for i in range(len(configs))]
+    return spawn_configs(_worker, world, configs, "zerocalc-fsdp-pp-")
 
 
 if __name__ == "__main__":

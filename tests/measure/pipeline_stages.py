@@ -25,12 +25,8 @@ attn, batch (global), seq, microbatches, schedule ("1F1B" | "GPipe"), steps, nam
 
 from __future__ import annotations
 
-import datetime
-import json
 import os
-import tempfile
 import time
-import traceback
 import weakref
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -40,7 +36,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from tests.measure.saved_tensors import build_from_config  # noqa: E402
-from tests.measure.tensor_parallel import COLLECTIVE_TIMEOUT_S, DTYPES, free_port, llama  # noqa: E402
+from tests.measure.tensor_parallel import DTYPES, llama, run_configs, spawn_configs  # noqa: E402
 
 
 class StageModule(nn.Module):
@@ -208,40 +204,21 @@ def measure_stage(cfg: dict, stage: int, num_stages: int, group=None) -> dict:
     }
 
 
-def _worker(rank, world_size, port, configs, out_dir):
-    import torch.distributed as dist
+def _stage_measure(cfg, rank, world_size):
+    return measure_stage(cfg, rank, world_size)
 
-    torch.set_num_threads(1)
-    results = []
-    try:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-        for cfg in configs:
-            try:
-                r = measure_stage(cfg, rank, world_size)
-            except Exception as exc:  # noqa: BLE001 - report per configuration
-                r = {"name": cfg.get("name"), "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc()[-3000:]}
-            results.append(r)
-            dist.barrier()
-    finally:
-        with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
-            json.dump(results, f)
-        if dist.is_initialized():
-            dist.destroy_process_group()
+
+def _world(rank, world_size):
+    return world_size
+
+
+def _worker(rank, world_size, port, configs, out_dir):
+    run_configs(rank, world_size, port, configs, out_dir, _stage_measure, _world)
 
 
 def measure_pp(configs: list[dict], world_size: int = 2) -> list[list[dict]]:
     """Run each config as a `world_size`-stage pipeline (one stage per process); per config, per-stage results."""
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="zerocalc-pp-") as tmp:
-        mp.spawn(_worker, args=(world_size, free_port(), configs, tmp), nprocs=world_size, join=True)
-        per_rank = []
-        for rank in range(world_size):
-            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
-                per_rank.append(json.load(f))
-    return [[per_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
+    return spawn_configs(_worker, world_size, configs, "zerocalc-pp-")
 
 
 def grid() -> list[dict]:

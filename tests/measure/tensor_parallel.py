@@ -257,27 +257,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, configs: list, out_dir: str):
+def run_configs(rank: int, world_size: int, port: int, configs: list, out_dir: str, measure, setup=None):
+    """A gloo worker's body, shared by the multi-process harnesses: join the group, run `measure(cfg, rank, ctx)`
+    on each config (ctx = `setup(rank, world_size)`, e.g. a device mesh), record a failure per configuration and
+    keep measuring the others, wait for every rank after each, and write the results to out_dir/rank{rank}.json."""
     import torch.distributed as dist
-    from torch.distributed.device_mesh import DeviceMesh
-
-    import logging
 
     torch.set_num_threads(1)
-    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)  # failed shapes are reported
     results = []
     try:
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=COLLECTIVE_TIMEOUT_S))
-        mesh = DeviceMesh("cpu", list(range(world_size)))
+        ctx = setup(rank, world_size) if setup else None
         for cfg in configs:
             try:
-                r = measure_one(cfg, mesh)
+                r = measure(cfg, rank, ctx)
             except Exception as exc:  # noqa: BLE001 - report per configuration, keep measuring the others
                 r = {"name": cfg.get("name"), "error": f"{type(exc).__name__}: {exc}",
                      "traceback": traceback.format_exc()[-3000:]}
-            if rank != 0:
-                r.pop("listing", None)
             results.append(r)
             dist.barrier()
     finally:
@@ -285,6 +282,40 @@ def _worker(rank: int, world_size: int, port: int, configs: list, out_dir: str):
             json.dump(results, f)
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def spawn_configs(worker, world_size: int, configs: list, prefix: str) -> list[list[dict]]:
+    """Spawn `worker(rank, world_size, port, configs, out_dir)` on world_size processes; per config, the per-rank
+    results in rank order."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        mp.spawn(worker, args=(world_size, free_port(), configs, tmp), nprocs=world_size, join=True)
+        per_rank = []
+        for rank in range(world_size):
+            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
+                per_rank.append(json.load(f))
+    return [[per_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
+
+
+def _tp_mesh(rank, world_size):
+    import logging
+
+    from torch.distributed.device_mesh import DeviceMesh
+
+    logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)  # failed shapes are reported
+    return DeviceMesh("cpu", list(range(world_size)))
+
+
+def _tp_measure(cfg, rank, mesh):
+    r = measure_one(cfg, mesh)
+    if rank != 0:
+        r.pop("listing", None)
+    return r
+
+
+def _worker(rank: int, world_size: int, port: int, configs: list, out_dir: str):
+    run_configs(rank, world_size, port, configs, out_dir, _tp_measure, _tp_mesh)
 
 
 def measure_tp(configs: list[dict], world_size: int) -> list[list[dict]]:
@@ -297,15 +328,7 @@ def measure_tp(configs: list[dict], world_size: int) -> list[list[dict]]:
             if cfg.get("plan", "none") != "none":
                 raise ValueError("world_size 1 measures without a plan: set plan 'none'")
         return [[measure_one(cfg, None)] for cfg in configs]
-    import torch.multiprocessing as mp
-
-    with tempfile.TemporaryDirectory(prefix="zerocalc-tp-") as tmp:
-        mp.spawn(_worker, args=(world_size, free_port(), configs, tmp), nprocs=world_size, join=True)
-        per_rank = []
-        for rank in range(world_size):
-            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
-                per_rank.append(json.load(f))
-    return [[per_rank[r][i] for r in range(world_size)] for i in range(len(configs))]
+    return spawn_configs(_worker, world_size, configs, "zerocalc-tp-")
 
 
 # ---------------------------------------------------------------------------------------------------------------
