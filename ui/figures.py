@@ -24,8 +24,8 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "gradient buckets": "#FFBE7D", "all-gather bucket": "#F1CE63", "fp32 gradient copy": "#8CD17D",
     "allocator reserve": "#BAB0AC", "CUDA context": "#79706E", "library workspaces": "#D7B5A6",
     "one copy": "#9D7660", "redundant": "#D37295",
-    "unsharded parameters (reshard_after_forward off)": "#4E79A7", "unit gradient before accumulation": "#F28E2B",
-    "accumulated unsharded gradients (sync at the last micro-batch)": "#FFBE7D",
+    "unsharded parameters (reshard_after_forward off)": "#2F5F8A", "unit gradient before accumulation": "#D4A6C8",
+    "accumulated unsharded gradients (sync at the last micro-batch)": "#FABFD2",
     "CPU offload: a unit's shard and gradient shard on the GPU": "#B6992D",
 }
 TERM_MEANING = {
