@@ -25,6 +25,11 @@ DTYPE_BITS = MappingProxyType({
     "fp4_e2m1": 4,
 })
 
+
+def bytes_of(elements: int, bits: int) -> int:
+    """Whole bytes that `elements` values of `bits` bits occupy (rounded up: a partial byte is stored)."""
+    return -(-elements * bits // 8)
+
 # --- categories --------------------------------------------------------------------------------------------
 # The seeds group the fp32 master copy with the optimizer's moments as "optimizer" (DESIGN.md section 2).
 CATEGORIES = ("parameters", "gradients", "optimizer")

@@ -28,13 +28,9 @@ from typing import Dict, Tuple
 
 from ..states.zero import communication_bytes
 from ..step.moe import routed_pairs
-from ..tables import DTYPE_BITS
+from ..tables import DTYPE_BITS, bytes_of
 
 KINDS = ("data parallel", "tensor parallel", "pipeline", "context parallel", "expert parallel")
-
-
-def _bytes(elements: int, bits: int) -> int:
-    return -(-elements * bits // 8)
 
 
 def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
@@ -49,24 +45,24 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
         per_micro += (2 * T * h if rank.first else 0) + (2 * T * h if rank.last else 0)
         extra = 0
         if rank.last:
-            extra = 3 * 2 * T * 4 if layout.loss_parallel else _bytes(T * workload.vocab_rows, w)
-        out["tensor parallel"] = m * (_bytes(per_micro, w) + extra)
+            extra = 3 * 2 * T * 4 if layout.loss_parallel else bytes_of(T * workload.vocab_rows, w)
+        out["tensor parallel"] = m * (bytes_of(per_micro, w) + extra)
     if layout.pp > 1:
         r, pp, vpp = rank.pp_ranks[0], layout.pp, layout.vpp
         sends = 2 * vpp - (1 if r == pp - 1 else 0) - (1 if r == 0 else 0)
         boundary = T // layout.tp if layout.sequence_parallel and layout.tp > 1 else T
         tied = 0
         if a.tied_embeddings and (rank.first or rank.last):
-            tied = 2 * _bytes(-(-workload.vocab_rows // layout.tp) * h, DTYPE_BITS[scenario.grad_dtype])
-        out["pipeline"] = m * sends * _bytes(boundary * h, w) + tied
+            tied = 2 * bytes_of(-(-workload.vocab_rows // layout.tp) * h, DTYPE_BITS[scenario.grad_dtype])
+        out["pipeline"] = m * sends * bytes_of(boundary * h, w) + tied
     if layout.ep > 1 and rank.moe_layers:
         routed = routed_pairs(T // layout.tp if layout.sequence_parallel else T, a.experts_per_token,
                               workload.routing)
         moe_rebuilt = recomputed_blocks(workload, rank.moe_layers)     # one in N of them, as of all blocks
-        out["expert parallel"] = m * (4 * rank.moe_layers + 2 * moe_rebuilt) * _bytes(routed * h, w)
+        out["expert parallel"] = m * (4 * rank.moe_layers + 2 * moe_rebuilt) * bytes_of(routed * h, w)
     if layout.cp > 1:
         kv_local = a.kv_size // layout.tp
-        out["context parallel"] = m * (layout.cp - 1) * (3 * rank.layers + rebuilt) * _bytes(2 * T * kv_local, w)
+        out["context parallel"] = m * (layout.cp - 1) * (3 * rank.layers + rebuilt) * bytes_of(2 * T * kv_local, w)
     return out
 
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..tables import DTYPE_BITS
+from ..tables import DTYPE_BITS, bytes_of
 
 
 class AllocatorModel(NamedTuple):
@@ -84,9 +84,9 @@ def cycle_unit_bytes(scenario, workload, stage: int, shape) -> int:
     reduce_dtype when the workload names one, else the gradient dtype)."""
     if MODES[stage] != "sharded" or scenario.group * workload.layout.cp <= 1:
         return 0
-    reduce = getattr(workload, "reduce_dtype", None) or scenario.grad_dtype
+    reduce = workload.reduce_dtype or scenario.grad_dtype
     elements = shape.largest_layer_params
-    return -(-elements * shape.compute_bits // 8) + -(-elements * DTYPE_BITS[reduce] // 8)
+    return bytes_of(elements, shape.compute_bits) + bytes_of(elements, DTYPE_BITS[reduce])
 
 
 def band(allocator: str, stage: int, tensors: int, unit_bytes: int, percent: int = 5,

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..tables import DTYPE_BITS
+from ..tables import DTYPE_BITS, bytes_of
 
 COMM_BUFFERS = ("auto", "deepspeed", "megatron", "fsdp", "none")
 FSDP_WRAPS = ("blocks", "torchtitan")
@@ -138,14 +138,16 @@ def fsdp_units(rank, groups, compute_bits: int = 16) -> FsdpUnits:
     return FsdpUnits(dense if dense.params >= moe.params else moe, rank.layers, first, last, tied)
 
 
-def _b(elements: int, bits: int) -> int:
-    return -(-elements * bits // 8)
+def reduce_bits(workload, compute_bits: int) -> int:
+    """The width FSDP reduces (and accumulates unsharded) gradients in: MixedPrecisionPolicy.reduce_dtype, or the
+    compute dtype when none is named (the policy's default)."""
+    return DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else compute_bits
 
 
 def fsdp_forward(units: FsdpUnits, wrap: str, pbits: int) -> int:
     """Gathered at the loss: the units kept after forward (the root; torchtitan's [norm, lm_head] unit)."""
     kept = units.first + units.last if wrap == "blocks" or units.tied else units.last
-    return _b(kept.params, pbits)
+    return bytes_of(kept.params, pbits)
 
 
 def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int) -> tuple[int, int]:
@@ -163,17 +165,18 @@ def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int) -> tuple[
     Not counted (after most activations are freed): block 0's prefetch of torchtitan's embedding unit and the
     reduce-scatter of the root or embedding unit at the end of backward."""
     u, last = units.block, units.last
-    p, g, rs = _b(u.params, pbits), _b(u.grads, pbits), _b(u.reduce, rbits)
+    p, g, rs = bytes_of(u.params, pbits), bytes_of(u.grads, pbits), bytes_of(u.reduce, rbits)
     a = p if units.blocks > 1 else 0
     later = units.blocks > 2
     if wrap == "blocks" or units.tied:
-        root = _b((units.first + units.last).params, pbits)
-        out = _b(last.grads + (units.first.grads if units.tied else 0), pbits)   # tied: the head's is the embedding's
+        root = bytes_of((units.first + units.last).params, pbits)
+        # tied: the head's gradient is the embedding's
+        out = bytes_of(last.grads + (units.first.grads if units.tied else 0), pbits)
         windows = [(root + a, out), (root + p + a, out + g), (root + a, out + g + rs)]
         if later:
             windows.append((root + p + a, out + g + rs))
     else:
-        hp, hg, hrs = _b(last.params, pbits), _b(last.grads, pbits), _b(last.reduce, rbits)
+        hp, hg, hrs = bytes_of(last.params, pbits), bytes_of(last.grads, pbits), bytes_of(last.reduce, rbits)
         windows = [(hp + a, hg), (a, hg + hrs), (p + a, g + hrs), (a, g + rs)]
         if later:
             windows.append((p + a, g + rs))
@@ -191,12 +194,12 @@ def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tupl
         if shape.fsdp is None:
             return [], [], []
         pbits = shape.compute_bits
-        rbits = DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else pbits   # FSDP's default: param_dtype
+        rbits = reduce_bits(workload, pbits)
         wrap = workload.fsdp_wrap
         gathered, grads = fsdp_backward(shape.fsdp, wrap, pbits, rbits)
         if s < 3:          # the ledger holds whole parameters: only the unit's gradients and reduce-scatter
             u = shape.fsdp.block
-            return [], [("gradient buckets", _b(u.grads, pbits) + _b(u.reduce, rbits))], []
+            return [], [("gradient buckets", bytes_of(u.grads, pbits) + bytes_of(u.reduce, rbits))], []
         return ([("gathered parameters", fsdp_forward(shape.fsdp, wrap, pbits))],
                 [("gathered parameters", gathered), ("gradient buckets", grads)], [])
     forward, backward, optimizer = [], [], []

@@ -23,7 +23,8 @@ _init_utils.py _init_device_handle), and on the CPU FSDP2's device copies are th
 
 from __future__ import annotations
 
-from ..tables import DTYPE_BITS
+from ..tables import DTYPE_BITS, bytes_of
+from .buffers import reduce_bits
 
 OFFLOAD_COPIES = "CPU offload: a unit's shard and gradient shard on the GPU"
 
@@ -31,13 +32,12 @@ OFFLOAD_COPIES = "CPU offload: a unit's shard and gradient shard on the GPU"
 def offload_parts(scenario, workload, stage: int, shape, framework: str) -> dict[str, list[tuple[str, int]]]:
     """Phase -> the (name, bytes) copies an offloaded FSDP unit makes on the GPU ({} where none: another
     framework's buffers, a stage below 3, parameters not offloaded, or no FSDP units on the rank)."""
-    units = getattr(shape, "fsdp", None)
+    units = shape.fsdp
     if framework != "fsdp" or stage != 3 or scenario.offload_params == "none" or units is None:
         return {}
     shard_group = min(g.shard for g in shape.groups)          # the smallest group shards the largest piece
     unit = units.block
     shard, grad_shard = -(-unit.params // shard_group), -(-unit.reduce // shard_group)
     compute, stored = shape.compute_bits, DTYPE_BITS[scenario.param_dtype]
-    reduce_bits = DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else compute
-    copies = shard * stored + (shard * compute if compute != stored else 0) + grad_shard * reduce_bits
-    return {"backward": [(OFFLOAD_COPIES, -(-copies // 8))]}
+    bits = shard * stored + (shard * compute if compute != stored else 0) + grad_shard * reduce_bits(workload, compute)
+    return {"backward": [(OFFLOAD_COPIES, bytes_of(bits, 1))]}

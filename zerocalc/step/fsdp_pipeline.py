@@ -39,7 +39,8 @@ from __future__ import annotations
 
 from types import MappingProxyType
 
-from ..tables import DTYPE_BITS
+from ..tables import bytes_of
+from .buffers import reduce_bits
 
 UNSHARDED = "unsharded parameters (reshard_after_forward off)"
 ACCUMULATED = "accumulated unsharded gradients (sync at the last micro-batch)"
@@ -89,12 +90,12 @@ def kept_parts(workload, stage: int, shape, framework: str) -> dict[str, list[tu
     if not rule:
         return {}
     compute = shape.compute_bits
-    reduce_bits = DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else compute
+    rbits = reduce_bits(workload, compute)
     params, grads = unsharded_elements(shape)
-    units = getattr(shape, "fsdp", None)           # step/buffers.py FsdpUnits, when FSDP's buffers are counted
+    units = shape.fsdp                             # step/buffers.py FsdpUnits, when FSDP's buffers are counted
     unit = max(units.block.grads, units.first.grads, units.last.grads) if units else shape.largest_layer_params
-    sizes = {UNSHARDED: -(-params * compute // 8), ACCUMULATED: -(-grads * reduce_bits // 8),
-             UNIT_GRADIENT: -(-unit * compute // 8) if reduce_bits != compute else 0}
+    sizes = {UNSHARDED: bytes_of(params, compute), ACCUMULATED: bytes_of(grads, rbits),
+             UNIT_GRADIENT: bytes_of(unit, compute) if rbits != compute else 0}
     out: dict[str, list[tuple[str, int]]] = {}
     for part, phases in rule.items():
         for phase in phases:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Tuple
 
 from ..states.zero import StageResult
-from ..tables import DTYPE_BITS
+from ..tables import DTYPE_BITS, bytes_of
 from .allocator import cycle_unit_bytes, reserve_bytes
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
@@ -60,22 +60,12 @@ class StagePeak(NamedTuple):
         return self.capacity_bytes - self.peak_bytes
 
 
-def _b(elements: int, bits: int) -> int:
-    return -(-elements * bits // 8)
-
-
-def allocator_reserve(tensors: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
-    """The caching allocator's reserve over a phase's live tensors: percent of them, rounded up, plus `units`
-    cycles of the stage's cycle unit (allocator.reserve_bytes)."""
-    return reserve_bytes(tensors, percent, units, unit_bytes)
-
-
 def with_overheads(tensors: int, context: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
     """A phase's total: its live tensors, the allocator's reserve over them and the CUDA context. Strictly
     increasing in the tensors, and the unit is the stage's (the same in each phase), so the phase with the most
     tensors is the peak at every context, percent and unit count (zerocalc.answers.ranges moves them along their
     range without recomputing the step)."""
-    return tensors + allocator_reserve(tensors, percent, units, unit_bytes) + context
+    return tensors + reserve_bytes(tensors, percent, units, unit_bytes) + context
 
 
 def tensor_bytes(peak: "StagePeak") -> int:
@@ -142,7 +132,7 @@ def loss_row(workload) -> LossRow:
 def _logits(workload, shape: StepShape) -> Dict[str, int]:
     """The loss's transients at each phase (LOSSES), over the logits' tokens x vocabulary columns."""
     w, row = shape.act_bits, loss_row(workload)
-    return {phase: sum(_b(shape.logits_elements, w if bits == "w" else bits) for bits, narrow in terms
+    return {phase: sum(bytes_of(shape.logits_elements, w if bits == "w" else bits) for bits, narrow in terms
                        if not narrow or w != 32)
             for phase, terms in (("forward", row.forward), ("backward", row.backward))}
 
@@ -157,7 +147,7 @@ def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
         return 0
     elements = sum(g.params if stage == 0 else -(-g.params // g.shard) for g in shape.groups
                    if not g.name.endswith("frozen") and _stored_bits(g.name) < master_bits)
-    return _b(elements, master_bits)
+    return bytes_of(elements, master_bits)
 
 
 def _stored_bits(group: str) -> int:
@@ -181,7 +171,7 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
         for name, phase in zip(PHASES, items):
             parts = {k: v for k, v in phase if v}          # a part that is zero is not shown
             tensors = sum(parts.values())
-            parts["allocator reserve"] = allocator_reserve(tensors, percent, units, unit)
+            parts["allocator reserve"] = reserve_bytes(tensors, percent, units, unit)
             parts["CUDA context"] = context
             phases[name], totals[name] = parts, with_overheads(tensors, context, percent, units, unit)
         peaks.append(StagePeak(s, phases, capacity, totals, unit))
@@ -192,9 +182,11 @@ def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: Step
     """Per stage, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without the
     phases' named parts: for a search that only asks what fits."""
     context, percent, units = workload.cuda_context_bytes, workload.fragmentation_percent, workload.allocator_units
-    return tuple(max(with_overheads(sum(v for _, v in phase), context, percent, units,
-                                    cycle_unit_bytes(scenario, workload, s, shape)) for phase in items)
-                 for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape))
+    peaks = []
+    for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):
+        unit = cycle_unit_bytes(scenario, workload, s, shape)              # once per stage, not per phase
+        peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit) for phase in items))
+    return tuple(peaks)
 
 
 def _phase_items(scenario, workload, stages, shape: StepShape):
@@ -204,14 +196,15 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     logits = _logits(workload, shape)
-    reduce_bucket = _b(min(workload.reduce_bucket_size, trained), grad_bits)
-    allgather_bucket = _b(min(workload.allgather_bucket_size, trained), param_bits)
+    reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
+    allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
     # ZeRO-3's live parameters: the gathered layer (plus prefetch, up to max_live) and the persistent small ones.
     live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
-    persistent = _b(min(shape.persistent_params, P), shape.compute_bits)
-    gathered = _b(live, shape.compute_bits) + persistent
-    ds = {"gathered": gathered, "layer_grad": _b(L, grad_bits), "persistent": persistent,   # + the gathered layer's
-          "reduce_bucket": reduce_bucket, "allgather_bucket": allgather_bucket}             # gradient at stage 3
+    persistent = bytes_of(min(shape.persistent_params, P), shape.compute_bits)
+    gathered = bytes_of(live, shape.compute_bits) + persistent
+    # layer_grad: the gathered layer's gradient at stage 3
+    ds = {"gathered": gathered, "layer_grad": bytes_of(L, grad_bits), "persistent": persistent,
+          "reduce_bucket": reduce_bucket, "allgather_bucket": allgather_bucket}
     comm = framework(scenario, workload, shape)
     workspaces = workspace_bytes(workload)
     for s, gpu_bytes in stages:
