@@ -269,6 +269,10 @@ def test_tables_scroll_sideways_on_a_phone_with_the_formula_column_reachable(pag
     open_tab(page, "Model states")
     frames = page.locator("[data-testid=stDataFrame]")
     frames.first.wait_for()
+    # the grids mount one by one: wait for two drawn scrollers, not just the first frame
+    page.wait_for_function("""() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
+      .filter(d => d.querySelector('.dvn-scroller') && d.getBoundingClientRect().width > 0).length >= 2""",
+                           timeout=30_000)
     state = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
       .filter(d => d.querySelector('.dvn-scroller') && d.getBoundingClientRect().width > 0).map(d => {
         const s = d.querySelector('.dvn-scroller');
