@@ -33,6 +33,7 @@ from ..gpus import GPU_CATALOG
 from ..layout import LAYOUT_LIMITS
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
+from ..step.activations import recompute_name
 from ..step.peak import peak_on_gpu
 from ..units import format_bytes
 from .solve import max_micro_batch, min_workers
@@ -43,16 +44,18 @@ COSTS = {
     "recompute_selective": (1, "recomputes the attention scores only"),
     "micro_batch": (2, "the same sequences per step in more, smaller micro-batches (lower GPU efficiency)"),
     "stage_3": (3, "ZeRO-3 gathers the parameters in forward and backward: 1.5x the data-parallel traffic"),
-    "recompute_full": (4, "full recompute runs the forward again in backward: about a third more compute"),
-    "recompute_micro_batch": (5, "full recompute and smaller micro-batches"),
-    "layout": (6, "tensor / pipeline / context parallel traffic and the pipeline bubble"),
-    "offload": (7, "optimizer state (and parameters) over PCIe every step"),
-    "workers": (8, "more GPUs"),
-    "gpu": (9, "a GPU with more memory"),
-    "seq_len": (10, "changes what is trained: shorter sequences"),
+    "recompute_op": (4, "op-level checkpointing re-runs every second matmul and the cheap ops in backward: about "
+                        "a sixth more compute"),
+    "recompute_full": (5, "full recompute runs the forward again in backward: about a third more compute"),
+    "recompute_micro_batch": (6, "recompute and smaller micro-batches"),
+    "layout": (7, "tensor / pipeline / context parallel traffic and the pipeline bubble"),
+    "offload": (8, "optimizer state (and parameters) over PCIe every step"),
+    "workers": (9, "more GPUs"),
+    "gpu": (10, "a GPU with more memory"),
+    "seq_len": (11, "changes what is trained: shorter sequences"),
 }
 STAGE_NAMES = ("ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3")
-RECOMPUTE_ORDER = ("none", "selective", "full")
+RECOMPUTE_ORDER = ("none", "selective", "op", "full")
 
 
 class Fix(NamedTuple):
@@ -164,6 +167,8 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     for level in levels:                                             # recompute, alone and with a micro-batch
         if level == "selective" and workload.attention != "eager":
             continue                                                 # flash never holds the scores
+        if level == "op" and workload.finetune.mode != "full":
+            continue                                                 # modelled for full training only
         change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {})}
         w = replace(workload, **change)
         peak = _peak(scenario, w, stage)
@@ -265,10 +270,10 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
     if fix.kind in ("stage", "stage_3"):
         return f"{STAGE_NAMES[fix.stage]} instead of {STAGE_NAMES[stage_from]}"
     every = " of every block" if w.get("recompute_every") == 1 else ""     # from one block in N
-    if fix.kind in ("recompute_selective", "recompute_full"):
-        return f"{w['recompute']} recompute{every}"
+    if fix.kind in ("recompute_selective", "recompute_op", "recompute_full"):
+        return f"{recompute_name(w['recompute'])}{every}"
     if fix.kind in ("micro_batch", "recompute_micro_batch"):
-        text = (f"{w['recompute']} recompute{every} with " if fix.kind == "recompute_micro_batch" else "") + \
+        text = (f"{recompute_name(w['recompute'])}{every} with " if fix.kind == "recompute_micro_batch" else "") + \
             f"micro-batch {w['micro_batch']:,}"
         if "micro_batches" in lay:
             global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches

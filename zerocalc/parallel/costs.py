@@ -27,7 +27,9 @@ from functools import lru_cache
 from typing import Dict, Tuple
 
 from ..states.zero import communication_bytes
+from ..step.activations import tp_local
 from ..step.moe import routed_pairs
+from ..step.op_checkpoint import recomputed_matmul_elements
 from ..tables import DTYPE_BITS, bytes_of
 
 KINDS = ("data parallel", "tensor parallel", "pipeline", "context parallel", "expert parallel")
@@ -119,6 +121,11 @@ def recompute_flops(workload, rank) -> int:
     if workload.recompute == "selective":
         per_layer = _attention_flops(workload) if workload.attention == "eager" else 0
         return layout.micro_batches * rank.layers * per_layer
+    if workload.recompute == "op":       # the matmuls the op-level policy did not save (op_checkpoint.py)
+        local = tp_local(workload.arch, layout.tp)
+        dense, moe = rank.layers - rank.moe_layers, rank.moe_layers
+        per_micro = dense * recomputed_matmul_elements(local) + moe * recomputed_matmul_elements(local, "moe")
+        return layout.micro_batches * 2 * workload.micro_batch * (workload.seq_len // layout.cp) * per_micro
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     block = _matrix_elements(rank.holdings)[0]
     return layout.micro_batches * recomputed_blocks(workload, rank.layers) * (2 * tokens * block

@@ -141,8 +141,10 @@ def split_for(workload, pp: int, vpp: int):
 
 
 def _recomputes(workload):
-    # Selective recompute only drops eager attention's s^2 scores: with flash it changes nothing.
-    return ("none", "selective", "full") if workload.attention == "eager" else ("none", "full")
+    # Selective recompute only drops eager attention's s^2 scores: with flash it changes nothing. Op-level
+    # checkpointing is modelled for full training only (Workload refuses it with adapters or frozen blocks).
+    op = ("op",) if workload.finetune.mode == "full" else ()
+    return ("none", "selective", *op, "full") if workload.attention == "eager" else ("none", *op, "full")
 
 
 def bounded_candidates(workload, gpus: int, gpus_per_node: int) -> list:

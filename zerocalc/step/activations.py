@@ -32,11 +32,23 @@ from functools import lru_cache
 from typing import Dict, NamedTuple
 
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
-from .moe import moe_terms
+from .compiled import compiled_op_terms, compiled_terms
+from .compiled import covered as compiled_covered
+from .moe import Routing, moe_terms, routed_pairs
+from .op_checkpoint import op_saved_terms
 from .trainable import adapt, adapt_ends
 
 ATTENTION = ("eager", "flash")
-RECOMPUTE = ("none", "selective", "full")
+# op: torchtitan's op-level selective checkpointing (step/op_checkpoint.py); selective: Korthikanti et al.'s
+# attention-core recompute (saves nothing under flash attention); full: every block (or one in N) checkpointed.
+RECOMPUTE = ("none", "selective", "op", "full")
+CHECKPOINTED = ("op", "full")
+RECOMPUTE_NAMES = {"none": "no recompute", "selective": "selective recompute (attention scores)",
+                   "op": "op-level selective checkpointing", "full": "full recompute"}
+
+
+def recompute_name(recompute: str) -> str:
+    return RECOMPUTE_NAMES[recompute]     # blocks that keep their input and re-run their forward in backward
 IMPLEMENTATIONS = ("huggingface", "megatron")
 MASK_BITS = 8          # CUDA dropout masks are bool
 STAT_BITS = 32         # norm statistics, logsumexp and the loss's log-softmax are fp32
@@ -266,14 +278,18 @@ def _tp_local(a: Architecture, tp: int) -> Architecture:
 def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, attention: str = "flash",
                 recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
                 sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
-                training=None, recompute_every: int = 1) -> ActivationReport:
+                training=None, recompute_every: int = 1,
+                loss_saved: tuple = (STAT_BITS, "loss log-softmax (fp32)"),
+                compiled: bool = False) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
     (moe_activations.Routing), for mixture-of-experts blocks; `training`: what trains when fine-tuning
     (training_activations.Training; None: everything). `recompute_every` N > 1 with full recompute checkpoints
     one block in N (the N-th, 2N-th... a gradient reaches, as torchtitan's layer SAC counts them,
-    activation_checkpoint.py _apply_layer_sac); the others save everything."""
+    activation_checkpoint.py _apply_layer_sac); the others save everything. `loss_saved`: (bits per token and
+    vocabulary column, name) of what the loss keeps for backward (step/losses.py; 0 bits: nothing T x V).
+    `compiled`: the blocks run under torch.compile (step/compiled.py), for the block kinds measured."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -284,8 +300,21 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     first_delta = 0
     every = recompute_every if recompute == "full" else 1
     checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
-    if recompute == "full" and every == 1:
+    pairs = routed_pairs(t.outside, a.experts_per_token, moe or Routing()) if a.experts else 0
+    compile_blocks = compiled and hf and tr is None and compiled_covered(local)     # measured kinds (compiled.py)
+    if compile_blocks:
+        full = {k: compiled_terms(local, t, w, attention, k, pairs, _scores(local, t, w, hf)) for k in kinds}
+    if recompute == "op":
+        blocks = {k: op_saved_terms(local, t, w, attention, k, pairs, tp, sequence_parallel,
+                                    moe.ep if moe is not None else 1) for k in kinds}
+        if compile_blocks:
+            blocks = {k: compiled_op_terms(v) for k, v in blocks.items()}
+    elif recompute == "full" and every == 1:
         blocks = {k: checkpoint for k in kinds}
+    elif compile_blocks:
+        scoreless = recompute == "selective"                               # the s^2 terms recomputed
+        blocks = {k: compiled_terms(local, t, w, attention, k, pairs, {} if scoreless else None) if scoreless
+                  else full[k] for k in kinds}
     else:
         mode = "selective" if recompute == "selective" else "none"        # every > 1: the blocks kept whole
         blocks = {k: _layer(local, t, w, attention, implementation, mode, k, moe, tr, tp) for k in kinds}
@@ -302,9 +331,9 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         # Batch-1 tables shared by a module's layers; each pipeline stage runs the rotary embedding itself.
         tables = 2 if a.local_rope and a.sliding_window and a.sliding_pattern > 1 else 1   # local + global
         stage["rotary cos/sin"] = tables * 2 * w * t.s * (a.qk_rope_dim if a.mla else a.d_head)
-        if recompute == "full":
+        if recompute in CHECKPOINTED:
             stage["position ids (checkpoint input)"] = INDEX_BITS * t.s   # each checkpointed block's input
-    if recompute == "full" and hf and attention == "eager":
+    if recompute in CHECKPOINTED and hf and attention == "eager":
         embed["causal mask (checkpoint input)"] = w * t.b * t.s * t.s  # HF's 4-D additive mask, kept for recompute
     if a.embd_dropout > 0:
         embed["embedding dropout mask"] = MASK_BITS * t.outside * a.hidden
@@ -312,9 +341,10 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     head = {
         "final norm": norm_bits(a, t.outside, w, implementation),
         "output projection input": w * t.linear_in * a.hidden,
-        "loss log-softmax (fp32)": STAT_BITS * t.inside * vocab,
         "labels": INDEX_BITS * t.inside,
     }
+    if loss_saved[0]:
+        head[loss_saved[1]] = loss_saved[0] * t.inside * vocab
     if a.final_softcap:
         head["logit soft-cap tanh"] = w * t.inside * vocab
     if tr is not None:
@@ -322,7 +352,11 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
-    sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute != "full" or every > 1 else {}
+    if recompute == "op":    # the re-run forward rebuilds what the policy did not save (transiently)
+        working = max(sum(_bytes(full[k]).values()) - sum(_bytes(blocks[k]).values()) for k in kinds)
+        working = max(working, 0)
+    sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute not in CHECKPOINTED or every > 1 \
+        else {}
     frozen = 0 if tr is None else tr.frozen_blocks
     live = layer_counts(a, min(frozen, a.layers), a.layers)      # blocks a gradient reaches
     if live["all"] == 0:

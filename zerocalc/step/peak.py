@@ -29,6 +29,7 @@ from .allocator import cycle_unit_bytes, reserve_bytes
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
+from .losses import loss_transients
 from .shape import StepShape, trainable_params
 from .workspaces import workspace_bytes
 
@@ -82,59 +83,6 @@ def peak_on_gpu(peak: "StagePeak", workload, gpu: str) -> int:
     context, percent, units = parts["CUDA context"], workload.fragmentation_percent, workload.allocator_units
     return peak.peak_bytes + with_overheads(other, context, percent, units, peak.cycle_unit_bytes) \
         - with_overheads(tensors, context, percent, units, peak.cycle_unit_bytes)
-
-
-class LossRow(NamedTuple):
-    """What a loss holds at the loss end beyond the fp32 probabilities activations.py counts as saved ("loss
-    log-softmax (fp32)"): per phase, terms (bits per token and vocabulary column, "w" for the logits' own width;
-    whether it exists only when the logits are narrower than fp32, i.e. when an upcast or cast back is a copy)."""
-    forward: Tuple[Tuple[object, bool], ...]
-    backward: Tuple[Tuple[object, bool], ...]
-    source: str
-    checked: str
-
-
-MEGATRON_CE = "Megatron-LM d98e8a64 megatron/core/"
-LOSSES = {
-    "huggingface": LossRow(
-        (("w", False), (32, True)),                    # the logits, their fp32 upcast (logits.float())
-        (("w", False), (32, False), ("w", True)),      # the logits (the output keeps them), fp32 gradient, cast back
-        "transformers loss_utils.py ForCausalLMLoss: logits.float(), then cross_entropy", "the code"),
-    # The bf16 logits stay referenced by GPTModel._postprocess while compute_language_model_loss runs and are freed
-    # when forward returns (no node saves them). _VocabParallelCrossEntropy upcasts them once (.float()), subtracts
-    # the max, exponentiates and normalises in place, and saves that fp32 softmax (4 bytes, the activation), the
-    # target mask and the masked target; backward turns it into the gradient in place and returns it fp32, which
-    # autograd casts to the logits' dtype (engine.cpp validate_outputs) before the saved buffer is released. With
-    # fp32 logits .float() is the logits themselves and nothing is cast.
-    "megatron": LossRow(
-        (("w", True),), (("w", True),),
-        MEGATRON_CE + "tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy, models/gpt/gpt_model.py "
-        "_postprocess, models/common/language_module/language_module.py compute_language_model_loss",
-        "CPU: megatron-core's code, allocation by allocation (tests/test_loss_megatron.py)"),
-    # --cross-entropy-loss-fusion: the same steps under torch.compile (jit_fuser). Its backward scatters into the
-    # saved softmax, which Inductor does out of place (fx_passes/reinplace.py: the copy back into that graph input
-    # is the later product, not the scatter): a fresh fp32 buffer, then calculate_gradients' .to(torch.bfloat16).
-    "megatron, fused": LossRow(
-        (("w", True),), ((32, False), (16, False)),
-        MEGATRON_CE + "fusions/fused_cross_entropy.py calculate_gradients, jit.py jit_fuser = torch.compile",
-        "CPU: Inductor's C++ code of torch 2.13 (tests/test_loss_megatron.py); not on a GPU"),
-}
-# Not counted: the loss's token-sized tensors (int64 targets, fp32 row maxima and sums: 37 bytes per token at
-# Megatron's forward peak, measured), under 0.2 % of its 6 bytes per vocabulary column once V / tp >= 3,100.
-
-
-def loss_row(workload) -> LossRow:
-    if workload.implementation == "megatron":
-        return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
-    return LOSSES["huggingface"]
-
-
-def _logits(workload, shape: StepShape) -> Dict[str, int]:
-    """The loss's transients at each phase (LOSSES), over the logits' tokens x vocabulary columns."""
-    w, row = shape.act_bits, loss_row(workload)
-    return {phase: sum(bytes_of(shape.logits_elements, w if bits == "w" else bits) for bits, narrow in terms
-                       if not narrow or w != 32)
-            for phase, terms in (("forward", row.forward), ("backward", row.backward))}
 
 
 def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
@@ -195,7 +143,7 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     P, L = shape.params, shape.largest_layer_params
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
-    logits = _logits(workload, shape)
+    logits = loss_transients(workload, shape, scenario.grad_dtype)
     reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
     # ZeRO-3's live parameters: the gathered layer (plus prefetch, up to max_live) and the persistent small ones.

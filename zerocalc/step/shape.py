@@ -14,6 +14,7 @@ from ..states.groups import ParamGroup
 from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations, split_checkpointed
 from .buffers import FsdpUnits, fsdp_units
+from .losses import loss_row
 from .trainable import training_for
 
 
@@ -40,9 +41,11 @@ def activation_args(scenario, workload) -> tuple:
     if ft.quantized and ft.kbit_prepare and not workload.activation_dtype:
         bits = 32                 # prepare_model_for_kbit_training's fp32 norms and embedding: an fp32 stream
     training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
+    row = loss_row(workload)
+    saved = (bits if row.saved == "w" else row.saved, row.saved_name)
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
-            workload.routing, training, workload.recompute_every)
+            workload.routing, training, workload.recompute_every, saved, workload.compile)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:

@@ -22,6 +22,7 @@ from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
+from .losses import LOSS_CHOICES
 from .moe import Routing
 
 WORKLOAD_LIMITS = {
@@ -40,6 +41,7 @@ WORKLOAD_LIMITS = {
     "moe_imbalance_percent": (100, 10_000),
     "moe_capacity_percent": (0, 10_000),
     "recompute_every": (1, 10_000),
+    "loss_chunks": (1, 4096),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
 RESHARD_CHOICES = ("auto", "yes", "no")      # FSDP2 fully_shard(reshard_after_forward=...); auto: torchtitan
@@ -59,6 +61,13 @@ class Workload:
     implementation: str = "huggingface"
     # Megatron's --cross-entropy-loss-fusion (its "native" impl; off by default, as Megatron): step/peak.py _logits.
     loss_fusion: bool = False
+    # The loss implementation (step/losses.py LOSSES): auto (the implementation's own: Hugging Face's upcast, or
+    # Megatron's), torchtune's chunked output, Liger's fused linear cross entropy, cut-cross-entropy,
+    # torchtitan's ChunkedLossWrapper, or a compiled loss; loss_chunks: the chunk count of the chunked ones.
+    loss: str = "auto"
+    loss_chunks: int = 8
+    # torch.compile of each block (Inductor's default partitioner saves fewer tensors: step/compiled.py)
+    compile: bool = False
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
     prefetch_bucket_size: int = 50_000_000
@@ -114,10 +123,18 @@ class Workload:
         for field, options in (("attention", ATTENTION), ("recompute", RECOMPUTE),
                                ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES),
                                ("reshard_after_forward", RESHARD_CHOICES), ("comm_buffers", COMM_BUFFERS),
-                               ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS)):
+                               ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS), ("loss", LOSS_CHOICES)):
             require_choice(field, getattr(self, field), options)
         if self.recompute_every > 1 and self.recompute != "full":
             raise FieldError("recompute_every", self.recompute_every, "1 unless recompute is full")
+        if self.recompute == "op" and isinstance(self.finetune, FineTune) and self.finetune.mode != "full":
+            # adapters add matmuls to the policy's every-other count and frozen blocks save differently
+            raise FieldError("recompute", self.recompute, "none, selective or full when fine-tuning "
+                             f"({self.finetune.mode}); op-level checkpointing is modelled for full training")
+        if self.loss != "auto" and self.implementation != "huggingface":
+            raise FieldError("loss", self.loss, "auto with implementation megatron (its loss: loss_fusion)")
+        if not isinstance(self.compile, bool):
+            raise FieldError("compile", self.compile, "true or false")
         if not isinstance(self.loss_fusion, bool) or self.loss_fusion and self.implementation != "megatron":
             raise FieldError("loss_fusion", self.loss_fusion, "true or false; true only with implementation megatron")
         if self.gpu_memory is None and self.gpu not in GPU_CATALOG:

@@ -1,0 +1,125 @@
+"""The loss end: what each cross-entropy implementation saves for backward and holds transiently, as data.
+
+A row's terms are (bits, over, narrow): bits per element ("w" the logits' own width, "g" the gradients' dtype),
+over which extent ("TV" tokens x vocabulary columns of the rank, "TV/n" one of the loss's n chunks, "Th" tokens x
+hidden, "Vh" the head's vocabulary columns x hidden, "cV" one Liger chunk of rows x vocabulary), and whether the
+term exists only when the logits are narrower than fp32 (an upcast or a cast back that is a copy). `saved` is what
+the loss keeps for backward per T x V element (activations.py counts it among the head's activations); the
+phases' terms are what it holds beyond that at the end of forward and at the start of backward.
+Measured on the CPU with each package's own code where it runs (tests/measure/loss_peaks.py, megatron_loss.py,
+compiled_saves.py); Liger's and cut-cross-entropy's Triton kernels read from their code.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, NamedTuple, Tuple
+
+from ..tables import DTYPE_BITS, bytes_of
+
+
+class LossRow(NamedTuple):
+    forward: Tuple[Tuple[object, str, bool], ...]
+    backward: Tuple[Tuple[object, str, bool], ...]
+    saved: object                 # bits per T x V element kept for backward (32: the fp32 log-softmax)
+    saved_name: str
+    source: str
+    checked: str
+
+
+MEGATRON_CE = "Megatron-LM d98e8a64 megatron/core/"
+SOFTMAX = "loss log-softmax (fp32)"
+LOSSES = {
+    "huggingface": LossRow(
+        (("w", "TV", False), (32, "TV", True)),                     # the logits, their fp32 upcast (logits.float())
+        (("w", "TV", False), (32, "TV", False), ("w", "TV", True)),  # the logits, fp32 gradient, its cast back
+        32, SOFTMAX, "transformers loss_utils.py ForCausalLMLoss: logits.float(), then cross_entropy",
+        "the code; CPU: tests/measure/loss_peaks.py (10 / 12 bytes per T x V under the Trainer)"),
+    # The bf16 logits stay referenced by GPTModel._postprocess while compute_language_model_loss runs and are freed
+    # when forward returns (no node saves them). _VocabParallelCrossEntropy upcasts them once (.float()), subtracts
+    # the max, exponentiates and normalises in place, and saves that fp32 softmax, the target mask and the masked
+    # target; backward turns it into the gradient in place and returns it fp32, which autograd casts to the
+    # logits' dtype (engine.cpp validate_outputs) before the saved buffer is released.
+    "megatron": LossRow(
+        (("w", "TV", True),), (("w", "TV", True),), 32, SOFTMAX,
+        MEGATRON_CE + "tensor_parallel/cross_entropy.py _VocabParallelCrossEntropy, models/gpt/gpt_model.py "
+        "_postprocess, models/common/language_module/language_module.py compute_language_model_loss",
+        "CPU: megatron-core's code, allocation by allocation (tests/test_loss_megatron.py)"),
+    # --cross-entropy-loss-fusion: the same steps under torch.compile (jit_fuser). Its backward scatters into the
+    # saved softmax, which Inductor does out of place: a fresh fp32 buffer, then calculate_gradients' bf16 cast.
+    "megatron, fused": LossRow(
+        (("w", "TV", True),), ((32, "TV", False), (16, "TV", False)), 32, SOFTMAX,
+        MEGATRON_CE + "fusions/fused_cross_entropy.py calculate_gradients, jit.py jit_fuser = torch.compile",
+        "CPU: Inductor's C++ code of torch 2.13 (tests/test_loss_megatron.py); not on a GPU"),
+    # torchtune's chunked output: the model returns n bf16 chunks (modules/transformer.py chunked_output), the
+    # loss upcasts one chunk at a time (ce_chunked_output_loss.py compute_cross_entropy); every chunk's fp32
+    # log-softmax stays saved. Backward runs every chunk's loss before the projection: one chunk's two fp32
+    # gradients at a time.
+    "chunked": LossRow(
+        (("w", "TV", False), (32, "TV/n", True)), ((32, "TV/n", False), (32, "TV/n", False)), 32, SOFTMAX,
+        "torchtune 0.6.1 modules/loss/ce_chunked_output_loss.py CEWithChunkedOutputLoss, recipes/"
+        "full_finetune_single_device.py (del logits before backward)",
+        "CPU: torchtune's own loss file (tests/measure/loss_peaks.py): 6.5 / 5 bytes per T x V at n = 8"),
+    # Liger's fused linear cross entropy computes the input and weight gradients inside forward, chunk by chunk
+    # (rows c: ops/fused_linear_cross_entropy.py inc_factor = ceil(V / H), c = next_power_of_2(ceil(BT /
+    # inc_factor))), and saves those two; the input is not saved (its grad_input, as large, stands in the head's
+    # "output projection input"). Nothing T x V is kept.
+    "liger": LossRow(
+        (("w", "Th", False), ("g", "Vh", False), ("w", "cV", False)), (("g", "Vh", False),), 0, "",
+        "liger-kernel 0.8.5 ops/fused_linear_cross_entropy.py fused_linear_cross_entropy_forward, "
+        "LigerFusedLinearCrossEntropyFunction", "the code (Triton: not run on the CPU)"),
+    # cut-cross-entropy: logits only as on-chip tiles; saves its input, the fp32 lse and the targets; backward
+    # allocates the input and classifier gradients in the input's dtype (cce_backward.py).
+    "cut": LossRow(
+        (), (("w", "Th", False), ("w", "Vh", False)), 0, "",
+        "cut-cross-entropy 25.1.1 cce.py LinearCrossEntropyFunction, cce_backward.py cce_backward_kernel",
+        "the code (Triton: not run on the CPU)"),
+    # torchtitan's ChunkedLossWrapper runs each chunk's head, loss and backward inside forward, accumulating the
+    # input gradient in fp32 and the head's gradient; backward hands the accumulated gradient to the decoder.
+    "torchtitan-chunked": LossRow(
+        (("w", "TV/n", False), (32, "TV/n", False), (32, "TV/n", False), (32, "TV/n", False), ("g", "Vh", False),
+         (32, "Th", False), ("w", "Th", False)), (("g", "Vh", False),), 0, "",
+        "torchtitan 0.3.0 components/loss.py ChunkedLossWrapper, _DecoderOutputGradientBackProp",
+        "CPU: torchtitan's own loss code (tests/measure/loss_peaks.py): (w + 12) / n bytes per T x V"),
+    # A compiled loss (torchtitan compile.components "loss", torchtune compile): Inductor saves the bf16 logits
+    # (its input) and per-row statistics, no fp32 T x V; its backward allocates only the logits' gradient.
+    "compiled": LossRow(
+        (), (("w", "TV", False),), "w", "loss: logits kept by the compiled loss",
+        "torch 2.13 Inductor, default partitioner, on logits.float() + cross_entropy",
+        "CPU: saved-tensor hooks on the compiled function (tests/measure/compiled_saves.py)"),
+}
+LOSS_NAMES = {"chunked": "torchtune's chunked cross entropy", "liger": "Liger's fused linear cross entropy",
+              "cut": "cut-cross-entropy", "torchtitan-chunked": "torchtitan's chunked loss",
+              "compiled": "a compiled loss"}
+LOSS_CHOICES = ("auto",) + tuple(k for k in LOSSES if k not in ("huggingface", "megatron", "megatron, fused"))
+
+
+def loss_row(workload) -> LossRow:
+    if workload.loss != "auto":
+        return LOSSES[workload.loss]
+    if workload.implementation == "megatron":
+        return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
+    return LOSSES["huggingface"]
+
+
+def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
+    """Liger's chunk rows: next_power_of_2(ceil(BT / ceil(V / H))), at most BT."""
+    rows = -(-tokens // -(-vocab // hidden))
+    return min(1 << (rows - 1).bit_length(), tokens)
+
+
+def extents(workload, tokens: int) -> Dict[str, int]:
+    vocab, hidden, n = workload.vocab_columns, workload.arch.hidden, workload.loss_chunks
+    return {"TV": tokens * vocab, "TV/n": -(-tokens // n) * vocab, "Th": tokens * hidden, "Vh": vocab * hidden,
+            "cV": liger_chunk_rows(tokens, vocab, hidden) * vocab}
+
+
+def loss_transients(workload, shape, grad_dtype: str = "bf16") -> Dict[str, int]:
+    """The loss's transients at each phase on the last stage (none elsewhere)."""
+    if not shape.logits_elements:
+        return {"forward": 0, "backward": 0}
+    w, row = shape.act_bits, loss_row(workload)
+    size = extents(workload, shape.logits_elements // workload.vocab_columns)
+    width = {"w": w, "g": DTYPE_BITS[grad_dtype]}
+    return {phase: sum(bytes_of(size[over], width.get(bits, bits)) for bits, over, narrow in terms
+                       if not narrow or w != 32)
+            for phase, terms in (("forward", row.forward), ("backward", row.backward))}
