@@ -207,7 +207,8 @@ def torchtitan_views(draw):
     scenario = dict(ledger, workers=workers, shard_group=shard, offload_params=offload, offload_optimizer=offload,
                     optimizer=draw(st.sampled_from(["adam", "adamw"])))
     workload = {"micro_batch": draw(st.integers(1, 8)), "seq_len": draw(st.integers(1, 65536)),
-                "recompute": draw(st.sampled_from(["none", "selective", "full"]))}
+                "recompute": draw(st.sampled_from(["none", "op", "full"])),     # torchtitan has no scores-only
+                **({"compile": True} if draw(st.booleans()) else {})}
     if workload["recompute"] == "full" and draw(st.booleans()):   # layer SAC: selective_ac_option = "N"
         workload["recompute_every"] = draw(st.integers(2, 4))
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "micro_batches": draw(st.integers(1, 8))}

@@ -39,6 +39,7 @@ LABELS = {
     "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
     "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
+    "loss": "Loss implementation", "loss_chunks": "Loss chunks", "compile": "torch.compile the blocks",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
@@ -78,9 +79,10 @@ HELP = {
                "World size = dp x tp x pp x cp.",
     "micro_batch": "Sequences each GPU processes per forward/backward (per_device_train_batch_size).",
     "seq_len": "Tokens per sequence. The + and - buttons step through powers of two; any value can be typed.",
-    "recompute": "Activation checkpointing: selective recomputes eager attention's scores; full keeps only each "
-                 "block's input and runs the forward again in backward (about a third more compute); one block "
-                 "in N only: Step details.",
+    "recompute": "Activation checkpointing: selective recomputes eager attention's scores; op is torchtitan's "
+                 "op-level policy (each block keeps its input, every second matmul's output and the attention "
+                 "output; the rest runs again in backward); full keeps only each block's input and runs the "
+                 "forward again in backward (about a third more compute); one block in N only: Step details.",
     "recompute_every": "With full recompute: checkpoint the N-th, 2N-th... block of each rank and keep every "
                        "activation of the others (torchtitan's selective_ac_option = \"N\"). 1: every block.",
     "attention": "flash / SDPA kernels save no s x s score matrix; eager attention does.",
@@ -122,6 +124,16 @@ HELP = {
                              "parallelism (each rank keeps its stage's unsharded parameters for the step).",
     "reduce_dtype": "FSDP MixedPrecisionPolicy.reduce_dtype: gradients reduced (and, under pipeline parallelism, "
                     "accumulated unsharded) in it; auto: the compute dtype (torchtitan sets fp32).",
+    "loss": "What the loss keeps: auto (Hugging Face's upcast, fp32 log-softmax saved), torchtune's chunked "
+            "output (the upcast and gradients one chunk at a time), Liger's fused linear cross entropy or "
+            "cut-cross-entropy (nothing vocabulary-sized saved), torchtitan's chunked loss (head and loss "
+            "backward inside forward), a compiled loss (the bf16 logits saved, no fp32 copy).",
+    "loss_chunks": "Chunks of torchtune's chunked output (num_output_chunks, default 8) or torchtitan's "
+                   "ChunkedLossWrapper (num_chunks, default 8).",
+    "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "
+               "copies, silu and gelu fused; with op-level checkpointing the unread down-projection output is "
+               "dropped. Latent attention, sinks, soft-capping and sandwich norms keep their eager terms; CUDA "
+               "graphs and max-autotune workspaces are not counted.",
     "loss_fusion": "Megatron's native fused cross entropy (off by default): its backward holds a second fp32 copy of "
                    "the softmax and a bf16 copy of the gradient.",
     "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",

@@ -76,10 +76,11 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
     params = f"{report['params']:,} parameters"
     if arch and arch.get("expert_params"):
         params += f" ({arch['active_params']:,} active per token, {arch['expert_params']:,} in experts)"
+    recipe = f" · recipe: {report['recipe']}" if report.get("recipe") else ""       # none with parameters only
     training = finetune.summary(report)
     training = f" · {training}; the ledger applies to what trains" if training else ""
     line = (f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
-            f"{report['shard_group']:,}{world} · {ledger_caption(report, state)}. Sizes in "
+            f"{report['shard_group']:,}{world}{recipe} · {ledger_caption(report, state)}. Sizes in "
             f"{UNIT_WORDS[state['units']]}; units and bars under Display).")
     return (f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
             f'<p>{html.escape(line)}</p></div>')

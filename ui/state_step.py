@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from zerocalc.step.losses import LOSS_CHOICES
 from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
 from zerocalc.tables import DTYPE_BITS
 
@@ -19,7 +20,11 @@ def step_fields(field) -> tuple:
             field("allocator", "choice", DEFAULT_ALLOCATOR, tuple(ALLOCATORS)),
             field("allocator_units", "int", 0, (), units_lo, units_hi),
             field("workspace_bytes", "count", -1, (), -1, WORKLOAD_LIMITS["workspace_bytes"][1]),  # -1: the table's
-            field("loss_fusion", "bool", False))
+            field("loss_fusion", "bool", False),
+            # the recipe (issue 21): the loss implementation, its chunks, torch.compile of the blocks
+            field("loss", "choice", "auto", LOSS_CHOICES),
+            field("loss_chunks", "int", 8, (), *WORKLOAD_LIMITS["loss_chunks"]),
+            field("compile", "bool", False))
 
 
 def step_workload(state: dict) -> dict:
@@ -29,5 +34,7 @@ def step_workload(state: dict) -> dict:
             "reduce_dtype": None if state["reduce_dtype"] == "auto" else state["reduce_dtype"],
             "allocator": state["allocator"], "allocator_units": state["allocator_units"],
             "workspace_bytes": None if state["workspace_bytes"] < 0 else state["workspace_bytes"],
-            "loss_fusion": bool(state["loss_fusion"]) and state["implementation"] == "megatron"}
+            "loss_fusion": bool(state["loss_fusion"]) and state["implementation"] == "megatron",
+            "loss": state["loss"] if state["implementation"] == "huggingface" else "auto",
+            "loss_chunks": state["loss_chunks"], "compile": bool(state["compile"])}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zerocalc.step.activations import recompute_name
 from zerocalc.units import format_bytes, in_unit
 
 from .figures import PHASE_LABELS, STAGE_LABELS, TERM_COLORS, TERM_MEANING, group_names
@@ -172,7 +173,7 @@ def _held(report: dict) -> dict:
     w, lay = report["workload"], report["layout"]
     mp = lay["world_size"] // lay["dp"]
     return {"micro_batch": f"micro-batch {w['micro_batch']:,}", "seq_len": f"sequence {w['seq_len']:,}",
-            "recompute": "no recompute" if w["recompute"] == "none" else f"{w['recompute']} recompute",
+            "recompute": recompute_name(w["recompute"]),
             "workers": f"{report['workers']:,} workers" + (f" ({lay['world_size']:,} GPUs)" if mp > 1 else ""),
             "gpu": report["gpu"]["name"]}
 

@@ -248,6 +248,17 @@ def _fields(names):
     return draw
 
 
+def _recipe(box) -> None:
+    box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level).")
+    widget("compile", box)
+    if current("implementation") == "huggingface":
+        widget("loss", box)
+        if current("loss") in ("chunked", "torchtitan-chunked"):
+            widget("loss_chunks", box)
+    else:
+        box.caption("The loss is Megatron's own (its fused cross entropy: Step details).")
+
+
 def _step(box) -> None:
     _fields(STEP_FIELDS)(box)
     if current("implementation") == "megatron":
@@ -265,6 +276,7 @@ SECTIONS = (
      False),
     ("sec_cluster", "Sharding", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
     ("sec_parallel", "Parallelism", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
+    ("sec_recipe", "Recipe", "Recipe: torch.compile and the loss", _recipe, True),
     ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),

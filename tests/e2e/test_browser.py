@@ -269,15 +269,13 @@ def test_tables_scroll_sideways_on_a_phone_with_the_formula_column_reachable(pag
     open_tab(page, "Model states")
     frames = page.locator("[data-testid=stDataFrame]")
     frames.first.wait_for()
-    # the grids mount one by one: wait for two drawn scrollers, not just the first frame
-    page.wait_for_function("""() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
-      .filter(d => d.querySelector('.dvn-scroller') && d.getBoundingClientRect().width > 0).length >= 2""",
-                           timeout=30_000)
-    state = page.evaluate("""() => Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
-      .filter(d => d.querySelector('.dvn-scroller') && d.getBoundingClientRect().width > 0).map(d => {
+    drawn = """Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
+      .filter(d => d.querySelector('.dvn-scroller') && d.getBoundingClientRect().width > 0)"""
+    page.wait_for_function(f"() => {drawn}.length >= 2", timeout=30_000)      # the grids mount one by one
+    state = page.evaluate(f"""() => {drawn}.map(d => {{
         const s = d.querySelector('.dvn-scroller');
         const before = s.scrollLeft; s.scrollLeft = s.scrollWidth; const after = s.scrollLeft;
-        return {width: d.getBoundingClientRect().right, sw: s.scrollWidth, cw: s.clientWidth, moved: after > before}; })""")
+        return {{width: d.getBoundingClientRect().right, sw: s.scrollWidth, cw: s.clientWidth, moved: after > before}}; }})""")
     assert len(state) >= 2 and all(f["width"] <= 400 for f in state), state
     assert all(f["sw"] > f["cw"] and f["moved"] for f in state), state      # wide tables scroll, reaching the end
     assert page.evaluate("document.documentElement.scrollWidth") <= 400

@@ -25,6 +25,7 @@ from ..parallel.ranks import report_for
 from ..scenario import FieldError, Scenario
 from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
@@ -175,7 +176,8 @@ def _model_flags(p):
     m.add_argument("--micro-batch", type=_count)
     m.add_argument("--seq-len", type=_count, help="sequence length (default 2048)")
     m.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")
-    m.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none)")
+    m.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none): selective "
+                   "(eager attention scores), op (torchtitan's op-level policy), full")
     m.add_argument("--recompute-every", type=int, metavar="N",
                    help="with --recompute full: checkpoint one block in N, the others keep every activation "
                         "(torchtitan's selective_ac_option = \"N\"; default 1: every block)")
@@ -186,6 +188,12 @@ def _model_flags(p):
     m.add_argument("--cross-entropy-loss-fusion", dest="loss_fusion", action="store_const", const=True,
                    help="with --implementation megatron: Megatron's fused (native) cross entropy, whose backward "
                         "holds an fp32 copy of the softmax and a bf16 gradient (default: unfused, as Megatron)")
+    m.add_argument("--loss", choices=LOSS_CHOICES, help="the loss implementation: auto (the implementation's "
+                   "own), chunked (torchtune), liger (fused linear cross entropy), cut (cut-cross-entropy), "
+                   "torchtitan-chunked (ChunkedLossWrapper), compiled (torch.compile'd loss)")
+    m.add_argument("--loss-chunks", type=int, metavar="N", help="chunks of the chunked losses (default 8)")
+    m.add_argument("--compile", nargs="?", const="yes", choices=("yes", "no"),
+                   help="torch.compile each block: Inductor's partitioner saves fewer tensors (default no)")
     m.add_argument("--gpu", choices=list(GPU_CATALOG), help="default H100-SXM-80GB (see --list-gpus)")
     m.add_argument("--gpu-memory", type=_capacity, metavar="CAPACITY",
                    help="a custom capacity PyTorch can use, with its unit: 48GB, 44.4GiB, 46068MiB (overrides --gpu)")

@@ -241,8 +241,9 @@ def _accelerate(scenario, workload, layout, stage, backend=None):
                                    "fsdp_offload_params": offload == "cpu",
                                    "fsdp_activation_checkpointing": w["recompute"] == "full",
                                    "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
-            if w["recompute"] == "selective":
-                notes.append("selective recompute has no accelerate key (fsdp_activation_checkpointing is full).")
+            if w["recompute"] in ("selective", "op"):
+                notes.append(f"{w['recompute']} recompute has no accelerate key (fsdp_activation_checkpointing is "
+                             "full).")
             if w["recompute"] == "full" and w["recompute_every"] > 1:
                 notes.append(f"one block in {w['recompute_every']} checkpointed has no accelerate key: "
                              "fsdp_activation_checkpointing checkpoints every block.")
@@ -334,10 +335,19 @@ def _torchtitan(scenario, workload, layout, stage):
         _torchtitan_split(lay, parallelism, notes)
     tables = {"training": training, "parallelism": parallelism,
               "activation_checkpoint": {"mode": w["recompute"]}}
-    if w["recompute"] == "selective":
-        tables["activation_checkpoint"]["selective_ac_option"] = "op"
+    if w["recompute"] == "op":
+        tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
+    elif w["recompute"] == "selective":
+        tables["activation_checkpoint"] = {"mode": "none"}
+        notes.append("selective recompute of the attention scores has no torchtitan option (its op-level policy "
+                     "is recompute = op): written as mode none.")
     elif w["recompute"] == "full" and w["recompute_every"] > 1:   # _apply_layer_sac: one block in N
         tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": str(w["recompute_every"])}
+    if w["compile"] or w["loss"] == "compiled":
+        tables["compile"] = {"enable": True, "components": [c for c, on in (("model", w["compile"]),
+                                                                            ("loss", w["loss"] == "compiled")) if on]}
+    if w["loss"] not in ("auto", "compiled"):
+        notes.append(f"the {w['loss']} loss has no torchtitan key in this schema: the default loss is written.")
     if s["optimizer"] in ("adam", "adamw"):
         tables["optimizer"] = {"name": "Adam" if s["optimizer"] == "adam" else "AdamW"}
     else:

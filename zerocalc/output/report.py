@@ -20,11 +20,25 @@ from ..layout import stage_sizes
 from ..model.placement import stored_holdings
 from ..parallel.ranks import LayoutReport, layout_report, report_for
 from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
+from ..step.activations import recompute_name
 from ..step.buffers import describe as comm_buffers
+from ..step.losses import LOSS_NAMES
 from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
 
+
+
+def recipe_text(workload) -> str:
+    """The step's recipe in words: checkpointing, compile and the loss (the page's header line and the CLI)."""
+    parts = [recompute_name(workload.recompute) + (f", one block in {workload.recompute_every}"
+                                                  if workload.recompute_every > 1 else "")]
+    if workload.compile:
+        parts.append("torch.compile'd blocks")
+    if workload.loss != "auto":
+        chunks = f" ({workload.loss_chunks} chunks)" if workload.loss in ("chunked", "torchtitan-chunked") else ""
+        parts.append(f"{LOSS_NAMES[workload.loss]}{chunks}")
+    return ", ".join(parts)
 
 def gpu_dict(workload) -> dict:
     """The GPU the verdict is against: the capacity PyTorch can use (the verdict's), nvidia-smi's total beside it,
@@ -278,6 +292,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
         "finetune": {**plain(workload.finetune), "description": describe(workload.finetune, s.param_dtype),
                      "caveats": list(caveats(workload.finetune, a))},
         "workload": plain(workload, skip=("arch", "layout", "finetune")),
+        "recipe": recipe_text(workload),
         "layout": layout_dict(report),
         "activation_rank": heaviest.rank.name,
         "activation_bits": shape.act_bits,

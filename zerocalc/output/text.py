@@ -13,7 +13,7 @@ from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers
 from ..tables import CONVENTIONS
 from ..units import format_bytes, in_unit, resolve_unit
-from .report import group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
+from .report import recipe_text, group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
 
 
 def recompute_text(workload) -> str:
@@ -181,7 +181,7 @@ def peak_text(report, units) -> str:
         f"Peak working set per GPU on {workload.gpu_label} ({capacity_text(workload, unit)}): "
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
         f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}"
-        f"{', fused cross entropy' if workload.loss_fusion else ''}).",
+        f"{', fused cross entropy' if workload.loss_fusion else ''}); recipe: {recipe_text(workload)}.",
         f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
         f"micro-batch x {heaviest.rank.layers} layers{_checkpointed(shape.act, units)}, "
         f"{format_bytes(shape.activation_bytes, units)} in flight; "

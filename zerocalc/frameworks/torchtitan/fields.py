@@ -23,6 +23,7 @@ FIELDS = {   # the dataclasses zerocalc reads, every field (job_config.py)
     "activation_checkpoint": ("mode", "selective_ac_option", "per_op_sac_force_recompute_mm_shapes_by_fqns",
                               "early_stop", "memory_budget", "visualize_memory_budget_pareto", "preserve_rng_state",
                               "determinism_check", "debug"),
+    "compile": ("enable", "components", "backend"),
     "optimizer": ("name", "lr", "beta1", "beta2", "eps", "weight_decay", "implementation", "early_step_in_backward"),
 }
 DTYPES = {"bfloat16": "bf16", "float32": "fp32"}      # training.dtype / mixed_precision_param Literals

@@ -30,6 +30,7 @@ from ..common import (
     line_col,
     strict_int,
 )
+from .recipe import read_compile
 from .fields import DTYPES, FIELDS, LIMIT, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
 
@@ -77,6 +78,7 @@ class _Reader(LegacyReader):
         self.ledger(t, dims)
         self.batch(t, p, dims)
         self.checkpointing()
+        read_compile(self)
         self.optimizer()
         self.model_notes()
         for key in self.doc.leftovers():
@@ -410,10 +412,8 @@ class _Reader(LegacyReader):
         if not isinstance(option, str):
             raise FrameworkConfigError(key, option, allowed)
         if option == "op":
-            self.b.set("workload", "recompute", "selective", f"{mode_src} with {key} = op")
-            self.b.note("torchtitan op-level selective checkpointing (matmul outputs saved, the rest recomputed) is "
-                        "approximated by zerocalc's selective recompute (Korthikanti et al.: the attention core is "
-                        "recomputed; under flash attention that saves nothing).")
+            # SelectiveAC._wrap_block: matmul (every second one recomputed) and attention outputs saved
+            self.b.set("workload", "recompute", "op", f"{mode_src} with {key} = op")
             return
         try:
             every = int(option) if option.isdigit() else None
