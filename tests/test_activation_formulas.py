@@ -141,7 +141,7 @@ def test_a_symbolic_architecture_runs_the_architectures_own_properties():
 
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 8), st.integers(1, 4096), st.sampled_from([8, 16, 32]),
-       st.sampled_from(["eager", "flash"]), st.sampled_from(["none", "selective", "full"]),
+       st.sampled_from(["eager", "flash"]), st.sampled_from(["none", "selective", "op", "full"]),
        st.sampled_from(["huggingface", "megatron"]), st.sampled_from([1, 2, 4]), st.booleans())
 def test_any_step_formula_computes_its_bytes(b, s, w, attention, recompute, impl, tp, sp):
     # Invariant: for any micro-batch, sequence, width, kernel, recompute, implementation and tp split, the

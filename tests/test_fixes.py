@@ -104,7 +104,7 @@ models = st.sampled_from(["gpt2-medium", "llama-2-7b", "llama-3-8b", "qwen2.5-7b
 
 @settings(max_examples=80, deadline=None)
 @given(models, st.integers(1, 64), st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]),
-       st.sampled_from(["none", "selective", "full"]), st.sampled_from(["flash", "eager"]),
+       st.sampled_from(["none", "selective", "op", "full"]), st.sampled_from(["flash", "eager"]),
        st.sampled_from(["A100-40GB", "H100-SXM-80GB", "L4-24GB", "V100-16GB"]), st.integers(1, 8),
        st.sampled_from([512, 1024, 2048, 4096, 3000]), st.integers(0, 3), st.integers(1, 4),
        st.sampled_from(["zero-paper", "megatron", "pure-bf16"]))

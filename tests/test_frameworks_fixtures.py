@@ -184,7 +184,7 @@ def test_torchtitan_llama3_8b_resolves_shard_degree_from_the_world():
     r = load("torchtitan_llama3_8b.toml")
     assert r.selected_stage == 3 and r.format == "torchtitan"
     subset(r.scenario, dict(FSDP2, comm_dtype="bf16", workers=16, shard_group=None, optimizer="adamw"))
-    subset(r.workload, {"seq_len": 8192, "micro_batch": 1, "recompute": "selective"})
+    subset(r.workload, {"seq_len": 8192, "micro_batch": 1, "recompute": "op"})      # selective_ac_option = "op"
     assert r.layout == {"gpus": 16, "micro_batches": 1}
     assert {"parallelism.data_parallel_shard_degree": 16} == {a["key"]: a["value"] for a in r.auto_keys}
 

@@ -312,7 +312,7 @@ def test_torchtitan_2024_llama3_8b_old_names():
     r = load("torchtitan_2024-09_llama3_8b.toml")
     assert r.selected_stage == 3
     subset(r.scenario, dict(FSDP2, comm_dtype="bf16", workers=16))
-    subset(r.workload, {"micro_batch": 1, "seq_len": 8192, "recompute": "selective"})
+    subset(r.workload, {"micro_batch": 1, "seq_len": 8192, "recompute": "op"})      # selective_ac_option = "op"
     assert auto(r) == {"parallelism.data_parallel_shard_degree": 16}
     notes = " ".join(r.notes)
     for old in ("training.batch_size", "training.data_parallel_shard_degree", "experimental.pipeline_parallel_degree"):

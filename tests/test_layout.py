@@ -208,7 +208,7 @@ conventions = st.sampled_from(["zero-paper", "megatron", "fsdp2", "pure-bf16", "
 
 @settings(max_examples=60, deadline=None)
 @given(models, conventions, st.integers(1, 300), st.sampled_from([None, 1]), st.integers(1, 8),
-       st.sampled_from([512, 2048]), st.sampled_from(["none", "selective", "full"]),
+       st.sampled_from([512, 2048]), st.sampled_from(["none", "selective", "op", "full"]),
        st.sampled_from(["cpu", "none"]))
 def test_a_trivial_layout_is_pure_data_parallelism_byte_for_byte(name, conv, dp, group, mb, seq, recompute, off):
     arch = MODEL_PRESETS[name][0]

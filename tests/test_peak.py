@@ -99,7 +99,7 @@ gpus = st.sampled_from(sorted(GPU_CATALOG))
 
 @settings(max_examples=60, deadline=None)
 @given(models, st.integers(1, 512), st.integers(1, 16), st.sampled_from([512, 2048, 4096]), gpus,
-       st.sampled_from(["none", "selective", "full"]), st.sampled_from(["eager", "flash"]))
+       st.sampled_from(["none", "selective", "op", "full"]), st.sampled_from(["eager", "flash"]))
 def test_peak_covers_persistent_state_and_solvers_are_exact(model, workers, mb, seq, gpu, recompute, attention):
     scenario, work = setup(model, workers, micro_batch=mb, seq_len=seq, gpu=gpu, recompute=recompute,
                            attention=attention)

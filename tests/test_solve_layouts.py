@@ -53,7 +53,7 @@ layouts = st.tuples(st.sampled_from([1, 2, 4, 8]), st.sampled_from([1, 2, 4]), s
 
 
 @settings(max_examples=40, deadline=None)
-@given(models, st.integers(1, 128), layouts, st.sampled_from(["none", "selective", "full"]),
+@given(models, st.integers(1, 128), layouts, st.sampled_from(["none", "selective", "op", "full"]),
        st.sampled_from(["A100-40GB", "H100-SXM-80GB", "L4-24GB"]), st.integers(1, 8))
 def test_every_solver_answer_fits_and_one_step_further_does_not(model, dp, lay, recompute, gpu, mb):
     tp, pp, cp, sp, m = lay

@@ -40,6 +40,7 @@ LABELS = {
     "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
     "loss": "Loss implementation", "loss_chunks": "Loss chunks", "compile": "torch.compile the blocks",
+    "activation_offload": "Offload activations to the CPU", "optimizer_in_backward": "Optimizer step in backward",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
@@ -127,7 +128,14 @@ HELP = {
     "loss": "What the loss keeps: auto (Hugging Face's upcast, fp32 log-softmax saved), torchtune's chunked "
             "output (the upcast and gradients one chunk at a time), Liger's fused linear cross entropy or "
             "cut-cross-entropy (nothing vocabulary-sized saved), torchtitan's chunked loss (head and loss "
-            "backward inside forward), a compiled loss (the bf16 logits saved, no fp32 copy).",
+            "backward inside forward), a compiled loss (the bf16 logits saved, no fp32 copy), or one over fp32 "
+            "logits (torchtune upcasts in the model).",
+    "activation_offload": "torchtune's activation offloading (with every block checkpointed): the blocks' "
+                          "inputs go to pinned host memory, two stay on the GPU; the host memory per rank is in "
+                          "Peak and step.",
+    "optimizer_in_backward": "torchtune's optimizer_in_bwd: each parameter is stepped as soon as its gradient is "
+                             "accumulated and the gradient freed, so no gradient set lives (one micro-batch per "
+                             "step; under FSDP a unit's unsharded gradient still does).",
     "loss_chunks": "Chunks of torchtune's chunked output (num_output_chunks, default 8) or torchtitan's "
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "

@@ -24,7 +24,8 @@ def step_fields(field) -> tuple:
             # the recipe (issue 21): the loss implementation, its chunks, torch.compile of the blocks
             field("loss", "choice", "auto", LOSS_CHOICES),
             field("loss_chunks", "int", 8, (), *WORKLOAD_LIMITS["loss_chunks"]),
-            field("compile", "bool", False))
+            field("compile", "bool", False), field("activation_offload", "bool", False),
+            field("optimizer_in_backward", "bool", False))
 
 
 def step_workload(state: dict) -> dict:
@@ -36,5 +37,8 @@ def step_workload(state: dict) -> dict:
             "workspace_bytes": None if state["workspace_bytes"] < 0 else state["workspace_bytes"],
             "loss_fusion": bool(state["loss_fusion"]) and state["implementation"] == "megatron",
             "loss": state["loss"] if state["implementation"] == "huggingface" else "auto",
-            "loss_chunks": state["loss_chunks"], "compile": bool(state["compile"])}
+            "loss_chunks": state["loss_chunks"], "compile": bool(state["compile"]),
+            "activation_offload": bool(state["activation_offload"]) and state["recompute"] == "full"
+            and state["recompute_every"] == 1,
+            "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1}
 

@@ -251,6 +251,13 @@ def _fields(names):
 def _recipe(box) -> None:
     box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level).")
     widget("compile", box)
+    if current("recompute") == "full" and current("recompute_every") == 1:
+        widget("activation_offload", box)       # torchtune offloads only with every layer checkpointed
+    if current("micro_batches") == 1:
+        widget("optimizer_in_backward", box)     # torchtune refuses it with gradient accumulation
+    else:
+        box.caption("The optimizer step in backward needs one micro-batch per step (torchtune refuses "
+                    "gradient accumulation with it).")
     if current("implementation") == "huggingface":
         widget("loss", box)
         if current("loss") in ("chunked", "torchtitan-chunked"):
@@ -276,7 +283,7 @@ SECTIONS = (
      False),
     ("sec_cluster", "Sharding", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
     ("sec_parallel", "Parallelism", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
-    ("sec_recipe", "Recipe", "Recipe: torch.compile and the loss", _recipe, True),
+    ("sec_recipe", "Recipe", "Recipe: torch.compile, offload, optimizer in backward, loss", _recipe, True),
     ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),

@@ -85,6 +85,8 @@ def apply(fix: Fix, scenario, workload):
     changes = dict(fix.workload)
     if changes.get("recompute", workload.recompute) != "full" and workload.recompute_every > 1:
         changes["recompute_every"] = 1          # one block in N is a form of full recompute
+    if changes.get("recompute", workload.recompute) != "full" and workload.activation_offload:
+        changes["activation_offload"] = False   # offloading needs every block fully checkpointed
     w = replace(workload, **changes) if changes else workload
     if fix.layout:
         w = replace(w, layout=replace(w.layout, **fix.layout))
@@ -170,6 +172,8 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         if level == "op" and workload.finetune.mode != "full":
             continue                                                 # modelled for full training only
         change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {})}
+        if workload.activation_offload:
+            change["activation_offload"] = False     # offloading needs every block fully checkpointed
         w = replace(workload, **change)
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:

@@ -190,10 +190,17 @@ def _model_flags(p):
                         "holds an fp32 copy of the softmax and a bf16 gradient (default: unfused, as Megatron)")
     m.add_argument("--loss", choices=LOSS_CHOICES, help="the loss implementation: auto (the implementation's "
                    "own), chunked (torchtune), liger (fused linear cross entropy), cut (cut-cross-entropy), "
-                   "torchtitan-chunked (ChunkedLossWrapper), compiled (torch.compile'd loss)")
+                   "torchtitan-chunked (ChunkedLossWrapper), compiled (torch.compile'd loss), compiled-fp32 (over "
+                   "torchtune's fp32 logits)")
     m.add_argument("--loss-chunks", type=int, metavar="N", help="chunks of the chunked losses (default 8)")
     m.add_argument("--compile", nargs="?", const="yes", choices=("yes", "no"),
                    help="torch.compile each block: Inductor's partitioner saves fewer tensors (default no)")
+    m.add_argument("--activation-offload", nargs="?", const="yes", choices=("yes", "no"),
+                   help="with --recompute full: each block's checkpoint input in pinned host memory, two on the "
+                        "GPU (torchtune enable_activation_offloading; default no)")
+    m.add_argument("--optimizer-in-backward", nargs="?", const="yes", choices=("yes", "no"),
+                   help="the optimizer steps each parameter in backward, so no gradient set lives (torchtune "
+                        "optimizer_in_bwd; one micro-batch per step; default no)")
     m.add_argument("--gpu", choices=list(GPU_CATALOG), help="default H100-SXM-80GB (see --list-gpus)")
     m.add_argument("--gpu-memory", type=_capacity, metavar="CAPACITY",
                    help="a custom capacity PyTorch can use, with its unit: 48GB, 44.4GiB, 46068MiB (overrides --gpu)")

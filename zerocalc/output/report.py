@@ -35,6 +35,10 @@ def recipe_text(workload) -> str:
                                                   if workload.recompute_every > 1 else "")]
     if workload.compile:
         parts.append("torch.compile'd blocks")
+    if workload.activation_offload:
+        parts.append("activations offloaded to the CPU")
+    if workload.optimizer_in_backward:
+        parts.append("optimizer step in backward")
     if workload.loss != "auto":
         chunks = f" ({workload.loss_chunks} chunks)" if workload.loss in ("chunked", "torchtitan-chunked") else ""
         parts.append(f"{LOSS_NAMES[workload.loss]}{chunks}")
@@ -196,6 +200,7 @@ def rank_rows(report: LayoutReport) -> list:
             "activation_bytes": shape.activation_bytes,
             "activation_bytes_per_layer": shape.act.per_layer_total,
             "activation_bytes_per_micro_batch": shape.act.total,
+            "activation_offload_bytes": shape.offloaded, "activation_offload_host_bytes": shape.host_bytes,
             "recompute_flops_per_step": v.recompute_flops,
             "stages": [{"stage": r.stage, "per_worker_bytes": dict(r.per_worker_by_category),
                         "per_worker_total_bytes": r.per_worker_total, "gpu_bytes_per_worker": r.gpu_bytes,
@@ -298,6 +303,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
         "activation_bits": shape.act_bits,
         "activation_bytes_per_layer": shape.act.per_layer_total,
         "activation_bytes": shape.activation_bytes,
+        "activation_offload_host_bytes": shape.host_bytes,
         "activation_terms": {"per_layer": shape.act.per_layer, "per_moe_layer": shape.act.per_moe_layer,
                              "per_sliding_layer": shape.act.per_sliding_layer,
                              "checkpointed_block": shape.act.checkpointed, "embedding_end": shape.act.embed,

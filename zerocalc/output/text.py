@@ -23,6 +23,13 @@ def recompute_text(workload) -> str:
     return workload.recompute
 
 
+def _offloaded(shape, units) -> str:
+    if not shape.offloaded:
+        return ""
+    return (f" on the GPU ({format_bytes(shape.offloaded, units)} moved to the CPU, taking "
+            f"{format_bytes(shape.host_bytes, units)} of pinned host memory per rank)")
+
+
 def _checkpointed(act, units) -> str:
     if not act.checkpointed:
         return ""
@@ -184,7 +191,8 @@ def peak_text(report, units) -> str:
         f"{', fused cross entropy' if workload.loss_fusion else ''}); recipe: {recipe_text(workload)}.",
         f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
         f"micro-batch x {heaviest.rank.layers} layers{_checkpointed(shape.act, units)}, "
-        f"{format_bytes(shape.activation_bytes, units)} in flight; "
+        f"{format_bytes(shape.activation_bytes, units)} in flight"
+        f"{_offloaded(shape, units)}; "
         f"largest layer {largest_layer(a)[0]} ({largest_layer(a)[1]:,} params)",
         _table(["stage", "peak", "phase", "capacity", "headroom", "used", "fits", "worst rank"],
                [[p.stage, format_bytes(p.peak_bytes, unit), p.peak_phase, format_bytes(p.capacity_bytes, unit),

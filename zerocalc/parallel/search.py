@@ -200,7 +200,9 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
                                                  offload_optimizer=offload[0], offload_params=offload[1])
             if recompute not in workloads:
                 every = base_w.recompute_every if recompute == workload.recompute else 1   # one in N: the view's
-                workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every)
+                same = recompute == workload.recompute           # offloading needs the view's full recompute
+                workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every,
+                                               activation_offload=base_w.activation_offload and same)
             return scenarios[dp, offload], workloads[recompute]
 
         def evaluate(recompute, offload):

@@ -86,14 +86,32 @@ LOSSES = {
         (), (("w", "TV", False),), "w", "loss: logits kept by the compiled loss",
         "torch 2.13 Inductor, default partitioner, on logits.float() + cross_entropy",
         "CPU: saved-tensor hooks on the compiled function (tests/measure/compiled_saves.py)"),
+    # torchtune's unchunked output upcasts in the model (modules/transformer.py unembed: self.output(h).float()),
+    # so its compiled loss keeps fp32 logits; the bf16 ones live only until the upcast, and backward makes the
+    # fp32 gradient and its cast back for the projection.
+    "compiled, fp32 logits": LossRow(
+        (("w", "TV", True),), ((32, "TV", False), ("w", "TV", True)), 32, "loss: fp32 logits kept by the compiled loss",
+        "torchtune 0.6.1 modules/transformer.py unembed, training/_compile.py compile_loss",
+        "from the compiled-loss measurement (compiled_saves.py: the loss keeps its input) and torchtune's code"),
+    # torchtune's chunked loss with compile: True compiles compute_cross_entropy per chunk (training/_compile.py
+    # compile_loss), which then keeps each bf16 chunk (its input) instead of an fp32 log-softmax; backward makes
+    # one chunk's bf16 gradient at a time.
+    "chunked, compiled": LossRow(
+        (), (("w", "TV/n", False),), "w", "loss: bf16 logit chunks kept by the compiled loss",
+        "torchtune 0.6.1 training/_compile.py compile_loss, modules/loss/ce_chunked_output_loss.py",
+        "from the compiled-loss measurement (compiled_saves.py) and torchtune's code; not measured chunked"),
 }
 LOSS_NAMES = {"chunked": "torchtune's chunked cross entropy", "liger": "Liger's fused linear cross entropy",
               "cut": "cut-cross-entropy", "torchtitan-chunked": "torchtitan's chunked loss",
-              "compiled": "a compiled loss"}
-LOSS_CHOICES = ("auto",) + tuple(k for k in LOSSES if k not in ("huggingface", "megatron", "megatron, fused"))
+              "compiled": "a compiled loss", "compiled-fp32": "a compiled loss over fp32 logits (torchtune)"}
+LOSS_CHOICES = ("auto", "chunked", "liger", "cut", "torchtitan-chunked", "compiled", "compiled-fp32")
 
 
 def loss_row(workload) -> LossRow:
+    if workload.loss == "compiled-fp32":
+        return LOSSES["compiled, fp32 logits"]
+    if workload.loss == "chunked" and workload.compile:
+        return LOSSES["chunked, compiled"]          # torchtune's compile: True compiles each chunk's loss too
     if workload.loss != "auto":
         return LOSSES[workload.loss]
     if workload.implementation == "megatron":

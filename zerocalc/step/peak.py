@@ -30,6 +30,7 @@ from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
 from .losses import loss_transients
+from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .shape import StepShape, trainable_params
 from .workspaces import workspace_bytes
 
@@ -155,7 +156,10 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
           "reduce_bucket": reduce_bucket, "allgather_bucket": allgather_bucket}
     comm = framework(scenario, workload, shape)
     workspaces = workspace_bytes(workload)
+    fused_step = workload.optimizer_in_backward          # optimizer_in_backward.py: no gradient set lives
     for s, gpu_bytes in stages:
+        if fused_step:
+            gpu_bytes -= resident_gradient_bytes(scenario, s, shape)
         common = (("model states", gpu_bytes), ("library workspaces", workspaces),   # step/workspaces.py
                   ("activations", shape.activation_bytes))
         forward = [*common, ("logits and loss", logits["forward"])]
@@ -169,7 +173,9 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         backward.append(("recompute (one block)", shape.act.recompute_working))
         forward.append(("dequantized 4-bit weight", shape.dequantized))
         backward.append(("dequantized 4-bit weight", shape.dequantized))
-        optimizer.append(("fp32 gradient copy", _fp32_grad_copy(scenario, s, shape)))
+        optimizer.append(("fp32 gradient copy", 0 if fused_step else _fp32_grad_copy(scenario, s, shape)))
+        if fused_step:
+            backward.append(("one gradient (optimizer in backward)", one_gradient_bytes(scenario, shape)))
         kept = kept_parts(workload, s, shape, comm)          # FSDP2 under PP: the stage unsharded (fsdp_pipeline.py)
         for phase, name in ((forward, "forward"), (backward, "backward")):
             gone = {REPLACES[part] for part, _ in kept.get(name, ()) if part in REPLACES}

@@ -15,6 +15,7 @@ from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations, split_checkpointed
 from .buffers import FsdpUnits, fsdp_units
 from .losses import loss_row
+from .offload import offloaded_inputs
 from .trainable import training_for
 
 
@@ -32,6 +33,8 @@ class StepShape(NamedTuple):
     logits_elements: int         # tokens x vocabulary columns of the logits (0 off the last pipeline stage)
     dequantized: int = 0         # QLoRA: bytes of the largest 4-bit weight dequantized while it runs
     fsdp: Optional[FsdpUnits] = None   # the rank's FSDP units (buffers.fsdp_units): the fsdp buffer rule reads them
+    offloaded: int = 0           # activation offloading: checkpoint inputs moved to host memory (not in activation_bytes)
+    host_bytes: int = 0          # the pinned host memory they take (offload.py)
 
 
 def activation_args(scenario, workload) -> tuple:
@@ -82,13 +85,16 @@ def rank_shape(scenario, workload, rank) -> StepShape:
                                                   weights[0] if len(set(weights)) == 1 else weights)
     alive = (sum(per_chunk), first, last)
     activation = sum(a * w for a, w in zip(per_chunk, weights)) + first * embed + last * head
+    in_flight_blocks = sum(a * (c.dense + c.moe + getattr(c, "checkpointed", 0)) for a, c in zip(per_chunk, counts))
+    offloaded, host = offloaded_inputs(workload, act, in_flight_blocks)
+    activation -= offloaded
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     groups = param_groups(scenario, workload, rank)
     return StepShape(act, bits, DTYPE_BITS[compute], rank.largest_module()[1],
                      rank.persistent_params(workload.param_persistence_threshold), rank.params,
                      groups, activation, alive,
                      tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank),
-                     fsdp_units(rank, groups, DTYPE_BITS[compute]))
+                     fsdp_units(rank, groups, DTYPE_BITS[compute]), offloaded, host)
 
 
 def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:

@@ -68,6 +68,12 @@ class Workload:
     loss_chunks: int = 8
     # torch.compile of each block (Inductor's default partitioner saves fewer tensors: step/compiled.py)
     compile: bool = False
+    # Activation offloading to the CPU (torchtune enable_activation_offloading): with full recompute the blocks'
+    # checkpoint inputs go to pinned host memory, a few stay on the GPU (step/offload.py)
+    activation_offload: bool = False
+    # The optimizer step fused into backward, one parameter at a time (torchtune optimizer_in_bwd:
+    # step/optimizer_in_backward.py); refused with gradient accumulation, as torchtune refuses it.
+    optimizer_in_backward: bool = False
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
     prefetch_bucket_size: int = 50_000_000
@@ -133,8 +139,16 @@ class Workload:
                              f"({self.finetune.mode}); op-level checkpointing is modelled for full training")
         if self.loss != "auto" and self.implementation != "huggingface":
             raise FieldError("loss", self.loss, "auto with implementation megatron (its loss: loss_fusion)")
-        if not isinstance(self.compile, bool):
-            raise FieldError("compile", self.compile, "true or false")
+        for field in ("compile", "activation_offload", "optimizer_in_backward"):
+            if not isinstance(getattr(self, field), bool):
+                raise FieldError(field, getattr(self, field), "true or false")
+        if self.optimizer_in_backward and isinstance(self.layout, Layout) and self.layout.micro_batches > 1:
+            raise FieldError("optimizer_in_backward", True, "false with more than one micro-batch per step "
+                             "(torchtune: 'Gradient accumulation is not supported with optimizer in bwd.')")
+        if self.activation_offload and (self.recompute != "full" or self.recompute_every > 1):
+            # torchtune's recipes refuse it without activation checkpointing of every layer
+            raise FieldError("activation_offload", True, "false unless recompute is full on every block "
+                             "(torchtune: enable_activation_offloading needs enable_activation_checkpointing)")
         if not isinstance(self.loss_fusion, bool) or self.loss_fusion and self.implementation != "megatron":
             raise FieldError("loss_fusion", self.loss_fusion, "true or false; true only with implementation megatron")
         if self.gpu_memory is None and self.gpu not in GPU_CATALOG:
