@@ -184,19 +184,26 @@ components = ["model", "loss"]
 
 [model]
 converters = ["float8"]
+
+[quantize.linear.float8]
+enable_fsdp_float8_all_gather = true
 """
 
 
 def test_a_recipe_toml_imports_as_that_recipe_and_exports_back():
-    # torchtitan job_config.py ActivationCheckpoint / Compile (238fa99); float8 matmuls are not modelled yet: a note
+    # torchtitan job_config.py ActivationCheckpoint, Compile, QuantizedLinear.Float8 (238fa99)
     from zerocalc.frameworks.export import export_torchtitan
     import tomllib
     r = tt(RECIPE_TOML, {"gpus": 8})
     assert (r.workload["recompute"], r.workload["compile"], r.workload["loss"]) == ("op", True, "compiled")
-    assert any("float8" in n for n in r.notes)
+    assert (r.workload["float8"], r.workload["float8_all_gather"]) == ("tensorwise", True)   # recipe_name None
     back = tomllib.loads(export_torchtitan(r.scenario, r.workload, r.layout, r.selected_stage))
     assert back["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "op"}
     assert back["compile"] == {"enable": True, "components": ["model", "loss"]}
+    assert back["model"]["converters"] == ["float8"]
+    assert back["quantize"]["linear"]["float8"] == {"recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": True}
+    rowwise = tt(RECIPE_TOML.replace("enable_fsdp_float8_all_gather = true", 'recipe_name = "rowwise"'), {"gpus": 8})
+    assert rowwise.workload["float8"] == "rowwise" and "float8_all_gather" not in rowwise.workload
     model_only = tt(RECIPE_TOML.replace('["model", "loss"]', '["model"]'), {"gpus": 8})
     assert model_only.workload["compile"] is True and "loss" not in model_only.workload
     assert refused('[compile]\nenable = true\ncomponents = ["model", "optimizer"]\n').field == "compile.components"

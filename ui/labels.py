@@ -41,6 +41,7 @@ LABELS = {
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
     "loss": "Loss implementation", "loss_chunks": "Loss chunks", "compile": "torch.compile the blocks",
     "activation_offload": "Offload activations to the CPU", "optimizer_in_backward": "Optimizer step in backward",
+    "float8": "float8 linears (torchao)", "float8_all_gather": "FSDP float8 all-gather",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
@@ -136,6 +137,10 @@ HELP = {
     "optimizer_in_backward": "torchtune's optimizer_in_bwd: each parameter is stepped as soon as its gradient is "
                              "accumulated and the gradient freed, so no gradient set lives (one micro-batch per "
                              "step; under FSDP a unit's unsharded gradient still does).",
+    "float8": "torchao Float8Linear recipe: each linear saves its high-precision input as before (measured); its "
+              "dynamic casts add a transient (about 9 bytes per cast element eager, the float8 copies compiled).",
+    "float8_all_gather": "enable_fsdp_float8_all_gather: the blocks' linear weights gathered at 1 byte per element "
+                         "(tensorwise only).",
     "loss_chunks": "Chunks of torchtune's chunked output (num_output_chunks, default 8) or torchtitan's "
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "

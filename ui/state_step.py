@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.losses import LOSS_CHOICES
 from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
 from zerocalc.tables import DTYPE_BITS
@@ -25,7 +26,8 @@ def step_fields(field) -> tuple:
             field("loss", "choice", "auto", LOSS_CHOICES),
             field("loss_chunks", "int", 8, (), *WORKLOAD_LIMITS["loss_chunks"]),
             field("compile", "bool", False), field("activation_offload", "bool", False),
-            field("optimizer_in_backward", "bool", False))
+            field("optimizer_in_backward", "bool", False), field("float8", "choice", "none", FLOAT8_RECIPES),
+            field("float8_all_gather", "bool", False))
 
 
 def step_workload(state: dict) -> dict:
@@ -40,5 +42,7 @@ def step_workload(state: dict) -> dict:
             "loss_chunks": state["loss_chunks"], "compile": bool(state["compile"]),
             "activation_offload": bool(state["activation_offload"]) and state["recompute"] == "full"
             and state["recompute_every"] == 1,
-            "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1}
+            "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,
+            "float8": state["float8"],
+            "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise"}
 

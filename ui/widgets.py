@@ -253,6 +253,9 @@ def _recipe(box) -> None:
     widget("compile", box)
     if current("recompute") == "full" and current("recompute_every") == 1:
         widget("activation_offload", box)       # torchtune offloads only with every layer checkpointed
+    widget("float8", box)
+    if current("float8") == "tensorwise":
+        widget("float8_all_gather", box)         # torchao: the float8 all-gather needs tensorwise scaling
     if current("micro_batches") == 1:
         widget("optimizer_in_backward", box)     # torchtune refuses it with gradient accumulation
     else:
@@ -283,7 +286,7 @@ SECTIONS = (
      False),
     ("sec_cluster", "Sharding", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
     ("sec_parallel", "Parallelism", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
-    ("sec_recipe", "Recipe", "Recipe: torch.compile, offload, optimizer in backward, loss", _recipe, True),
+    ("sec_recipe", "Recipe", "Recipe: compile, float8, offload, optimizer in backward, loss", _recipe, True),
     ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),

@@ -25,6 +25,7 @@ from ..parallel.ranks import report_for
 from ..scenario import FieldError, Scenario
 from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
+from ..step.float8 import FLOAT8_RECIPES
 from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
@@ -201,6 +202,10 @@ def _model_flags(p):
     m.add_argument("--optimizer-in-backward", nargs="?", const="yes", choices=("yes", "no"),
                    help="the optimizer steps each parameter in backward, so no gradient set lives (torchtune "
                         "optimizer_in_bwd; one micro-batch per step; default no)")
+    m.add_argument("--float8", choices=FLOAT8_RECIPES, help="torchao float8 linears (default none): their casts' "
+                   "transients; the saved activations do not change")
+    m.add_argument("--float8-all-gather", nargs="?", const="yes", choices=("yes", "no"),
+                   help="with --float8 tensorwise under FSDP: the blocks' linear weights gathered in float8")
     m.add_argument("--gpu", choices=list(GPU_CATALOG), help="default H100-SXM-80GB (see --list-gpus)")
     m.add_argument("--gpu-memory", type=_capacity, metavar="CAPACITY",
                    help="a custom capacity PyTorch can use, with its unit: 48GB, 44.4GiB, 46068MiB (overrides --gpu)")

@@ -17,7 +17,7 @@ from ..units import format_bytes
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "recompute_every",
                   "implementation", "loss_fusion", "loss", "loss_chunks", "compile",
-                  "activation_offload", "optimizer_in_backward",
+                  "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype",
@@ -91,7 +91,7 @@ def finetune_from_args(args) -> FineTune:
 
 def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
-    for flag in ("compile", "activation_offload", "optimizer_in_backward"):
+    for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather"):
         if flag in given:
             given[flag] = given[flag] == "yes"
     return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)

@@ -43,12 +43,13 @@ def _toml_key(key: str) -> str:
 
 
 def dump_toml(tables: dict, comments=()) -> str:
-    """{table: {key: scalar or list}} (one level of tables, as torchtitan's configs use)."""
+    """{table: {key: scalar or list}}; a table named by a tuple is a nested one ([quantize.linear.float8])."""
     lines = [f"# {c}" for c in comments]
     for name, body in tables.items():
         if lines:
             lines.append("")
-        lines.append(f"[{_toml_key(name)}]")
+        path = name if isinstance(name, tuple) else (name,)
+        lines.append(f"[{'.'.join(_toml_key(part) for part in path)}]")
         for key, value in body.items():
             lines.append(f"{_toml_key(key)} = {_toml_value(value)}")
     return "\n".join(lines) + "\n"

@@ -346,6 +346,10 @@ def _torchtitan(scenario, workload, layout, stage):
     if w["compile"] or w["loss"] == "compiled":
         tables["compile"] = {"enable": True, "components": [c for c, on in (("model", w["compile"]),
                                                                             ("loss", w["loss"] == "compiled")) if on]}
+    if w["float8"] != "none":
+        tables.setdefault("model", {})["converters"] = ["float8"]
+        tables[("quantize", "linear", "float8")] = {"recipe_name": w["float8"],
+                                                     "enable_fsdp_float8_all_gather": w["float8_all_gather"]}
     if w["loss"] not in ("auto", "compiled"):
         notes.append(f"the {w['loss']} loss has no torchtitan key in this schema: the default loss is written.")
     if s["optimizer"] in ("adam", "adamw"):

@@ -106,11 +106,12 @@ def describe(scenario, workload, shape) -> dict:
 QUANTIZED = ("nf4", "fp4_e2m1", "int4", "int8", "uint8")   # storage FSDP gathers as it is, never cast
 
 
-def fsdp_units(rank, groups, compute_bits: int = 16) -> FsdpUnits:
+def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False) -> FsdpUnits:
     """The rank's FSDP units from its holdings: each tensor sharded over its group's size, padded per tensor. A
     quantized frozen base (QLoRA's nf4) is gathered in its packed storage, not in param_dtype (bitsandbytes packs
     two 4-bit values a byte into bnb_4bit_quant_storage; FSDP's mixed precision casts floating tensors only): its
-    elements count as compute-dtype elements of the same bytes."""
+    elements count as compute-dtype elements of the same bytes. `float8_gather`: torchao's float8 all-gather, the
+    blocks' linear weights (2-D layer tensors) gathered at 8 bits (step/float8.py); their gradients stay wide."""
     shard = {g.name: g.shard for g in groups}
     kinds = {"all": Unit(), "dense": Unit(), "moe": Unit()}
     seen, first, last = {}, Unit(), Unit()
@@ -119,8 +120,11 @@ def fsdp_units(rank, groups, compute_bits: int = 16) -> FsdpUnits:
         padded = -(-h.rows // n) * n * (h.local_elements // h.rows if h.rows else 0)
         if h.tensor.storage in QUANTIZED:
             padded = -(-padded * DTYPE_BITS[h.tensor.storage] // compute_bits)
-        u = Unit(padded, h.local_elements if h.tensor.trainable else 0, padded if h.tensor.trainable else 0)
         t = h.tensor
+        gathered = padded
+        if float8_gather and t.place == "layer" and len(t.shape) == 2 and t.storage not in QUANTIZED:
+            gathered = -(-padded * 8 // compute_bits)
+        u = Unit(gathered, h.local_elements if t.trainable else 0, padded if t.trainable else 0)
         if t.place == "layer":
             key = (t.kind, t.name)                     # rows split by layer range: one block holds one of them
             if key in seen:

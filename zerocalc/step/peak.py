@@ -29,6 +29,8 @@ from .allocator import cycle_unit_bytes, reserve_bytes
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
+from .activations import tp_local
+from .float8 import cast_transients
 from .losses import loss_transients
 from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .shape import StepShape, trainable_params
@@ -157,6 +159,8 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     comm = framework(scenario, workload, shape)
     workspaces = workspace_bytes(workload)
     fused_step = workload.optimizer_in_backward          # optimizer_in_backward.py: no gradient set lives
+    casts = cast_transients(workload, tp_local(workload.arch, workload.layout.tp),     # float8.py
+                            workload.micro_batch * (workload.seq_len // workload.layout.cp))
     for s, gpu_bytes in stages:
         if fused_step:
             gpu_bytes -= resident_gradient_bytes(scenario, s, shape)
@@ -172,6 +176,8 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         optimizer += opt
         backward.append(("recompute (one block)", shape.act.recompute_working))
         forward.append(("dequantized 4-bit weight", shape.dequantized))
+        forward.append(("float8 casts (one linear)", casts["forward"]))
+        backward.append(("float8 casts (one linear)", casts["backward"]))
         backward.append(("dequantized 4-bit weight", shape.dequantized))
         optimizer.append(("fp32 gradient copy", 0 if fused_step else _fp32_grad_copy(scenario, s, shape)))
         if fused_step:

@@ -22,6 +22,7 @@ from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
+from .float8 import FLOAT8_RECIPES
 from .losses import LOSS_CHOICES
 from .moe import Routing
 
@@ -74,6 +75,10 @@ class Workload:
     # The optimizer step fused into backward, one parameter at a time (torchtune optimizer_in_bwd:
     # step/optimizer_in_backward.py); refused with gradient accumulation, as torchtune refuses it.
     optimizer_in_backward: bool = False
+    # torchao float8 linears (step/float8.py): none | tensorwise | rowwise | rowwise_with_gw_hp; and FSDP2's float8
+    # all-gather of the linear weights (enable_fsdp_float8_all_gather, tensorwise only)
+    float8: str = "none"
+    float8_all_gather: bool = False
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
     prefetch_bucket_size: int = 50_000_000
@@ -139,7 +144,11 @@ class Workload:
                              f"({self.finetune.mode}); op-level checkpointing is modelled for full training")
         if self.loss != "auto" and self.implementation != "huggingface":
             raise FieldError("loss", self.loss, "auto with implementation megatron (its loss: loss_fusion)")
-        for field in ("compile", "activation_offload", "optimizer_in_backward"):
+        require_choice("float8", self.float8, FLOAT8_RECIPES)
+        if self.float8_all_gather is True and self.float8 != "tensorwise":
+            # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
+            raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
+        for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
         if self.optimizer_in_backward and isinstance(self.layout, Layout) and self.layout.micro_batches > 1:

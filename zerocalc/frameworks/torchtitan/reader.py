@@ -30,7 +30,7 @@ from ..common import (
     line_col,
     strict_int,
 )
-from .recipe import read_compile
+from .recipe import read_compile, read_float8
 from .fields import DTYPES, FIELDS, LIMIT, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
 
@@ -443,5 +443,6 @@ class _Reader(LegacyReader):
         flavor = self.get("model", "flavor", "debugmodel")
         self.b.note(f"The model is torchtitan's {name} {flavor}: choose the matching zerocalc model.")
         converters = self.get("model", "converters", [])
-        if converters:
-            self.b.note(f"model.converters {converters}: low-precision matmuls are not modelled.")
+        rest = read_float8(self, converters) if isinstance(converters, list) else converters
+        if rest:
+            self.b.note(f"model.converters {rest}: these low-precision matmuls are not modelled.")

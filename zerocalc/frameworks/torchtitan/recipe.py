@@ -1,4 +1,4 @@
-"""torchtitan's recipe settings beyond checkpointing: torch.compile of the blocks and of the loss."""
+"""torchtitan's recipe settings beyond checkpointing: torch.compile of the blocks and of the loss, float8 linears."""
 
 from __future__ import annotations
 
@@ -20,3 +20,28 @@ def read_compile(reader) -> None:
         reader.b.set("workload", "compile", True, 'compile.enable with "model" in compile.components')
     if "loss" in components:
         reader.b.set("workload", "loss", "compiled", 'compile.enable with "loss" in compile.components')
+
+
+FLOAT8 = ("quantize", "linear", "float8")      # job_config.py QuantizedLinear.Float8 (238fa99)
+
+
+def read_float8(reader, converters) -> list:
+    """model.converters "float8" (components/quantization/float8.py Float8LinearConverter): torchao Float8Linear
+    with [quantize.linear.float8] recipe_name (None: tensorwise) and enable_fsdp_float8_all_gather. Returns the
+    converters left unread."""
+    rest = [c for c in converters if c not in ("float8", "quantize.linear.float8")]
+    doc = reader.doc
+    if len(rest) == len(converters):
+        return rest
+    recipe = doc.get(*FLOAT8, "recipe_name", default=None)
+    recipe = "tensorwise" if recipe is None else recipe
+    if recipe not in ("tensorwise", "rowwise", "rowwise_with_gw_hp"):
+        raise FrameworkConfigError("quantize.linear.float8.recipe_name", recipe,
+                                   "tensorwise, rowwise or rowwise_with_gw_hp (torchao from_recipe_name)")
+    gather = doc.get(*FLOAT8, "enable_fsdp_float8_all_gather", default=False)
+    if not isinstance(gather, bool):
+        raise FrameworkConfigError("quantize.linear.float8.enable_fsdp_float8_all_gather", gather, "true or false")
+    reader.b.set("workload", "float8", recipe, 'model.converters "float8" with quantize.linear.float8.recipe_name')
+    if gather:
+        reader.b.set("workload", "float8_all_gather", True, "quantize.linear.float8.enable_fsdp_float8_all_gather")
+    return rest
