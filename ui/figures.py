@@ -27,6 +27,7 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "unsharded parameters (reshard_after_forward off)": "#2F5F8A", "unit gradient before accumulation": "#D4A6C8",
     "accumulated unsharded gradients (sync at the last micro-batch)": "#FABFD2",
     "CPU offload: a unit's shard and gradient shard on the GPU": "#B6992D",
+    "float8 casts (one linear)": "#7B4F8E", "one gradient (optimizer in backward)": "#C25A1E",
 }
 TERM_MEANING = {
     "parameters": "the compute copy of the weights (ledger category)",
@@ -51,6 +52,8 @@ TERM_MEANING = {
                                                                       "micro-batch",
     "CPU offload: a unit's shard and gradient shard on the GPU": "FSDP with offloaded parameters: a unit's shard "
                                                                  "copied in and its gradient shard out",
+    "float8 casts (one linear)": "torchao float8: the dynamic casts of the largest linear (step/float8.py)",
+    "one gradient (optimizer in backward)": "the optimizer steps each parameter in backward: one gradient lives",
     "one copy": "cluster bytes of one copy of every state",
     "redundant": "cluster bytes that duplicate a copy held elsewhere",
 }

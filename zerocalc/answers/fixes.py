@@ -42,6 +42,9 @@ from .solve import max_micro_batch, min_workers
 COSTS = {
     "stage": (0, "no extra time: ZeRO-1 and ZeRO-2 communicate what plain data parallelism does"),
     "recompute_selective": (1, "recomputes the attention scores only"),
+    "recipe": (1, "a recipe change: no extra step time (compile takes minutes once; the loss and the fused "
+                  "optimizer step change no FLOPs)"),
+    "activation_offload": (7, "the blocks' inputs copied to the CPU and back over PCIe every step"),
     "micro_batch": (2, "the same sequences per step in more, smaller micro-batches (lower GPU efficiency)"),
     "stage_3": (3, "ZeRO-3 gathers the parameters in forward and backward: 1.5x the data-parallel traffic"),
     "recompute_op": (4, "op-level checkpointing re-runs every second matmul and the cheap ops in backward: about "
@@ -185,6 +188,10 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             wc, lc, peak = found
             yield "recompute_micro_batch", stage, {}, {**change, **wc}, lc, peak
             break
+    for kind, change in _recipe_changes(workload):                  # recipes, one at a time
+        peak = _peak(scenario, replace(workload, **change), stage)
+        if peak is not None and peak <= capacity:
+            yield kind, stage, {}, change, {}, peak
     largest = max_micro_batch(scenario, workload)[stage]             # micro-batch
     found = _micro_batch_change(scenario, workload, stage, largest) if largest else None
     if found:
@@ -249,6 +256,19 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
                 yield "layout", stage, s_changes, w_changes, l_changes, plan.peak_bytes
 
 
+def _recipe_changes(workload):
+    """The recipes a workload could add (step/compiled.py, losses.py, optimizer_in_backward.py, offload.py)."""
+    full_training = workload.finetune.mode == "full"
+    if not workload.compile and full_training:
+        yield "recipe", {"compile": True}
+    if workload.loss == "auto" and workload.implementation == "huggingface":
+        yield "recipe", {"loss": "chunked"}
+    if not workload.optimizer_in_backward and workload.layout.micro_batches == 1:
+        yield "recipe", {"optimizer_in_backward": True}
+    if not workload.activation_offload and workload.recompute == "full" and workload.recompute_every == 1:
+        yield "activation_offload", {"activation_offload": True}
+
+
 def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
     """The changes that make `stage` fit, cheapest first ([] when it already fits). `layouts` adds the cheapest
     layout of the same GPUs (layout_search: hundreds of whole reports for a large world)."""
@@ -283,6 +303,10 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
             global_batch = scenario.workers * workload.micro_batch * workload.layout.micro_batches
             text += f" x {lay['micro_batches']:,} micro-batches per step (global batch of {global_batch:,} held)"
         return text
+    if fix.kind in ("recipe", "activation_offload"):
+        return {"compile": "torch.compile the blocks", "loss": "torchtune's chunked cross entropy (8 chunks)",
+                "optimizer_in_backward": "the optimizer step in backward (torchtune optimizer_in_bwd)",
+                "activation_offload": "activation offloading to the CPU"}[next(iter(w))]
     if fix.kind == "offload":
         parts = ["the optimizer state" if "offload_optimizer" in s else None,
                  "the parameters" if "offload_params" in s else None]

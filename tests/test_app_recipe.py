@@ -1,0 +1,47 @@
+"""The Recipe section (issue 21): torch.compile, float8, activation offload, the optimizer step in backward and the
+loss, each reaching the link, the header line and the core's report; a control shows only where its recipe is
+valid."""
+
+from tests.app_helpers import assert_overview_matches_core, core_report, header_text, run_app
+
+
+def switch(at, key):
+    """A boolean field's widget (the app draws them as toggles or checkboxes)."""
+    return next(w for w in list(at.toggle) + list(at.checkbox) if w.key == key)
+
+
+def switches(at) -> set:
+    return {w.key for w in list(at.toggle) + list(at.checkbox)}
+
+
+def test_recipe_controls_reach_the_link_the_header_and_the_core():
+    at = run_app({"model": "llama-3-8b", "recompute": "op"}, sections=["sec_recipe"])
+    assert "compile" in switches(at) and "activation_offload" not in switches(at)   # offloading: full recompute
+    assert "loss_chunks" not in [w.key for w in at.number_input]         # only with a chunked loss
+    switch(at, "compile").set_value(True).run()
+    at.selectbox(key="loss").set_value("chunked").run()
+    at.number_input(key="loss_chunks").set_value(16).run()
+    at.selectbox(key="float8").set_value("tensorwise").run()
+    query = dict(at.query_params)
+    assert {k: query[k] for k in ("recompute", "compile", "loss", "loss_chunks", "float8")} == {
+        "recompute": "op", "compile": "true", "loss": "chunked", "loss_chunks": "16", "float8": "tensorwise"}
+    report = core_report(query)
+    assert report["recipe"] == ("op-level selective checkpointing, torch.compile'd blocks, float8 linears "
+                                "(tensorwise), torchtune's chunked cross entropy (16 chunks)")
+    assert f"recipe: {report['recipe']}" in header_text(at)
+    assert_overview_matches_core(at, report)
+
+
+def test_offload_and_the_fused_step_show_where_torchtune_allows_them():
+    at = run_app({"model": "llama-3-8b", "recompute": "full"}, sections=["sec_recipe"])
+    for key in ("activation_offload", "optimizer_in_backward"):
+        switch(at, key).set_value(True).run()
+    query = dict(at.query_params)
+    report = core_report(query)
+    assert report["activation_offload_host_bytes"] > 0
+    assert "activations offloaded to the CPU, optimizer step in backward" in report["recipe"]
+    peak_tab = run_app(query, tab="Peak and step")
+    assert any("pinned host memory" in c.value for c in peak_tab.caption)
+    at = run_app({"model": "llama-3-8b", "micro_batches": "4"}, sections=["sec_recipe"])
+    assert "optimizer_in_backward" not in switches(at)
+    assert any("gradient accumulation" in c.value for c in at.caption)
