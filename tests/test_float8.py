@@ -51,3 +51,16 @@ def test_float8_adds_its_casts_to_the_peak_and_halves_the_gathered_linears():
     assert bf16["backward"]["gathered parameters"] - gathered == linears
     with pytest.raises(FieldError, match="float8_all_gather"):
         Workload(arch, float8="rowwise", float8_all_gather=True)
+
+
+def test_fsdp_float8_all_gather_moves_one_byte_per_weight():
+    # FSDP2 on 2 gloo ranks (the all-gather itself on uint8 views: gloo has no float8): the unit's gathered buffer
+    # of a converted MLP's three linears is 1 byte per element with enable_fsdp_float8_all_gather, 2 without
+    ranks = f8.fsdp_float8_all_gather()
+    runs = {(r["case"]["recipe"], r["case"]["fp8_ag"]): r for r in ranks[0]["results"]}
+    bf16 = runs[("tensorwise", False)]["all_gather_buffers"][0]["output"]
+    fp8 = runs[("tensorwise", True)]["all_gather_buffers"][0]["output"]
+    assert (bf16[1], fp8[1]) == ("bfloat16", "float8_e4m3fn")
+    assert bf16[0] == fp8[0] and bf16[2] == 2 * fp8[2] == 2 * bf16[0][0]
+    gathered = runs[("tensorwise", True)]["gathered"]["0.gate_proj.weight"]
+    assert gathered["unsharded_type"] == "Float8TrainingTensor"            # a float8 tensor and its fp32 scale

@@ -31,7 +31,7 @@ from torch.utils.checkpoint import (
 )
 from torch.utils.checkpoint import checkpoint as _checkpoint
 
-from tests.measure.saved_tensors import build_from_config
+from tests.measure.saved_tensors import _tensors, build_from_config
 
 aten = torch.ops.aten
 
@@ -190,17 +190,6 @@ def _layer_call(model, batch, seq):
     else:
         hidden, rest = kwargs.pop("hidden_states"), ()
     return block, hidden, rest, kwargs
-
-
-def _tensors(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (tuple, list)):
-        for item in obj:
-            yield from _tensors(item)
-    elif isinstance(obj, dict):
-        for item in obj.values():
-            yield from _tensors(item)
 
 
 def _first_tensor(out):

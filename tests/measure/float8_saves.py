@@ -38,7 +38,6 @@ What is approximated / not seen:
 
 from __future__ import annotations
 
-import os
 import weakref
 
 import torch
@@ -380,19 +379,8 @@ def _fsdp_measure(case):
 
 
 def _worker(rank, world, port, outdir, case):
-    import json
-
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        results = [_fsdp_measure({**case, **run}) for run in case["runs"]]
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "world": world, "results": results}, f, default=str)
-    finally:
-        dist.destroy_process_group()
+    from tests.measure.fsdp2_lora import run_cases
+    run_cases(rank, world, port, outdir, case, _fsdp_measure, default=str)
 
 
 def fsdp_float8_all_gather(world: int = 2, timeout: float = 180, **case) -> list:

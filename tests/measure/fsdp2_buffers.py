@@ -19,7 +19,6 @@ per wrap, in bytes: `at_loss` (after the model returns), `forward` (the largest 
 
 from __future__ import annotations
 
-import json
 import os
 import weakref
 
@@ -148,18 +147,8 @@ def _measure(case):
 
 
 def _worker(rank, world, port, outdir, case):
-    import torch
-    import torch.distributed as dist
-
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        results = [_measure({**case, **run}) for run in case["runs"]]
-        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "world": world, "results": results}, f)
-    finally:
-        dist.destroy_process_group()
+    from tests.measure.fsdp2_lora import run_cases
+    run_cases(rank, world, port, outdir, case, _measure)
 
 
 def fsdp2_buffers(world: int = 2, timeout: float = 120, **case) -> list:

@@ -142,6 +142,22 @@ def fsdp2_lora(world: int = 2, timeout: float = 120, **case) -> list:
     return run_workers("tests.measure.fsdp2_lora", world, case, timeout)
 
 
+def run_cases(rank, world, port, outdir, case, measure, **dump) -> None:
+    """A worker's body for the harnesses whose case lists runs: join the gloo group, `measure` each run and write
+    outdir/rank{r}.json (`dump`: json.dump's options)."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        results = [measure({**case, **run}) for run in case["runs"]]
+        with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "world": world, "results": results}, f, **dump)
+    finally:
+        dist.destroy_process_group()
+
+
 def run_workers(module: str, world: int, case: dict, timeout: float) -> list:
     """Run `module`'s `_worker(rank, world, port, outdir, case)` on `world` CPU processes and return each rank's
     outdir/rank{r}.json. Workers are plain subprocesses (`python -c`), so this works from pytest, scripts and

@@ -146,7 +146,10 @@ def _micro_batch_change(scenario, workload, stage: int, largest: int) -> Optiona
         steps = per_worker // new
         if steps > LAYOUT_LIMITS["micro_batches"][1]:
             continue
-        w = replace(workload, micro_batch=new, layout=replace(workload.layout, micro_batches=steps))
+        try:             # more micro-batches per step: refused with the optimizer step in backward
+            w = replace(workload, micro_batch=new, layout=replace(workload.layout, micro_batches=steps))
+        except FieldError:
+            continue
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
             return {"micro_batch": new}, ({"micro_batches": steps} if steps != m else {}), peak

@@ -189,6 +189,8 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
         micro_batches = global_batch // (dp * workload.micro_batch)
         if micro_batches > LAYOUT_LIMITS["micro_batches"][1]:
             continue
+        if micro_batches > 1 and workload.optimizer_in_backward:
+            continue                     # the step in backward refuses accumulation (optimizer_in_backward.py)
         layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
         base_w = replace(workload, layout=layout)
         workloads = {workload.recompute: base_w}
