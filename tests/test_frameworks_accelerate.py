@@ -166,3 +166,17 @@ def test_key_tables_match_accelerate():
     from accelerate.utils import SageMakerDistributedType
     assert set(A.SAGEMAKER_TYPES) == {t.value for t in SageMakerDistributedType}
     assert tuple(FSDP_SHARDING_STRATEGY) == fsdp.STRATEGIES
+
+
+def test_dynamo_inductor_compiles_the_model_and_its_loss():
+    # accelerate utils/dataclasses.py DynamoBackend; accelerator.prepare compiles the whole model (the loss in it)
+    from zerocalc.frameworks import import_accelerate
+    from zerocalc.frameworks.export import export_accelerate
+    base = "compute_environment: LOCAL_MACHINE\ndistributed_type: MULTI_GPU\nnum_machines: 1\nnum_processes: 8\n"
+    r = import_accelerate(base + "dynamo_config:\n  dynamo_backend: INDUCTOR\n")
+    assert (r.workload["compile"], r.workload["loss"]) == (True, "compiled")
+    assert "compile" not in import_accelerate(base + "dynamo_config:\n  dynamo_backend: NO\n").workload
+    eager = import_accelerate(base + "dynamo_config:\n  dynamo_backend: AOT_EAGER\n")
+    assert "compile" not in eager.workload and any("Inductor" in n for n in eager.notes)
+    back = import_accelerate(export_accelerate(r.scenario, r.workload, r.layout, 0))
+    assert back.workload["compile"] is True

@@ -254,6 +254,8 @@ def _accelerate(scenario, workload, layout, stage, backend=None):
                     "parallelism_config_dp_shard_size": shard,
                     "parallelism_config_tp_size": lay["tp"], "parallelism_config_cp_size": lay["cp"]}
         data["mixed_precision"] = precision
+    if w["compile"]:                             # accelerate compiles the whole model (utils/dataclasses.py)
+        data["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
     data["num_machines"] = machines
     data["num_processes"] = world
     return data, notes

@@ -105,6 +105,7 @@ class _Reader(FsdpReader):
         else:
             self.b.note(f"distributed_type {kind} is not modelled (zerocalc counts GPU data parallelism, FSDP "
                         "and DeepSpeed); only the process counts were read.")
+        self.dynamo()
         # doc.data, not doc.get: reading the whole section here would hide its unread keys from the leftovers
         if self.doc.data.get("parallelism_config") and not self.parallel_ok:
             # parallelism_config.py ParallelismConfig._validate_accelerator: "only compatible DistributedType.FSDP
@@ -121,6 +122,24 @@ class _Reader(FsdpReader):
     parallel_ok = False         # parallelism_config is read: FSDP2, DDP types (MULTI_*) and DEEPSPEED
 
     # --- common ----------------------------------------------------------------------------------------------
+    def dynamo(self) -> None:
+        """dynamo_config.dynamo_backend (utils/dataclasses.py DynamoBackend; the legacy top-level dynamo_backend):
+        accelerator.prepare compiles the whole model with torch.compile, the loss inside its forward too.
+        Inductor's partitioner is what zerocalc measured (step/compiled.py)."""
+        key = "dynamo_config.dynamo_backend"
+        backend = self.doc.get("dynamo_config", "dynamo_backend", default=None)
+        if backend is None and self.doc.has("dynamo_backend"):
+            backend, key = self.doc.get("dynamo_backend"), "dynamo_backend"
+        if backend is None or backend is False or str(backend).upper() == "NO":
+            return                               # an unquoted NO reads as false in YAML: NO, as accelerate means
+        if not isinstance(backend, str):
+            raise FrameworkConfigError(key, backend, "a DynamoBackend name such as INDUCTOR or NO")
+        if backend.upper() != "INDUCTOR":
+            self.b.note(f"{key} {backend}: only Inductor's partitioner is modelled; the eager terms are kept.")
+            return
+        self.b.set("workload", "compile", True, f"{key} INDUCTOR: accelerate compiles the model")
+        self.b.set("workload", "loss", "compiled", f"{key} INDUCTOR: the loss runs inside the compiled forward")
+
     def precision(self) -> str:
         value = self.doc.get("mixed_precision", default=None)
         if value is None and self.doc.has("fp16"):        # process_config: the legacy fp16 flag
