@@ -17,7 +17,8 @@ from tests.measure.saved_tensors import build_from_config  # noqa: E402
 from zerocalc.model.architecture import Architecture  # noqa: E402
 from zerocalc.model.hf_config import architecture_from_config  # noqa: E402
 from zerocalc.step.activations import activations  # noqa: E402
-from zerocalc.step.op_checkpoint import block_linears, recomputed_matmul_elements, saved_flags  # noqa: E402
+from zerocalc.step.op_checkpoint import (  # noqa: E402
+    OP_POLICIES, block_linears, recomputed_matmul_elements, saved_flags)
 
 L, H, HEADS, FFN, VOCAB, SEQ, BATCH = 2, 256, 8, 1024, 1000, 128, 2
 
@@ -43,10 +44,23 @@ CASES = [  # (id, config, attention): separate / fused q,k,v; q,k,v biases (addm
 
 @pytest.mark.parametrize("config, attention", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_op_level_policy_within_2_percent_per_block(config, attention):
+    check_policy(config, attention, "torchtitan")
+
+
+@pytest.mark.parametrize("policy", ["matmuls", "attention"])
+@pytest.mark.parametrize("config, attention", [CASES[1][1:], CASES[2][1:], CASES[6][1:]],
+                         ids=[CASES[1][0], CASES[2][0], CASES[6][0]])
+def test_other_policies_within_2_percent_per_block(config, attention, policy):
+    check_policy(config, attention, policy)
+
+
+def check_policy(config, attention, policy):
+    rule = OP_POLICIES[policy]
     model = build_from_config({**config, "attn_implementation": attention}, torch.bfloat16)
-    measured = measure_op_sac(model, BATCH, SEQ)
+    measured = measure_op_sac(model, BATCH, SEQ, mm=rule.mm, addmm=rule.addmm, attention=rule.attention,
+                              others=rule.collectives)
     predicted = activations(architecture_from_config(config), BATCH, SEQ, 16,
-                            attention="eager" if attention == "eager" else "flash", recompute="op")
+                            attention="eager" if attention == "eager" else "flash", recompute="op", op_policy=policy)
     body = sum(predicted.embed.values()) + sum(predicted.stage.values()) + L * predicted.per_layer_total
     got = measured["embed"] + measured["layer"]
     assert abs(body - got) <= 0.02 * got / L, f"predicted {body:,} vs measured {got:,}"

@@ -9,6 +9,7 @@ from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.losses import LOSS_CHOICES
+from zerocalc.step.op_checkpoint import OP_POLICIES
 from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
 from zerocalc.tables import DTYPE_BITS
 
@@ -27,7 +28,8 @@ def step_fields(field) -> tuple:
             field("loss_chunks", "int", 8, (), *WORKLOAD_LIMITS["loss_chunks"]),
             field("compile", "bool", False), field("activation_offload", "bool", False),
             field("optimizer_in_backward", "bool", False), field("float8", "choice", "none", FLOAT8_RECIPES),
-            field("float8_all_gather", "bool", False))
+            field("float8_all_gather", "bool", False),
+            field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES)))
 
 
 def step_workload(state: dict) -> dict:
@@ -44,5 +46,6 @@ def step_workload(state: dict) -> dict:
             and state["recompute_every"] == 1,
             "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,
             "float8": state["float8"],
-            "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise"}
+            "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise",
+            "op_policy": state["op_policy"] if state["recompute"] == "op" else "torchtitan"}
 

@@ -250,6 +250,8 @@ def _fields(names):
 
 def _recipe(box) -> None:
     box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level).")
+    if current("recompute") == "op":
+        widget("op_policy", box)
     widget("compile", box)
     if current("recompute") == "full" and current("recompute_every") == 1:
         widget("activation_offload", box)       # torchtune offloads only with every layer checkpointed

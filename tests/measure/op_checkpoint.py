@@ -34,19 +34,30 @@ def _save_ops() -> set:
     return ops
 
 
-def torchtitan_op_policy():
-    """A fresh policy per block call: a counter of mm ops, every second one recomputed."""
+ATTENTION_OPS = (torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default, torch.ops.aten.bmm.default)
+
+
+def torchtitan_op_policy(recompute_shapes=frozenset(), mm="every-other", addmm=True, attention=True, others=True):
+    """A fresh policy per block call. torchtitan's (the defaults): the save list's outputs kept, a counter of mm
+    ops with every second one recomputed; an mm whose right-hand side has one of `recompute_shapes` (in, out) is
+    recomputed and not counted (force_recompute_mm_shapes_by_fqns, ["moe.router.gate"] by default). The other
+    policies of zerocalc's OP_POLICIES: `mm` "all" or "none", without addmm, attention or the rest of the list."""
     save, count = _save_ops(), {"forward": 0, "recompute": 0}
 
     def policy(ctx, func, *args, **kwargs):
         mode = "recompute" if ctx.is_recompute else "forward"
         if func in MM_OPS:
-            count[mode] += 1
-        if func in save:
-            if func in MM_OPS and count[mode] % 2 == 0:
+            if tuple(args[1].shape) in recompute_shapes:
                 return CheckpointPolicy.PREFER_RECOMPUTE
-            return CheckpointPolicy.MUST_SAVE
-        return CheckpointPolicy.PREFER_RECOMPUTE
+            count[mode] += 1
+            keep = mm == "all" or mm == "every-other" and count[mode] % 2 == 1
+        elif func == torch.ops.aten.addmm.default:
+            keep = addmm
+        elif func in ATTENTION_OPS:
+            keep = attention
+        else:
+            keep = others and func in save
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
     return policy
 
 
@@ -67,14 +78,18 @@ class _Watch(TorchDispatchMode):
         return out
 
 
-def measure_op_sac(model, batch: int, seq: int) -> dict:
+def measure_op_sac(model, batch: int, seq: int, **rule) -> dict:
     """Bytes kept per region ("embed", "layer", "head") after forward + loss, with every decoder block under the
-    op-level policy."""
+    op-level policy (`rule`: torchtitan_op_policy's keywords; default torchtitan's)."""
     enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
     key = "activation_checkpointing_kwargs" if hasattr(model, "activation_checkpointing_enable") \
         else "gradient_checkpointing_kwargs"
+    # the MoE router's gate (HF: mlp.gate), as torchtitan forces "moe.router.gate" to be recomputed
+    routers = frozenset(tuple(m.weight.shape[::-1]) for n, m in model.named_modules()
+                        if n.endswith("mlp.gate") and getattr(m, "weight", None) is not None)
     enable(**{key: {"use_reentrant": False,
-                    "context_fn": lambda: create_selective_checkpoint_contexts(torchtitan_op_policy())}})
+                    "context_fn": lambda: create_selective_checkpoint_contexts(
+                        torchtitan_op_policy(routers, **rule))}})
     rec, watch = _Recorder(model), _Watch()
     base = model.base_model
     blocks = base.h if hasattr(base, "h") else base.layers

@@ -90,6 +90,8 @@ def apply(fix: Fix, scenario, workload):
         changes["recompute_every"] = 1          # one block in N is a form of full recompute
     if changes.get("recompute", workload.recompute) != "full" and workload.activation_offload:
         changes["activation_offload"] = False   # offloading needs every block fully checkpointed
+    if changes.get("recompute", workload.recompute) != "op" and workload.op_policy != "torchtitan":
+        changes["op_policy"] = "torchtitan"     # a policy is a form of op recompute
     w = replace(workload, **changes) if changes else workload
     if fix.layout:
         w = replace(w, layout=replace(w.layout, **fix.layout))
@@ -180,6 +182,8 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {})}
         if workload.activation_offload:
             change["activation_offload"] = False     # offloading needs every block fully checkpointed
+        if workload.op_policy != "torchtitan":
+            change["op_policy"] = "torchtitan"       # a policy is a form of op recompute
         w = replace(workload, **change)
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:

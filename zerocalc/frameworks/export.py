@@ -339,6 +339,9 @@ def _torchtitan(scenario, workload, layout, stage):
               "activation_checkpoint": {"mode": w["recompute"]}}
     if w["recompute"] == "op":
         tables["activation_checkpoint"] = {"mode": "selective", "selective_ac_option": "op"}
+        if w["op_policy"] != "torchtitan":
+            notes.append(f"torchtitan's op-level policy is its own (SelectiveAC); the view's {w['op_policy']} policy "
+                         "needs a subclass overriding get_save_ops.")
     elif w["recompute"] == "selective":
         tables["activation_checkpoint"] = {"mode": "none"}
         notes.append("selective recompute of the attention scores has no torchtitan option (its op-level policy "

@@ -32,7 +32,8 @@ from ..tables import CONVENTIONS, PARTITIONED
 def recipe_text(workload) -> str:
     """The step's recipe in words: checkpointing, compile and the loss (the page's header line and the CLI)."""
     parts = [recompute_name(workload.recompute) + (f", one block in {workload.recompute_every}"
-                                                  if workload.recompute_every > 1 else "")]
+                                                  if workload.recompute_every > 1 else "")
+             + (f" ({workload.op_policy} policy)" if workload.op_policy != "torchtitan" else "")]
     if workload.compile:
         parts.append("torch.compile'd blocks")
     if workload.activation_offload:

@@ -121,10 +121,13 @@ def recompute_flops(workload, rank) -> int:
     if workload.recompute == "selective":
         per_layer = _attention_flops(workload) if workload.attention == "eager" else 0
         return layout.micro_batches * rank.layers * per_layer
-    if workload.recompute == "op":       # the matmuls the op-level policy did not save (op_checkpoint.py)
+    if workload.recompute == "op":       # the matmuls the op-level policy did not save (op_checkpoint.py); its
+        # recomputed attention (a policy that does not save it) is flash's own forward again, left out here
         local = tp_local(workload.arch, layout.tp)
         dense, moe = rank.layers - rank.moe_layers, rank.moe_layers
-        per_micro = dense * recomputed_matmul_elements(local) + moe * recomputed_matmul_elements(local, "moe")
+        policy = workload.op_policy
+        per_micro = dense * recomputed_matmul_elements(local, "dense", policy) + \
+            moe * recomputed_matmul_elements(local, "moe", policy)
         return layout.micro_batches * 2 * workload.micro_batch * (workload.seq_len // layout.cp) * per_micro
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     block = _matrix_elements(rank.holdings)[0]

@@ -204,7 +204,8 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
                 every = base_w.recompute_every if recompute == workload.recompute else 1   # one in N: the view's
                 same = recompute == workload.recompute           # offloading needs the view's full recompute
                 workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every,
-                                               activation_offload=base_w.activation_offload and same)
+                                               activation_offload=base_w.activation_offload and same,
+                                               op_policy=base_w.op_policy if recompute == "op" else "torchtitan")
             return scenarios[dp, offload], workloads[recompute]
 
         def evaluate(recompute, offload):

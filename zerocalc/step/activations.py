@@ -280,7 +280,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                 sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
                 training=None, recompute_every: int = 1,
                 loss_saved: tuple = (STAT_BITS, "loss log-softmax (fp32)"),
-                compiled: bool = False) -> ActivationReport:
+                compiled: bool = False, op_policy: str = "torchtitan") -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
@@ -289,7 +289,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     one block in N (the N-th, 2N-th... a gradient reaches, as torchtitan's layer SAC counts them,
     activation_checkpoint.py _apply_layer_sac); the others save everything. `loss_saved`: (bits per token and
     vocabulary column, name) of what the loss keeps for backward (step/losses.py; 0 bits: nothing T x V).
-    `compiled`: the blocks run under torch.compile (step/compiled.py), for the block kinds measured."""
+    `compiled`: the blocks run under torch.compile (step/compiled.py), for the block kinds measured; `op_policy`:
+    which ops recompute "op" saves (op_checkpoint.OP_POLICIES)."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -306,7 +307,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         full = {k: compiled_terms(local, t, w, attention, k, pairs, _scores(local, t, w, hf)) for k in kinds}
     if recompute == "op":
         blocks = {k: op_saved_terms(local, t, w, attention, k, pairs, tp, sequence_parallel,
-                                    moe.ep if moe is not None else 1) for k in kinds}
+                                    moe.ep if moe is not None else 1, op_policy) for k in kinds}
         if compile_blocks:
             blocks = {k: compiled_op_terms(v) for k, v in blocks.items()}
     elif recompute == "full" and every == 1:

@@ -221,7 +221,7 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
                         recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
                         sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
                         training=None, recompute_every: int = 1, loss_saved: tuple = (32, "loss log-softmax (fp32)"),
-                        compiled: bool = False) -> dict:
+                        compiled: bool = False, op_policy: str = "torchtitan") -> dict:
     """The arguments of activations.activations(); returns {group: {term: row}}, the groups of the report's
     `activation_terms`, each row {"formula", "values", "bits", "bytes", "note"}: the formula in symbols, the same
     with the numbers, its bits, the bytes the report counts (bits / 8 rounded up), and what the term is."""
@@ -235,7 +235,8 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
         SymbolicArchitecture(a), sym("b", micro_batch), sym("s", seq_len), sym("w", bits), attention, recompute,
         implementation, sym("tp", tp) if tp > 1 else 1, sym("cp", cp) if cp > 1 else 1, sequence_parallel,
         vocab, routing, training, recompute_every,
-        (sym("w", bits) if loss_saved[0] == bits and bits != 32 else loss_saved[0], loss_saved[1]), compiled)
+        (sym("w", bits) if loss_saved[0] == bits and bits != 32 else loss_saved[0], loss_saved[1]), compiled,
+        op_policy)
     groups = {"per_layer": report.per_layer, "per_moe_layer": report.per_moe_layer,
               "per_sliding_layer": report.per_sliding_layer, "checkpointed_block": report.checkpointed,
               "embedding_end": report.embed, "every_stage": report.stage, "output_end": report.head}

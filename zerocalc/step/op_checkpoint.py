@@ -28,6 +28,26 @@ STAT_BITS = 32
 INDEX_BITS = 64
 
 
+class OpPolicy(NamedTuple):
+    """A selective-checkpoint policy as data (torch.utils.checkpoint.create_selective_checkpoint_contexts: MUST_SAVE
+    or PREFER_RECOMPUTE per op): which bias-free matmuls (aten.mm) it saves ("every-other": the 1st, 3rd, 5th...
+    of a block call; "all"; "none"), whether it saves the biased ones (aten.addmm), the attention kernels' outputs
+    and the collectives' outputs."""
+    mm: str
+    addmm: bool
+    attention: bool
+    collectives: bool
+    about: str
+
+
+OP_POLICIES = {
+    "torchtitan": OpPolicy("every-other", True, True, True,
+                           "torchtitan's SelectiveAC: compute-intensive ops saved, every second mm recomputed"),
+    "matmuls": OpPolicy("all", True, True, True, "every compute-intensive op saved (torch's default op list)"),
+    "attention": OpPolicy("none", False, True, False, "only the attention kernels saved; every matmul recomputed"),
+}
+
+
 class Linear(NamedTuple):
     name: str
     width: int            # output features on this rank
@@ -78,37 +98,42 @@ def block_linears(a: Architecture, kind: str) -> List[Linear]:
     return out
 
 
-def saved_flags(linears: List[Linear]) -> List[bool]:
-    """Which of a block's matmuls the policy saves: every addmm; of the mm ops the 1st, 3rd, 5th..."""
+def saved_flags(linears: List[Linear], policy: str = "torchtitan") -> List[bool]:
+    """Which of a block's matmuls the policy saves (torchtitan's: every addmm; of the mm ops the 1st, 3rd...)."""
+    rule = OP_POLICIES[policy]
     flags, count = [], 0
     for lin in linears:
-        if not lin.bias:
-            count += 1
-        flags.append(lin.bias or count % 2 == 1)
+        if lin.bias:
+            flags.append(rule.addmm)
+            continue
+        count += 1
+        flags.append(rule.mm == "all" or rule.mm == "every-other" and count % 2 == 1)
     return flags
 
 
-def recomputed_matmul_elements(a: Architecture, kind: str = "dense") -> int:
+def recomputed_matmul_elements(a: Architecture, kind: str = "dense", policy: str = "torchtitan") -> int:
     """Weight elements (on this rank) of the matmuls a block re-runs in backward: 2 FLOPs each per token."""
     linears = block_linears(a, kind)
-    return sum(lin.width * lin.fan_in for lin, saved in zip(linears, saved_flags(linears)) if not saved)
+    return sum(lin.width * lin.fan_in for lin, saved in zip(linears, saved_flags(linears, policy)) if not saved)
 
 
 def op_saved_terms(a: Architecture, t, w: int, attention: str, kind: str = "dense", routed_pairs: int = 0,
-                   tp: int = 1, sequence_parallel: bool = False, ep: int = 1) -> Dict[str, int]:
-    """Bits one block keeps under torchtitan's op-level policy: its checkpoint input and the saved op outputs.
+                   tp: int = 1, sequence_parallel: bool = False, ep: int = 1,
+                   policy: str = "torchtitan") -> Dict[str, int]:
+    """Bits one block keeps under an op-level policy (OP_POLICIES): its checkpoint input and the saved op outputs.
     `t`: activations.Tokens; `a`: the rank's tensor-parallel split; `routed_pairs`: (token, expert) pairs this
     rank's experts receive (all-to-all outputs saved under expert parallelism)."""
     terms = {"block input (checkpoint)": w * t.outside * a.hidden}
+    rule = OP_POLICIES[policy]
     linears = block_linears(a, kind)
-    for lin, saved in zip(linears, saved_flags(linears)):
-        if lin.name == "attention out-projection":
+    for lin, saved in zip(linears, saved_flags(linears, policy)):
+        if lin.name == "attention out-projection" and rule.attention:
             terms.update(_attention_saves(a, t, w, attention))
         if saved:
             terms[f"{lin.name} output"] = w * t.inside * lin.width
-        if lin.row_parallel and tp > 1 and sequence_parallel:
+        if lin.row_parallel and tp > 1 and sequence_parallel and rule.collectives:
             terms[f"{lin.name} reduce-scatter"] = w * t.outside * a.hidden   # the collective's output is saved
-    if kind == "moe":
+    if kind == "moe" and rule.collectives:        # topk and the all-to-alls: in torchtitan's save list
         terms["router top-k (fp32 scores, int64 ids)"] = (STAT_BITS + INDEX_BITS) * t.outside * a.experts_per_token
         if ep > 1:
             terms["experts: all-to-all dispatch and combine"] = 2 * w * routed_pairs * a.hidden

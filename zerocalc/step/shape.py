@@ -48,7 +48,7 @@ def activation_args(scenario, workload) -> tuple:
     saved = (bits if row.saved == "w" else row.saved, row.saved_name)
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
-            workload.routing, training, workload.recompute_every, saved, workload.compile)
+            workload.routing, training, workload.recompute_every, saved, workload.compile, workload.op_policy)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:

@@ -23,6 +23,7 @@ from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
 from .float8 import FLOAT8_RECIPES
+from .op_checkpoint import OP_POLICIES
 from .losses import LOSS_CHOICES
 from .moe import Routing
 
@@ -57,6 +58,8 @@ class Workload:
     activation_dtype: Optional[str] = None    # None: the compute dtype (comm_dtype or param_dtype)
     attention: str = "flash"
     recompute: str = "none"
+    # With recompute op: which ops the policy saves (step/op_checkpoint.py OP_POLICIES; torchtitan's by default)
+    op_policy: str = "torchtitan"
     # With full recompute, checkpoint one block in N (torchtitan's selective_ac_option = "N"); 1: every block.
     recompute_every: int = 1
     implementation: str = "huggingface"
@@ -145,6 +148,9 @@ class Workload:
         if self.loss != "auto" and self.implementation != "huggingface":
             raise FieldError("loss", self.loss, "auto with implementation megatron (its loss: loss_fusion)")
         require_choice("float8", self.float8, FLOAT8_RECIPES)
+        require_choice("op_policy", self.op_policy, OP_POLICIES)
+        if self.op_policy != "torchtitan" and self.recompute != "op":
+            raise FieldError("op_policy", self.op_policy, "torchtitan unless recompute is op")
         if self.float8_all_gather is True and self.float8 != "tensorwise":
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
