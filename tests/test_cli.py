@@ -186,3 +186,16 @@ def test_bad_model_arguments_exit_2_with_one_line(args, message):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_recipe_flags_reach_the_workload_and_the_recipe_line():
+    out = cli_json("--model", "llama-3-8b", "--workers", "8", "--recompute", "op", "--op-policy", "matmuls",
+                   "--compile", "--loss", "chunked", "--loss-chunks", "4", "--float8", "tensorwise",
+                   "--float8-all-gather")
+    w = out["workload"]
+    assert (w["recompute"], w["op_policy"], w["compile"], w["loss"], w["loss_chunks"], w["float8"],
+            w["float8_all_gather"]) == ("op", "matmuls", True, "chunked", 4, "tensorwise", True)
+    assert out["recipe"] == ("op-level selective checkpointing (matmuls policy), torch.compile'd blocks, float8 "
+                             "linears (tensorwise, float8 all-gather), torchtune's chunked cross entropy (4 chunks)")
+    done = cli("--model", "llama-3-8b", "--recompute", "op", "--activation-offload")
+    assert done.returncode == 2 and "activation_offload" in done.stderr and "Traceback" not in done.stderr
