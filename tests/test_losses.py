@@ -95,3 +95,22 @@ def test_torchtune_chunked_loss_measured_live():
     phases, head = loss_end("chunked", 8)
     saved = head["loss log-softmax (fp32)"]
     assert abs(phases["forward"] + saved - m["forward_peak"]) <= 0.01 * m["forward_peak"]
+
+
+def test_vocab_parallel_loss_under_tensor_parallelism_measured_on_two_ranks():
+    # torch's loss_parallel() on DTensor logits sharded over the vocabulary (as torchtitan's output projection
+    # leaves them): 14 bytes per local T x V element at the forward peak (logits, fp32 upcast, shifted copy, the
+    # saved log-softmax), 16 in backward (the logits dropped first, as torchtitan does)
+    pytest.importorskip("torch", reason="torch not installed: pip install -r requirements-validation.txt")
+    from tests.measure.loss_parallel import loss_parallel_peaks
+    from zerocalc.layout import Layout
+    m = loss_parallel_peaks(T, V, H, "bf16", world=2)[0]
+    work = Workload(ARCH, micro_batch=1, seq_len=T, layout=Layout(tp=2, sequence_parallel=True, loss_parallel=True))
+    shape = layout_report(Scenario.from_convention("pure-bf16", params=1), work).ranks[-1].shape
+    phases = loss_transients(work, shape, "bf16")
+    saved = shape.act.head["loss log-softmax (fp32)"]
+    local = T * V // 2
+    assert saved == 4 * local
+    assert phases["forward"] + saved == 14 * local and phases["backward"] + saved == 16 * local
+    for phase in ("forward", "backward"):                       # the rest: token-sized (12 T and 33 T + 12 bytes)
+        assert 0 <= m[f"{phase}_peak"] - (phases[phase] + saved) <= 64 * T

@@ -1,6 +1,6 @@
 """Per-rank live bytes of PyTorch's vocab-parallel cross entropy (torch.distributed.tensor.parallel.loss_parallel),
-as torchtitan runs it under tensor parallelism, on the CPU with gloo (test-only; needs torch). Findings, formulas and
-citations: /work/notes/loss_parallel_report.md.
+as torchtitan runs it under tensor parallelism, on the CPU with gloo (test-only; needs torch). The formulas are
+zerocalc's (zerocalc/step/losses.py "huggingface, loss parallel"); tests/test_losses.py checks them against this.
 
 `loss_parallel_peaks(T, V, h, dtype, world)` starts `world` gloo processes (tests.measure.fsdp2_lora.run_workers);
 each builds an nn.Linear(h, V, bias=False) head in `dtype`, parallelizes it with
@@ -24,8 +24,16 @@ How it is measured
   output through the loss), forward_end (live at the loss, logits still held), saved (saved storages at the forward's
   end), after_del (live after `del pred`), loss_backward_peak (most live from backward's start until the gradient
   of pred, the bf16/fp32 head output, is ready: the loss end alone), backward_peak (the whole backward, head
-  backward and its all-reduce included). big_ops lists every op output of >= T*V/tp/4 elements in order, with the
-  live bytes after it, so each buffer can be named. `units` divides by the local T x V/tp element count.
+  backward and its all-reduce included). big_ops lists every op output of >= T*V/tp/4 elements (or trace_numel)
+  in order, with the live bytes after it, so each buffer can be named. `units` divides by the local T x V/tp
+  element count.
+
+Results (torch 2.13 CPU, tp = 2 and 1; bytes per local T x V/tp element, w the logits' width; T-sized extras aside,
+logits dropped before backward as torchtitan does): forward peak w + 4 + 8 for bf16 (14), 4 + 8 for fp32 (12,
+.float() is an alias); forward end w + 4; saved 4 (the local fp32 log-softmax); backward peak 16 for either dtype
+(saved log-softmax + zeros_like + exp + add / mul); extras 12 T bytes in forward, 33 T + 12 in backward. The plain
+F.cross_entropy reference: 10 / 8, saved 4, backward 12. torchtitan 0.3.0's own _LossParallelCrossEntropy (impl="titan")
+gives the same T x V/tp coefficients.
 
 Run as a script: python -m tests.measure.loss_parallel [T V h] prints the JSON for bf16 and fp32, tp = 2 and plain.
 """
@@ -91,7 +99,7 @@ class Tracker:
         self.live += n
         self.peak = max(self.peak, self.live)
         weakref.finalize(st, self._free, ptr)
-        if self.big_numel and o.numel() * 4 >= self.big_numel:
+        if self.big_numel and o.numel() >= self.big_numel:
             self.big_ops.append(dict(op=str(func), shape=list(o.shape), dtype=str(o.dtype).removeprefix("torch."),
                                      bytes=n, live_after=self.live))
 
@@ -156,7 +164,11 @@ def measure(case: dict) -> dict:
     else:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import Shard
-        from torch.distributed.tensor.parallel import ColwiseParallel, loss_parallel, parallelize_module
+        from torch.distributed.tensor.parallel import (
+            ColwiseParallel,
+            loss_parallel,
+            parallelize_module,
+        )
 
         mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
         head = parallelize_module(head, mesh, ColwiseParallel(output_layouts=Shard(-1), use_local_output=False))
@@ -171,42 +183,41 @@ def measure(case: dict) -> dict:
         ctx = _null
         labels_dt = DTensor.from_local(labels, mesh, [Replicate()], run_check=False)
     unit = T * (V // tp)
-    tr = Tracker(big_numel=unit)
+    tr = Tracker(big_numel=case.get("trace_numel") or unit // 4)
     rec = Saved(exclude=(hidden, head.weight, labels))
     out = {}
     grad_mark = {}
-    with tr.mode:
-        with ctx():
-            with rec.hooks():
-                pred = head(hidden)
-                out["head_out"] = tr.live
-                out["pred_local_shape"] = list(_local(pred).shape)
-                out["pred_type"] = type(pred).__name__
-                tr.mark("head_out")
-                if impl == "titan":
-                    loss = titan.cross_entropy_loss(pred, labels_dt)
-                else:
-                    loss = F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
-            out["forward_peak"] = tr.peak
-            out["forward_end"] = tr.live
-            out["saved"] = rec.total()
-            out["saved_tensors"] = rec.listing()
-            tr.mark("loss")
+    with tr.mode, ctx():
+        with rec.hooks():
+            pred = head(hidden)
+            out["head_out"] = tr.live
+            out["pred_local_shape"] = list(_local(pred).shape)
+            out["pred_type"] = type(pred).__name__
+            tr.mark("head_out")
+            if impl == "titan":
+                loss = titan.cross_entropy_loss(pred, labels_dt)
+            else:
+                loss = F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+        out["forward_peak"] = tr.peak
+        out["forward_end"] = tr.live
+        out["saved"] = rec.total()
+        out["saved_tensors"] = rec.listing()
+        tr.mark("loss")
 
-            def _hook(g):
-                grad_mark["loss_backward_peak"] = tr.peak
-                grad_mark["live_at_pred_grad"] = tr.live
-                tr.mark("pred_grad")
+        def _hook(g):
+            grad_mark["loss_backward_peak"] = tr.peak
+            grad_mark["live_at_pred_grad"] = tr.live
+            tr.mark("pred_grad")
 
-            pred.register_hook(_hook)
-            del pred
-            out["after_del"] = tr.live
-            tr.mark("del_pred")
-            tr.reset_peak()
-            loss.backward()
-            out["backward_peak"] = tr.peak
-            out["after_backward"] = tr.live
-            tr.mark("backward_end")
+        pred.register_hook(_hook)
+        del pred
+        out["after_del"] = tr.live
+        tr.mark("del_pred")
+        tr.reset_peak()
+        loss.backward()
+        out["backward_peak"] = tr.peak
+        out["after_backward"] = tr.live
+        tr.mark("backward_end")
     out.update(grad_mark)
     out["loss"] = float(_local(loss).item()) if hasattr(loss, "_local_tensor") else float(loss.item())
     out.update(T=T, V=V, h=h, dtype=case["dtype"], tp=tp, plain=plain, impl="plain" if plain else impl,
@@ -231,14 +242,16 @@ def _worker(rank, world, port, outdir, case):
 
 
 def loss_parallel_peaks(T: int = 256, V: int = 4096, h: int = 64, dtype: str = "bf16", world: int = 2,
-                        plain: bool = False, impl: str = "loss_parallel", timeout: float = 120) -> list:
+                        plain: bool = False, impl: str = "loss_parallel", trace_numel: int = 0,
+                        timeout: float = 120) -> list:
     """Run the measurement on `world` gloo CPU processes; one dict per rank (see the module docstring).
     plain=True (use world=1): the unparallel reference, nn.Linear + F.cross_entropy without DTensor.
     impl="titan": instead of loss_parallel(), torchtitan 0.3.0's own loss (/work/src/torchtitan,
     components/loss.py cross_entropy_loss with DTensor pred and labels -> _cross_entropy_via_local_map ->
-    _LossParallelCrossEntropy, reduction "sum"), which is what torchtitan 0.3.0 runs in place of loss_parallel()."""
-    res = run_workers("tests.measure.loss_parallel", world,
-                      dict(runs=[dict(T=T, V=V, h=h, dtype=dtype, plain=plain, impl=impl)]), timeout)
+    _LossParallelCrossEntropy, reduction "sum"), which is what torchtitan 0.3.0 runs in place of loss_parallel().
+    trace_numel: list in big_ops every op output of at least this many elements (default T*V/tp/4)."""
+    run = dict(T=T, V=V, h=h, dtype=dtype, plain=plain, impl=impl, trace_numel=trace_numel)
+    res = run_workers("tests.measure.loss_parallel", world, dict(runs=[run]), timeout)
     return [r["results"][0] for r in res]
 
 

@@ -34,6 +34,15 @@ LOSSES = {
         (("w", "TV", False), (32, "TV", False), ("w", "TV", True)),  # the logits, fp32 gradient, its cast back
         32, SOFTMAX, "transformers loss_utils.py ForCausalLMLoss: logits.float(), then cross_entropy",
         "the code; CPU: tests/measure/loss_peaks.py (10 / 12 bytes per T x V under the Trainer)"),
+    # Vocab-parallel cross entropy on DTensor logits (torch.distributed.tensor.parallel.loss_parallel, torch 2.13
+    # loss.py; torchtitan's _LossParallelCrossEntropy keeps the same buffers): the local logits, their fp32 upcast
+    # and the shifted copy in _log_softmax; in backward (the logits dropped first, as torchtitan does) the saved
+    # log-softmax beside zeros_like, exp and their sum (_nll_loss_and_log_softmax_backward).
+    "huggingface, loss parallel": LossRow(
+        (("w", "TV", False), (32, "TV", True), (32, "TV", False)), ((32, "TV", False),) * 3, 32, SOFTMAX,
+        "torch 2.13 torch/distributed/tensor/parallel/loss.py _log_softmax, _nll_loss_and_log_softmax_backward",
+        "CPU: 2 gloo ranks, DTensor logits under loss_parallel() (tests/measure/loss_parallel.py): 14 / 16 bytes "
+        "per local T x V element at bf16"),
     # The bf16 logits stay referenced by GPTModel._postprocess while compute_language_model_loss runs and are freed
     # when forward returns (no node saves them). _VocabParallelCrossEntropy upcasts them once (.float()), subtracts
     # the max, exponentiates and normalises in place, and saves that fp32 softmax, the target mask and the masked
@@ -116,6 +125,8 @@ def loss_row(workload) -> LossRow:
         return LOSSES[workload.loss]
     if workload.implementation == "megatron":
         return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
+    if workload.layout.tp > 1 and workload.layout.loss_parallel:
+        return LOSSES["huggingface, loss parallel"]
     return LOSSES["huggingface"]
 
 
