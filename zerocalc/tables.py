@@ -24,6 +24,10 @@ DTYPE_BITS = MappingProxyType({
     "nf4": 4,
     "fp4_e2m1": 4,
 })
+# Widths the kernels fix whatever the model dtype: statistics (norm rstd, logsumexp, log-softmax) in fp32, token ids
+# and indices in int64.
+STAT_BITS = DTYPE_BITS["fp32"]
+INDEX_BITS = 64
 
 
 def bytes_of(elements: int, bits: int) -> int:

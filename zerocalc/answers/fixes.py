@@ -34,6 +34,7 @@ from ..layout import LAYOUT_LIMITS
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
 from ..step.activations import recompute_name
+from ..step.losses import LOSS_NAMES
 from ..step.peak import peak_on_gpu
 from ..units import format_bytes
 from .solve import max_micro_batch, min_workers
@@ -311,7 +312,7 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
             text += f" x {lay['micro_batches']:,} micro-batches per step (global batch of {global_batch:,} held)"
         return text
     if fix.kind in ("recipe", "activation_offload"):
-        return {"compile": "torch.compile the blocks", "loss": "torchtune's chunked cross entropy (8 chunks)",
+        return {"compile": "torch.compile the blocks", "loss": f"{LOSS_NAMES['chunked']} (8 chunks)",
                 "optimizer_in_backward": "the optimizer step in backward (torchtune optimizer_in_bwd)",
                 "activation_offload": "activation offloading to the CPU"}[next(iter(w))]
     if fix.kind == "offload":

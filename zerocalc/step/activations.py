@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Dict, NamedTuple
 
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
+from ..tables import INDEX_BITS, STAT_BITS
 from .compiled import compiled_op_terms, compiled_terms
 from .compiled import covered as compiled_covered
 from .moe import Routing, moe_terms, routed_pairs
@@ -51,8 +52,6 @@ def recompute_name(recompute: str) -> str:
     return RECOMPUTE_NAMES[recompute]     # blocks that keep their input and re-run their forward in backward
 IMPLEMENTATIONS = ("huggingface", "megatron")
 MASK_BITS = 8          # CUDA dropout masks are bool
-STAT_BITS = 32         # norm statistics, logsumexp and the loss's log-softmax are fp32
-INDEX_BITS = 64        # token ids and labels are int64
 
 
 class ActivationReport(NamedTuple):
@@ -297,7 +296,6 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     hf = implementation == "huggingface"
     kinds = ("dense", "moe") if a.experts else ("dense",)
     tr = training
-    full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
     first_delta = 0
     every = recompute_every if recompute == "full" else 1
     checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
@@ -305,6 +303,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     compile_blocks = compiled and hf and tr is None and compiled_covered(local)     # measured kinds (compiled.py)
     if compile_blocks:
         full = {k: compiled_terms(local, t, w, attention, k, pairs, _scores(local, t, w, hf)) for k in kinds}
+    else:
+        full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
     if recompute == "op":
         blocks = {k: op_saved_terms(local, t, w, attention, k, pairs, tp, sequence_parallel,
                                     moe.ep if moe is not None else 1, op_policy) for k in kinds}
@@ -312,10 +312,10 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
             blocks = {k: compiled_op_terms(v) for k, v in blocks.items()}
     elif recompute == "full" and every == 1:
         blocks = {k: checkpoint for k in kinds}
+    elif compile_blocks and recompute == "selective":                     # the s^2 terms recomputed
+        blocks = {k: compiled_terms(local, t, w, attention, k, pairs, {}) for k in kinds}
     elif compile_blocks:
-        scoreless = recompute == "selective"                               # the s^2 terms recomputed
-        blocks = {k: compiled_terms(local, t, w, attention, k, pairs, {} if scoreless else None) if scoreless
-                  else full[k] for k in kinds}
+        blocks = full
     else:
         mode = "selective" if recompute == "selective" else "none"        # every > 1: the blocks kept whole
         blocks = {k: _layer(local, t, w, attention, implementation, mode, k, moe, tr, tp) for k in kinds}

@@ -25,9 +25,8 @@ from __future__ import annotations
 from typing import Dict, Optional
 
 from ..model.architecture import Architecture
+from ..tables import INDEX_BITS, STAT_BITS
 
-STAT_BITS = 32
-INDEX_BITS = 64
 TORCH_VERSION = "2.13.0"
 
 

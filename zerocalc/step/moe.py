@@ -23,8 +23,9 @@ from __future__ import annotations
 from typing import Callable, Dict, NamedTuple
 
 from ..model.architecture import ACTIVATION_SAVES
+from ..tables import INDEX_BITS, STAT_BITS
 
-STAT_BITS, INDEX_BITS, OFFSET_BITS = 32, 64, 32
+OFFSET_BITS = 32
 
 
 class Routing(NamedTuple):

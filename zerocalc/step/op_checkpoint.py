@@ -23,9 +23,8 @@ from __future__ import annotations
 from typing import Dict, List, NamedTuple
 
 from ..model.architecture import Architecture
+from ..tables import INDEX_BITS, STAT_BITS
 
-STAT_BITS = 32
-INDEX_BITS = 64
 
 
 class OpPolicy(NamedTuple):
