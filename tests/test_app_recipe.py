@@ -41,7 +41,24 @@ def test_offload_and_the_fused_step_show_where_torchtune_allows_them():
     assert report["activation_offload_host_bytes"] > 0
     assert "activations offloaded to the CPU, optimizer step in backward" in report["recipe"]
     peak_tab = run_app(query, tab="Peak and step")
-    assert any("pinned host memory" in c.value for c in peak_tab.caption)
+    host = next(c.value for c in peak_tab.caption if c.value.startswith("Host memory"))
+    row = report["host_memory"][int(query.get("stage", 3))]
+    assert "offloaded activations" in host and f"per node of {row['gpus_per_node']} GPUs" in host
+    assert row["per_worker_bytes"] == row["offload_bytes_per_worker"] + report["activation_offload_host_bytes"]
     at = run_app({"model": "llama-3-8b", "micro_batches": "4"}, sections=["sec_recipe"])
     assert "optimizer_in_backward" not in switches(at)
     assert any("gradient accumulation" in c.value for c in at.caption)
+
+
+def test_a_policy_of_your_own_reaches_the_link_and_the_core():
+    # torch's create_selective_checkpoint_contexts with a user policy: the op kinds it saves, ticked in the app
+    at = run_app({"model": "llama-3-8b", "recompute": "op"}, sections=["sec_recipe"])
+    assert "op_saves" not in [w.key for w in at.multiselect]
+    at.selectbox(key="op_policy").set_value("own").run()
+    at.multiselect(key="op_saves").set_value(["mm", "attention"]).run()
+    query = dict(at.query_params)
+    assert (query["op_policy"], query["op_saves"]) == ("own", "mm,attention")
+    report = core_report(query)
+    assert report["workload"]["op_policy"] == "save:mm,attention"
+    assert "your policy: saves mm, attention" in report["recipe"]
+    assert_overview_matches_core(at, report)

@@ -18,7 +18,7 @@ from zerocalc.model.architecture import Architecture  # noqa: E402
 from zerocalc.model.hf_config import architecture_from_config  # noqa: E402
 from zerocalc.step.activations import activations  # noqa: E402
 from zerocalc.step.op_checkpoint import (  # noqa: E402
-    OP_POLICIES, block_linears, recomputed_matmul_elements, saved_flags)
+    block_linears, op_rule, recomputed_matmul_elements, saved_flags)
 
 L, H, HEADS, FFN, VOCAB, SEQ, BATCH = 2, 256, 8, 1024, 1000, 128, 2
 
@@ -54,8 +54,20 @@ def test_other_policies_within_2_percent_per_block(config, attention, policy):
     check_policy(config, attention, policy)
 
 
+# A user's own policy ("save:" and the op kinds it keeps; torch's create_selective_checkpoint_contexts with
+# MUST_SAVE for those, PREFER_RECOMPUTE for the rest), measured the same way: without the biased linears (Qwen2's
+# q/k/v, GPT-2's every linear), nothing at all, and matmuls without the attention kernels.
+USER_CASES = [("save:mm/2,attention", 3), ("save:mm/2,attention", 6), ("save:", 0), ("save:addmm,collectives", 6),
+              ("save:mm", 2)]
+
+
+@pytest.mark.parametrize("policy, case", USER_CASES, ids=[f"{p}-{CASES[c][0]}" for p, c in USER_CASES])
+def test_user_policies_within_2_percent_per_block(policy, case):
+    check_policy(*CASES[case][1:], policy)
+
+
 def check_policy(config, attention, policy):
-    rule = OP_POLICIES[policy]
+    rule = op_rule(policy)
     model = build_from_config({**config, "attn_implementation": attention}, torch.bfloat16)
     measured = measure_op_sac(model, BATCH, SEQ, mm=rule.mm, addmm=rule.addmm, attention=rule.attention,
                               others=rule.collectives)

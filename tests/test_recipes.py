@@ -59,3 +59,35 @@ def test_the_recipe_reads_in_words():
                     optimizer_in_backward=True)
     assert recipe_text(work) == ("full recompute, torch.compile'd blocks, activations offloaded to the CPU, "
                                  "optimizer step in backward, torchtune's chunked cross entropy (8 chunks)")
+
+
+def test_a_user_op_policy_is_checked_and_composes_the_named_rules():
+    # torch's create_selective_checkpoint_contexts takes any policy function; zerocalc's "save:" spec names the op
+    # kinds it saves. torchtitan's rule written as one equals the named policy.
+    from zerocalc.step.activations import activations
+
+    def saved(policy):
+        return activations(ARCH, 2, 4096, 16, recompute="op", op_policy=policy).per_layer_total
+
+    assert saved("save:mm/2,addmm,attention,collectives") == saved("torchtitan")
+    assert saved("save:mm,addmm,attention,collectives") == saved("matmuls")
+    assert saved("save:attention") == saved("attention")
+    assert saved("save:") < saved("save:attention") < saved("save:mm,attention")
+    for bad in ("save:mm,mm/2", "save:mm,mm", "save:conv", "keep:mm", "x" * 200):
+        with pytest.raises(FieldError, match="op_policy"):
+            Workload(ARCH, recompute="op", op_policy=bad)
+
+
+def test_host_memory_puts_the_activation_offload_beside_the_offloaded_states_per_node():
+    from zerocalc.output.report import full_report
+
+    scenario = Scenario.from_convention("deepspeed", params=1_235_814_400, workers=16, offload_optimizer="cpu")
+    work = Workload(ARCH, micro_batch=2, seq_len=4096, recompute="full", activation_offload=True)
+    report = full_report(scenario, work, answers=False)
+    acts = report["activation_offload_host_bytes"]
+    for row, stage in zip(report["host_memory"], report["stages"]):
+        assert row["offload_bytes_per_worker"] == stage["cpu_bytes_per_worker"]    # the ledger's cpu bytes
+        assert row["per_worker_bytes"] == row["offload_bytes_per_worker"] + acts
+        assert row["per_node_bytes"] == 8 * row["per_worker_bytes"]               # gpus_per_node 8 of 16
+    assert report["host_memory"][0]["offload_bytes_per_worker"] == 0               # ZeRO-Offload needs stage >= 1
+    assert report["host_memory"][2]["offload_bytes_per_worker"] > 0

@@ -41,7 +41,7 @@ LABELS = {
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
     "loss": "Loss implementation", "loss_chunks": "Loss chunks", "compile": "torch.compile the blocks",
     "activation_offload": "Offload activations to the CPU", "optimizer_in_backward": "Optimizer step in backward",
-    "float8": "float8 linears (torchao)", "op_policy": "Op-level policy (what it saves)", "float8_all_gather": "FSDP float8 all-gather",
+    "float8": "float8 linears (torchao)", "op_policy": "Op-level policy (what it saves)", "op_saves": "Ops your policy saves", "float8_all_gather": "FSDP float8 all-gather",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
@@ -142,7 +142,11 @@ HELP = {
     "float8_all_gather": "enable_fsdp_float8_all_gather: the blocks' linear weights gathered at 1 byte per element "
                          "(tensorwise only).",
     "op_policy": "Which ops recompute op saves (torch's create_selective_checkpoint_contexts policy): torchtitan's "
-                 "(every second matmul and the attention), every matmul and the attention, or the attention only.",
+                 "(every second matmul and the attention), every matmul and the attention, the attention only, or "
+                 "your own (own: tick the ops it saves).",
+    "op_saves": "Your policy returns MUST_SAVE for these and PREFER_RECOMPUTE for the rest: mm every bias-free "
+                "matmul, mm/2 every second one (torchtitan's counter), addmm the biased linears, attention the SDPA "
+                "kernels, collectives the reduce-scatter / all-to-all outputs and topk.",
     "loss_chunks": "Chunks of torchtune's chunked output (num_output_chunks, default 8) or torchtitan's "
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "

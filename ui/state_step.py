@@ -9,9 +9,12 @@ from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.losses import LOSS_CHOICES
-from zerocalc.step.op_checkpoint import OP_POLICIES
+from zerocalc.step.op_checkpoint import OP_POLICIES, USER_POLICY_OPS, USER_POLICY_PREFIX
 from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
 from zerocalc.tables import DTYPE_BITS
+
+OWN_POLICY = "own"      # the op kinds ticked in op_saves (a "save:" policy)
+
 
 def step_fields(field) -> tuple:
     """The fields, built with ui.state's Field."""
@@ -29,7 +32,8 @@ def step_fields(field) -> tuple:
             field("compile", "bool", False), field("activation_offload", "bool", False),
             field("optimizer_in_backward", "bool", False), field("float8", "choice", "none", FLOAT8_RECIPES),
             field("float8_all_gather", "bool", False),
-            field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES)))
+            field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES) + (OWN_POLICY,)),
+            field("op_saves", "multi", ("mm/2", "attention"), USER_POLICY_OPS))
 
 
 def step_workload(state: dict) -> dict:
@@ -47,5 +51,14 @@ def step_workload(state: dict) -> dict:
             "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,
             "float8": state["float8"],
             "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise",
-            "op_policy": state["op_policy"] if state["recompute"] == "op" else "torchtitan"}
+            "op_policy": op_policy(state)}
+
+
+def op_policy(state: dict) -> str:
+    """The core's op_policy: a named one, or "own": the op kinds ticked in op_saves as a "save:" policy."""
+    if state["recompute"] != "op":
+        return "torchtitan"
+    if state["op_policy"] == OWN_POLICY:
+        return USER_POLICY_PREFIX + ",".join(state["op_saves"])
+    return state["op_policy"]
 

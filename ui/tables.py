@@ -320,3 +320,22 @@ def difference_table(rows: list, unit: str) -> "pandas.DataFrame":
                     "model states per worker, changed alone": "" if r.get("effect") is None else
                     signed(r["effect"]["moved_state_bytes"], unit)})
     return frame(out)
+
+
+def host_memory_sentence(report: dict, unit: str, stage: int) -> str:
+    """The host RAM the checked stage needs per rank and per node (the core's host_memory), or "" when none."""
+    rows = report.get("host_memory") or []
+    row = next((r for r in rows if r["stage"] == stage), None)
+    if row is None or not row["per_worker_bytes"]:
+        return ""
+    system = SYSTEM[unit]
+    parts = []
+    if row["offload_bytes_per_worker"]:
+        parts.append(f"{format_bytes(row['offload_bytes_per_worker'], system)} of offloaded model states")
+    if row["activation_offload_bytes_per_worker"]:
+        parts.append(f"{format_bytes(row['activation_offload_bytes_per_worker'], system)} of offloaded activations "
+                     "(pinned, each block rounded up to a power of two; two blocks stay on the GPU, as torchtune's "
+                     "OffloadActivations keeps them)")
+    return (f"Host memory for {STAGE_LABELS[stage]}: " + " + ".join(parts)
+            + f" = {format_bytes(row['per_worker_bytes'], system)} per GPU, "
+            f"{format_bytes(row['per_node_bytes'], system)} per node of {row['gpus_per_node']} GPUs.")

@@ -100,11 +100,9 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
                 f"{escape_markdown(report['activation_rank'])}). Each formula in bits, then with the values "
                 f"plugged in, as the core computes it: {escape_markdown(LEGEND)}.")
     table_with_csv(tables.activation_table(report, unit, formulas or {}), "activations", report)
-    if report.get("activation_offload_host_bytes"):
-        st.caption(f"Activation offloading: the blocks' checkpoint inputs take "
-                   f"{format_bytes(report['activation_offload_host_bytes'], tables.SYSTEM[unit])} of pinned host "
-                   "memory per rank (each rounded up to a power of two by the pinned-memory cache); two stay on "
-                   "the GPU (torchtune OffloadActivations).")
+    host = tables.host_memory_sentence(report, unit, stage)
+    if host:
+        st.caption(host)
     st.markdown("**Fits on** (the same job on each catalogued GPU):")
     table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
 

@@ -252,6 +252,8 @@ def _recipe(box) -> None:
     box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level).")
     if current("recompute") == "op":
         widget("op_policy", box)
+        if current("op_policy") == "own":
+            widget("op_saves", box)              # torch's policy function: MUST_SAVE for the ticked ops
     widget("compile", box)
     if current("recompute") == "full" and current("recompute_every") == 1:
         widget("activation_offload", box)       # torchtune offloads only with every layer checkpointed

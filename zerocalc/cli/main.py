@@ -26,7 +26,7 @@ from ..scenario import FieldError, Scenario
 from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from ..step.float8 import FLOAT8_RECIPES
-from ..step.op_checkpoint import OP_POLICIES
+from ..step.op_checkpoint import USER_POLICY_OPS
 from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
@@ -180,9 +180,10 @@ def _model_flags(p):
     m.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")
     m.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none): selective "
                    "(eager attention scores), op (torchtitan's op-level policy), full")
-    m.add_argument("--op-policy", choices=list(OP_POLICIES), help="with --recompute op: which ops the policy saves: "
+    m.add_argument("--op-policy", metavar="POLICY", help="with --recompute op: which ops the policy saves: "
                    "torchtitan (every second matmul and the attention; default), matmuls (every matmul and the "
-                   "attention), attention (the attention only)")
+                   "attention), attention (the attention only), or your own: save: and a comma list of "
+                   + ", ".join(USER_POLICY_OPS) + " (save:mm,attention)")
     m.add_argument("--recompute-every", type=int, metavar="N",
                    help="with --recompute full: checkpoint one block in N, the others keep every activation "
                         "(torchtitan's selective_ac_option = \"N\"; default 1: every block)")

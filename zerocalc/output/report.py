@@ -23,17 +23,22 @@ from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
 from ..step.buffers import describe as comm_buffers
 from ..step.losses import LOSS_NAMES
+from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
 from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
 
 
 
+def _policy_words(policy: str) -> str:
+    return op_rule(policy).about if policy.startswith(USER_POLICY_PREFIX) else f"{policy} policy"
+
+
 def recipe_text(workload) -> str:
     """The step's recipe in words: checkpointing, compile and the loss (the page's header line and the CLI)."""
     parts = [recompute_name(workload.recompute) + (f", one block in {workload.recompute_every}"
                                                   if workload.recompute_every > 1 else "")
-             + (f" ({workload.op_policy} policy)" if workload.op_policy != "torchtitan" else "")]
+             + (f" ({_policy_words(workload.op_policy)})" if workload.op_policy != "torchtitan" else "")]
     if workload.compile:
         parts.append("torch.compile'd blocks")
     if workload.activation_offload:
@@ -215,6 +220,21 @@ def rank_rows(report: LayoutReport) -> list:
     return rows
 
 
+def host_memory(report: LayoutReport) -> list:
+    """Per ZeRO stage, the host RAM of the rank that needs most: its model states offloaded to the CPU (the
+    ledger's cpu bytes) beside the activation offload's pinned blocks, and a node's total at that figure for the
+    node's GPUs (an upper bound where rank classes differ)."""
+    per_node = min(report.scenario.gpus_per_node, report.workload.layout.world(report.scenario.workers))
+    rows = []
+    for stage in range(4):
+        v = max(report.ranks, key=lambda v: v.stages[stage].cpu_bytes + v.shape.host_bytes)
+        states, acts = v.stages[stage].cpu_bytes, v.shape.host_bytes
+        rows.append({"stage": stage, "rank": v.rank.name, "offload_bytes_per_worker": states,
+                     "activation_offload_bytes_per_worker": acts, "per_worker_bytes": states + acts,
+                     "gpus_per_node": per_node, "per_node_bytes": (states + acts) * per_node})
+    return rows
+
+
 def group_label(group: str) -> str:
     """A group_bytes key for people: "nf4, frozen" -> "frozen (nf4)", "fp32" -> "trained (fp32)"."""
     parts = [] if group in ("", "dense") else group.split(", ")
@@ -308,6 +328,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
         "activation_bytes_per_layer": shape.act.per_layer_total,
         "activation_bytes": shape.activation_bytes,
         "activation_offload_host_bytes": shape.host_bytes,
+        "host_memory": host_memory(report),
         "activation_terms": {"per_layer": shape.act.per_layer, "per_moe_layer": shape.act.per_moe_layer,
                              "per_sliding_layer": shape.act.per_sliding_layer,
                              "checkpointed_block": shape.act.checkpointed, "embedding_end": shape.act.embed,

@@ -45,6 +45,31 @@ OP_POLICIES = {
     "matmuls": OpPolicy("all", True, True, True, "every compute-intensive op saved (torch's default op list)"),
     "attention": OpPolicy("none", False, True, False, "only the attention kernels saved; every matmul recomputed"),
 }
+# A user's own policy, written "save:" and the op kinds its policy function returns MUST_SAVE for (the others
+# PREFER_RECOMPUTE): mm (every bias-free matmul) or mm/2 (every second one, torchtitan's counter), addmm (biased
+# linears), attention (the SDPA / flash kernels, or eager attention's bmm), collectives (reduce-scatter and
+# all-to-all outputs, aten.max and topk). "save:mm/2,addmm,attention,collectives" is torchtitan's; "save:" alone
+# saves nothing but the block input.
+USER_POLICY_PREFIX = "save:"
+USER_POLICY_OPS = ("mm", "mm/2", "addmm", "attention", "collectives")
+USER_POLICY_HINT = ("torchtitan, matmuls, attention, or a policy of your own: save: followed by a comma list of "
+                    "mm (every matmul) or mm/2 (every second), addmm, attention, collectives")
+
+
+def op_rule(policy: str) -> OpPolicy:
+    """The rule a policy name or a user's "save:..." policy stands for; ValueError naming what is wrong."""
+    if policy in OP_POLICIES:
+        return OP_POLICIES[policy]
+    if not isinstance(policy, str) or not policy.startswith(USER_POLICY_PREFIX) or len(policy) > 80:
+        raise ValueError(USER_POLICY_HINT)
+    ops = [op.strip() for op in policy[len(USER_POLICY_PREFIX):].split(",") if op.strip()]
+    unknown = [op for op in ops if op not in USER_POLICY_OPS]
+    if unknown or len(set(ops)) < len(ops) or {"mm", "mm/2"} <= set(ops):
+        raise ValueError(f"{', '.join(unknown) or 'a repeated or contradictory op'} in {policy!r}: "
+                         + USER_POLICY_HINT)
+    mm = "all" if "mm" in ops else "every-other" if "mm/2" in ops else "none"
+    return OpPolicy(mm, "addmm" in ops, "attention" in ops, "collectives" in ops,
+                    "your policy: saves " + (", ".join(ops) or "nothing but the block input"))
 
 
 class Linear(NamedTuple):
@@ -99,7 +124,7 @@ def block_linears(a: Architecture, kind: str) -> List[Linear]:
 
 def saved_flags(linears: List[Linear], policy: str = "torchtitan") -> List[bool]:
     """Which of a block's matmuls the policy saves (torchtitan's: every addmm; of the mm ops the 1st, 3rd...)."""
-    rule = OP_POLICIES[policy]
+    rule = op_rule(policy)
     flags, count = [], 0
     for lin in linears:
         if lin.bias:
@@ -123,7 +148,7 @@ def op_saved_terms(a: Architecture, t, w: int, attention: str, kind: str = "dens
     `t`: activations.Tokens; `a`: the rank's tensor-parallel split; `routed_pairs`: (token, expert) pairs this
     rank's experts receive (all-to-all outputs saved under expert parallelism)."""
     terms = {"block input (checkpoint)": w * t.outside * a.hidden}
-    rule = OP_POLICIES[policy]
+    rule = op_rule(policy)
     linears = block_linears(a, kind)
     for lin, saved in zip(linears, saved_flags(linears, policy)):
         if lin.name == "attention out-projection" and rule.attention:

@@ -23,7 +23,7 @@ from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
 from .float8 import FLOAT8_RECIPES
-from .op_checkpoint import OP_POLICIES
+from .op_checkpoint import op_rule
 from .losses import LOSS_CHOICES
 from .moe import Routing
 
@@ -148,7 +148,10 @@ class Workload:
         if self.loss != "auto" and self.implementation != "huggingface":
             raise FieldError("loss", self.loss, "auto with implementation megatron (its loss: loss_fusion)")
         require_choice("float8", self.float8, FLOAT8_RECIPES)
-        require_choice("op_policy", self.op_policy, OP_POLICIES)
+        try:
+            op_rule(self.op_policy)
+        except ValueError as exc:
+            raise FieldError("op_policy", self.op_policy, str(exc)) from None
         if self.op_policy != "torchtitan" and self.recompute != "op":
             raise FieldError("op_policy", self.op_policy, "torchtitan unless recompute is op")
         if self.float8_all_gather is True and self.float8 != "tensorwise":
