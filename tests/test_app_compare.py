@@ -124,3 +124,36 @@ def test_a_suggestion_sets_the_assumption_it_names():
     assert dict(at.query_params)["cuda_context_bytes"] == "1594834944"
     assert at.session_state["calib_stage"] == 3
     assert "zerocalc_probe.py" in " ".join(b.proto.label for b in at.get("download_button"))
+
+
+def test_an_out_of_memory_pasted_on_the_plan_turns_its_card_red_and_the_sets_keep_it_red():
+    # Issue 22: the plan's own OOM (allocated about the estimate's tensors, a failed request) left the cards green.
+    from tests.app_helpers import answer_text, verdict_cards
+    from tests.test_calibrate_verdict import oom
+
+    query = {"model": "llama-3-8b", "workers": "8", "seq_len": "4096", "stage": "1"}     # 77.3 of 79.11 GiB
+    report = core_report(query)
+    peak = report["peak"][1]
+    assert peak["fits"]                                    # green from the estimate alone
+    parts = peak["phases"][peak["peak_phase"]]
+    tensors = sum(v for k, v in parts.items() if k not in ("allocator reserve", "CUDA context"))
+    at = run_app(query, tab="Calibrate")
+    paste(at, oom(allocated=tensors / 2**30 - 0.5, request=2.0, unallocated=1.5))
+    card = next(c for c in verdict_cards(at) if c[0] == 1)
+    assert card[1] is False and "does not fit (measured)" in card[2] and "needed at least" in card[2]
+    assert "ran out of memory" in answer_text(at)
+    for _ in range(4):                                     # every Set button, one after the other
+        buttons = [b for b in at.button if b.key and b.key.startswith("calib_apply_")]
+        if not buttons:
+            break
+        at.button(key=buttons[0].key).click().run()
+        assert not at.exception, at.exception
+    assert not next(c for c in verdict_cards(at) if c[0] == 1)[1]
+    after = core_report(dict(at.query_params))
+    assert not after["peak"][1]["fits"]                    # the estimate itself now says it fails
+    assert "measured_extra_bytes" in dict(at.query_params)
+    at.number_input(key="micro_batch").set_value(2).run()   # another plan: the estimate decides again
+    assert any("for another plan" in c.value for c in at.caption)
+    assert any("taken on another plan" in c.value for c in at.caption)
+    at.button(key="calib_attach").click().run()            # unless the user says the paste is from this one
+    assert not any("for another plan" in c.value for c in at.caption)

@@ -37,6 +37,60 @@ for step, batch in enumerate(loader):
 `python zerocalc_probe.py --fake` prints a line from made-up numbers, to try the paste."""
 
 
+MEASURED = "calib_measured"      # session key: the last paste read, for the plan it was pasted on
+# Fields that change an assumption or the display, not the job: a measurement still describes the plan after them
+# (the Set buttons change some of them; the capacity is compared afresh).
+NOT_PLAN = frozenset(("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
+                      "allocator", "allocator_units", "gpu", "gpu_memory", "units", "breakdown", "stage",
+                      "buffer_factor"))
+KEPT = ("allocated_peak_bytes", "reserved_peak_bytes", "nvidia_smi_used_bytes", "nvidia_smi_total_bytes",
+        "usable_total_bytes", "failed_request_bytes", "tolerance_bytes")
+
+
+def plan_key(state: dict) -> tuple:
+    return tuple((k, v) for k, v in state.items() if k not in NOT_PLAN)
+
+
+def remember(state: dict, stage: int, measurement: dict, text: str, attach: bool = False) -> None:
+    """Keep a new paste's figures for the verdict, with the plan it was pasted on (the verdict was drawn above
+    this view, so a change reruns). The same paste stays with its plan when the plan changes, unless `attach`."""
+    kept = {"plan": plan_key(state), "stage": stage, "measurement": {k: measurement.get(k) for k in KEPT},
+            "text": hash(text)}
+    old = st.session_state.get(MEASURED)
+    if old is not None and old["text"] == kept["text"] and old["plan"] != kept["plan"] and not attach:
+        st.caption("This paste was taken on another plan: the table compares it with this one, the verdict does "
+                   "not follow it.")
+        st.button("It is from this plan", key="calib_attach", on_click=_attach)
+        return
+    if old != kept:
+        st.session_state[MEASURED] = kept
+        st.rerun()
+
+
+def _attach() -> None:
+    st.session_state["calib_attach_now"] = True
+
+
+def measured_verdict(resolved):
+    """(the verdict a measurement pasted on this plan gives its stage, or None; a note when it was pasted on
+    another plan, or "")."""
+    kept = st.session_state.get(MEASURED)
+    if kept is None or resolved.workload is None:
+        return None, ""
+    if kept["plan"] != plan_key(resolved.state):
+        return None, ("A measurement pasted in Calibrate was for another plan: the verdict is the estimate's until "
+                      "the plan is set back or a new measurement is pasted.")
+    from zerocalc.answers.calibrate.measurement import Measurement
+    from zerocalc.answers.calibrate.verdict import measured_fit
+    m = Measurement(**{k: v for k, v in kept["measurement"].items() if v is not None})
+    verdict = measured_fit(m, resolved.workload.capacity_bytes)
+    if verdict["fits"] is None:
+        return None, verdict["sentence"]
+    return {**verdict, "stage": kept["stage"], "out_of_memory": m.out_of_memory}, (
+        f"{STAGE_LABELS[kept['stage']]}'s card follows the measurement pasted in Calibrate; clear the paste there "
+        "to see the estimate's verdict alone.")
+
+
 def _apply(field: str, value: int) -> None:
     if field == "gpu_memory":
         set_fields({"gpu": CUSTOM, "gpu_memory": value})
@@ -75,15 +129,18 @@ def panel(resolved, unit: str) -> None:
                      horizontal=True, format_func={"decimal": "10^9 bytes", "binary": "2^30 bytes (GiB)"}.get,
                      help="Many scripts divide by 1024**3 and print GB; the other formats say what they mean.")
     if not text or not text.strip():
+        st.session_state.pop(MEASURED, None)
         st.caption("Formats understood: " + "; ".join(f"**{k}**: {v}" for k, v in FORMAT_HELP.items()) + ".")
         return
     try:
         calibration = worker.run(len(text) > HEAVY_PASTE_CHARS, calibration_dict, text, gb, resolved.scenario,
                                  resolved.workload, stage)
     except FieldError as exc:          # CalibrationError names the formats understood; it quotes the paste
+        st.session_state.pop(MEASURED, None)
         plain.alert("error", f"Could not read the pasted text: {exc}")
         return
     m = calibration["measurement"]             # a GPU name, labels and notes come from the paste: plain text
+    remember(resolved.state, stage, m, text, attach=st.session_state.pop("calib_attach_now", False))
     plain.alert("success", f"Read as {m['source_format']}" + (f" ({m['gpu_name']})" if m.get("gpu_name") else "")
                 + f"; compared with {STAGE_LABELS[stage]} of this view.")
     from .panels import table_with_csv

@@ -28,6 +28,7 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "accumulated unsharded gradients (sync at the last micro-batch)": "#FABFD2",
     "CPU offload: a unit's shard and gradient shard on the GPU": "#B6992D",
     "float8 casts (one linear)": "#7B4F8E", "one gradient (optimizer in backward)": "#C25A1E",
+    "measured beyond the estimate": "#1F1F1F",
 }
 TERM_MEANING = {
     "parameters": "the compute copy of the weights (ledger category)",
@@ -54,6 +55,8 @@ TERM_MEANING = {
                                                                  "copied in and its gradient shard out",
     "float8 casts (one linear)": "torchao float8: the dynamic casts of the largest linear (step/float8.py)",
     "one gradient (optimizer in backward)": "the optimizer steps each parameter in backward: one gradient lives",
+    "measured beyond the estimate": "live tensors a pasted measurement of this plan showed beyond the estimate "
+                                    "(Calibrate's Set)",
     "one copy": "cluster bytes of one copy of every state",
     "redundant": "cluster bytes that duplicate a copy held elsewhere",
 }

@@ -34,6 +34,7 @@ LABELS = {
     "prefetch_bucket_size": "stage3_prefetch_bucket_size", "max_live_parameters": "stage3_max_live_parameters",
     "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
     "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
+    "measured_extra_bytes": "Measured beyond the estimate (bytes)",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
     "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
@@ -114,6 +115,8 @@ HELP = {
     "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors: the point "
                              "(5%). The band shown: 0-35% of the tensors plus two ZeRO-3 unit cycles with the "
                              "default allocator, 0-10% with expandable segments, 0-15% flat (docs/peak-memory.md 3a).",
+    "measured_extra_bytes": "Live tensors a measurement of this plan showed beyond the estimate, held in every "
+                            "phase so the verdict follows the run (Calibrate's Set). 0: none.",
     "allocator": "Which allocator the reserve's band models: PyTorch's caching allocator (default), "
                  "expandable_segments:True, or the flat 0-15% band of earlier versions.",
     "allocator_units": "ZeRO-3 / FSDP unit cycles (a gathered unit and its gradient) the reserve holds at the point "

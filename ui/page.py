@@ -35,9 +35,12 @@ def render() -> None:
         name = f"{model} ({MODEL_PRESETS[model][2]})"          # the preset's source: published count, repo
     # The answer first: the title line and the verdict as one block of plain HTML (no script); then the share link,
     # the one block with a script (its copy button).
+    measured, measured_note = calibration.measured_verdict(resolved)      # measured beats estimated
     st.html(panels.header_html(report, resolved.state, name)
-            + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit))
+            + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit, measured))
     st.html(share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
+    if measured_note:
+        st.caption(measured_note)
     panels.no_peak(report, unit, stage)
     panels.caveats(report)
     panels.warnings(link_warnings + problems + resolved.warnings)

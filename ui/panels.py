@@ -119,18 +119,27 @@ CARD_CSS = """<style>
 .zc-neg { color: #b91c1c; font-weight: 700; }
 .zc-pos { color: #15803d; font-weight: 700; }
 .zc-band.zc-warn { color: #92400e; font-weight: 600; }
-.zc-band.zc-bad { color: #7f1d1d; }
+.zc-band.zc-bad { color: #7f1d1d; font-weight: 600; }
+.zc-band.zc-ok { color: #14532d; }
 @media (max-width: 640px) { .zc-peak { font-size: 1.05rem; } }
 </style>"""
 
 
-def _card(p: dict, unit: str, checked: bool, band: dict = None, states: int = None) -> str:
+def _card(p: dict, unit: str, checked: bool, band: dict = None, states: int = None, measured: dict = None) -> str:
     fits = p["fits"]
     head = "✓ fits" if fits else "✗ does not fit"
     room = format_bytes(abs(p["headroom_bytes"]), unit)
     headroom = (f'<span class="zc-pos">{room} headroom</span>' if fits else
                 f'<span class="zc-neg">−{room} over</span>')
     band_html = ""
+    if measured is not None:       # measured beats estimated: the run's figure decides this card
+        fits = measured["fits"]
+        head = "✓ fits (measured)" if fits else "✗ does not fit (measured)"
+        what = "needed at least" if measured["out_of_memory"] else "measured peak"
+        headroom = f'estimate {format_bytes(p["peak_bytes"], unit)}'
+        band_html = (f'<div class="zc-band zc-{"ok" if fits else "bad"}">{what} '
+                     f'{format_bytes(measured["bytes"], unit)} (Calibrate)</div>')
+        band = None
     if band is not None:
         words, tone = RANGE_WORDS.get(band["verdict"], (band["verdict"], "ok"))
         if tone == "warn":      # only where the assumptions' range changes the answer
@@ -170,14 +179,17 @@ def no_peak(report: dict, unit: str, stage: int) -> None:
                                    "state), by ZeRO stage:")
 
 
-def verdict_html(report: dict, ranges: dict, stage: int, unit: str) -> str:
+def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: dict = None) -> str:
     """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
-    the model-state subtotal beneath each, labelled as such ("" without a peak: see no_peak)."""
+    the model-state subtotal beneath each, labelled as such ("" without a peak: see no_peak). `measured`: a
+    pasted measurement's verdict of one stage (ui.calibration.measured_verdict), which that card follows."""
     if "peak" not in report:
         return ""
     peaks, gpu = report["peak"], report["gpu"]["name"]
-    fit = [p["stage"] for p in peaks if p["fits"]]
-    nofit = [p["stage"] for p in peaks if not p["fits"]]
+    on = {} if measured is None else {measured["stage"]: measured}
+    verdicts = {p["stage"]: on[p["stage"]]["fits"] if p["stage"] in on else p["fits"] for p in peaks}
+    fit = [s for s, ok in verdicts.items() if ok]
+    nofit = [s for s, ok in verdicts.items() if not ok]
     workers = f"{report['layout']['world_size']:,} x {gpu}"
     if not nofit:
         answer = "every ZeRO stage fits"
@@ -189,14 +201,15 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str) -> str:
     check = (f"Checking {STAGE_LABELS[stage]}: peak {format_bytes(p['peak_bytes'], unit)}, "
              f"{100 * p['utilisation']:.0f}% of the {format_bytes(p['capacity_bytes'], unit)} PyTorch can use "
              + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
-                                                                  if len(report["ranks"]) > 1 else ""))
+                                                                  if len(report["ranks"]) > 1 else "")
+             + (" " + measured["sentence"] if measured is not None and measured["stage"] == stage else ""))
     sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {html.escape(workers)}?'
                 f'</strong> {html.escape(answer[:1].upper() + answer[1:])}. {html.escape(check)}</p>')
     bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}
     # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
     # (parameters + gradients + optimizer state), not a markdown, a caption and a metric per stage.
-    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["per_worker_total_bytes"])
-                    for p, s in zip(peaks, report["stages"]))
+    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["per_worker_total_bytes"],
+                          on.get(p["stage"])) for p, s in zip(peaks, report["stages"]))
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 
 

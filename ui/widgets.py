@@ -29,7 +29,8 @@ SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params", "comm_buffers", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype")
 STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
-ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "allocator", "allocator_units",
+ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
+                     "allocator", "allocator_units",
                      "reduce_bucket_size",
                      "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
                      "moe_imbalance_percent", "moe_capacity_percent", "buffer_factor")

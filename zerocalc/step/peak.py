@@ -165,10 +165,11 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         if fused_step:
             gpu_bytes -= resident_gradient_bytes(scenario, s, shape)
         common = (("model states", gpu_bytes), ("library workspaces", workspaces),   # step/workspaces.py
-                  ("activations", shape.activation_bytes))
+                  ("activations", shape.activation_bytes),
+                  ("measured beyond the estimate", workload.measured_extra_bytes))     # Calibrate's Set
         forward = [*common, ("logits and loss", logits["forward"])]
         backward = [*common, ("logits and loss", logits["backward"])]
-        optimizer = [*common[:2]]
+        optimizer = [*common[:2], common[3]]           # no activations at the step; the measured extra stays
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
         fwd, bwd, opt = buffer_items(comm, s, scenario, workload, shape, ds)
         forward += fwd

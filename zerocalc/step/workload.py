@@ -44,6 +44,7 @@ WORKLOAD_LIMITS = {
     "moe_capacity_percent": (0, 10_000),
     "recompute_every": (1, 10_000),
     "loss_chunks": (1, 4096),
+    "measured_extra_bytes": (0, 2**50),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
 RESHARD_CHOICES = ("auto", "yes", "no")      # FSDP2 fully_shard(reshard_after_forward=...); auto: torchtitan
@@ -101,6 +102,10 @@ class Workload:
     # cycles of ZeRO-3's communication streams the reserve holds (0 at the point; the band's high end holds two).
     allocator: str = DEFAULT_ALLOCATOR
     allocator_units: int = 0
+    # Live tensors a measurement of this plan showed beyond the estimate (Calibrate's Set: the allocated peak, with
+    # an out-of-memory's failed request, less the estimated tensors), held in every phase as "measured beyond the
+    # estimate", so the verdict follows the run. 0: none.
+    measured_extra_bytes: int = 0
     gpu: str = DEFAULT_GPU
     gpu_memory: Optional[int] = None          # a custom capacity PyTorch can use, in bytes; overrides the catalog
     layout: Layout = Layout()                 # tensor, pipeline and context parallelism; dp is Scenario.workers

@@ -11,6 +11,7 @@ from ...gpus import ESTIMATE_GAP
 from ...scenario import FieldError
 from ...units import format_bytes
 from .measurement import Measurement
+from .verdict import lowers_estimate, measured_fit
 
 TENSOR_EXCLUDED = ("allocator reserve", "CUDA context")
 
@@ -79,6 +80,8 @@ class Calibration:
     phases: Tuple[PhaseResidual, ...]
     suggestions: Tuple[Suggestion, ...]
     sentences: Tuple[str, ...]
+    verdict: dict = None          # verdict.measured_fit: what the measurement says of the fit
+    reproduced: Optional[bool] = None   # compare_stage: whether the estimate with every suggestion set matches
 
     def residual(self, quantity: str) -> Optional[Residual]:
         return next((r for r in self.residuals if r.quantity == quantity), None)
@@ -94,7 +97,8 @@ class Calibration:
     def to_dict(self) -> dict:
         return {"stage": self.stage, "measurement": self.measurement.to_dict(),
                 "residuals": [r.to_dict() for r in self.residuals], "phases": [p.to_dict() for p in self.phases],
-                "suggestions": [s.to_dict() for s in self.suggestions], "sentences": list(self.sentences)}
+                "suggestions": [s.to_dict() for s in self.suggestions], "sentences": list(self.sentences),
+                "verdict": self.verdict, "reproduced": self.reproduced}
 
 
 def _phases_of(peak) -> Tuple[Optional[int], Dict[str, Dict[str, int]]]:
@@ -147,6 +151,17 @@ def _capacity_suggestion(m: Measurement, workload) -> Optional["Suggestion"]:
         "capacity' or torch.cuda.mem_get_info()[1].")
 
 
+def _keep_direction(suggestions: list, sentences: list) -> list:
+    """The measurement says the plan fails while the estimate fits: a Set that lowers the estimate would move it
+    further from the run, so it is left out, and a sentence says why."""
+    kept = [x for x in suggestions if not lowers_estimate(x.field, x.current, x.suggested)]
+    for x in suggestions:
+        if x not in kept:
+            sentences.append(f"{x.field} stays {x.current:,}: the measurement says the plan does not fit, and "
+                             f"{x.suggested:,} would lower the estimate.")
+    return kept
+
+
 def compare(measurement: Measurement, peak, workload) -> Calibration:
     """The measurement against one stage's estimated peak (a peak.StagePeak, or a report's "peak" row).
 
@@ -171,8 +186,9 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
     m, tol = measurement, measurement.tolerance_bytes
     residuals, sentences, suggestions = [], [], []
     for quantity, value, estimate, covers, tkey in (
-            ("allocated", m.allocated_peak_bytes, tensors, "tensors: every component except allocator reserve and "
-             "CUDA context", "allocated_peak_bytes"),
+            ("allocated", m.needed_at_least_bytes, tensors, "tensors: every component except allocator reserve and "
+             "CUDA context" + ("; measured: allocated at the failure + the failed request, a lower bound"
+                               if m.out_of_memory else ""), "allocated_peak_bytes"),
             ("reserved", m.reserved_peak_bytes, reserved, "tensors + allocator reserve", "reserved_peak_bytes"),
             ("nvidia-smi used", m.nvidia_smi_used_bytes, whole, "the whole peak: tensors + allocator reserve + "
              "CUDA context", "nvidia_smi_used_bytes")):
@@ -193,10 +209,18 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
                     "whether the run avoids tensors the estimate counts (a fused or chunked loss that never holds "
                     "the fp32 logits, activation checkpointing, offload)")
             sentences.append(
-                f"Live tensors: the run allocated {_gib(abs(alloc_r.residual_bytes))} {'more' if more else 'less'} "
-                f"than estimated ({pct:+.1f}%, estimated peak in {alloc_r.phase}). No allocator or context "
-                "assumption absorbs this: check the micro-batch, sequence length, recompute, attention kernel and "
-                f"dtypes, and {hint}.")
+                f"Live tensors: the run {'needed at least' if m.out_of_memory else 'allocated'} "
+                f"{_gib(abs(alloc_r.residual_bytes))} {'more' if more else 'less'} than estimated ({pct:+.1f}%, "
+                f"estimated peak in {alloc_r.phase}). No allocator or context assumption absorbs this: check the "
+                f"micro-batch, sequence length, recompute, attention kernel and dtypes, and {hint}.")
+            extra = workload.measured_extra_bytes
+            target = max(0, extra + alloc_r.residual_bytes)
+            if target != extra:
+                suggestions.append(Suggestion(
+                    "measured_extra_bytes", extra, target,
+                    f"measured_extra_bytes = {target:,} ({_gib(target)}) would hold what the run "
+                    f"{'needed' if m.out_of_memory else 'allocated'} beyond the estimate in every phase, so the "
+                    f"verdict follows the run (now {extra:,}); fixing the plan's inputs is better where one is off."))
 
     cur_f, cur_c = workload.fragmentation_percent, workload.cuda_context_bytes
     if m.reserved_peak_bytes is not None:
@@ -230,6 +254,9 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
     capacity = _capacity_suggestion(m, workload)
     if capacity is not None:
         suggestions.append(capacity)
+    verdict = measured_fit(m, capacity.suggested if capacity is not None else workload.capacity_bytes)
+    if verdict["fits"] is False and whole and max(whole.values()) <= workload.capacity_bytes:
+        suggestions = _keep_direction(suggestions, sentences)
 
     phase_rows = []
     for phase in phases:
@@ -242,7 +269,7 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
                          + ", ".join(unknown) + ".")
     if not residuals:
         sentences.append("Nothing to compare: the measurement has no allocated, reserved or nvidia-smi figure.")
-    return Calibration(m, stage, tuple(residuals), tuple(phase_rows), tuple(suggestions), tuple(sentences))
+    return Calibration(m, stage, tuple(residuals), tuple(phase_rows), tuple(suggestions), tuple(sentences), verdict)
 
 
 def calibration_dict(text, gb: str, scenario, workload, stage: int) -> dict:
@@ -253,6 +280,43 @@ def calibration_dict(text, gb: str, scenario, workload, stage: int) -> dict:
 
 
 def compare_stage(measurement: Measurement, scenario, workload, stage: int) -> Calibration:
-    """compare() against the worst rank's peak of one ZeRO stage of a scenario and workload."""
+    """compare() against the worst rank's peak of one ZeRO stage of a scenario and workload, and whether the
+    estimate with every suggestion set reproduces the measurement (each residual within the printed rounding; an
+    out-of-memory's lower bound met), said in a sentence."""
     from ...parallel.ranks import layout_report
-    return compare(measurement, layout_report(scenario, workload).peaks[stage], workload)
+    calibration = compare(measurement, layout_report(scenario, workload).peaks[stage], workload)
+    if not calibration.residuals:
+        return calibration
+    after_workload = calibration.suggested_workload(workload)
+    after_peak = layout_report(scenario, after_workload).peaks[stage]
+    if calibration.verdict["fits"] is False and after_peak.fits:     # the Sets together would turn it green
+        sentences = list(calibration.sentences)
+        calibration = replace(calibration, suggestions=tuple(_keep_direction(list(calibration.suggestions),
+                                                                             sentences)), sentences=tuple(sentences))
+        after_workload = calibration.suggested_workload(workload)
+        after_peak = layout_report(scenario, after_workload).peaks[stage]
+    after = compare(measurement, after_peak, after_workload)
+    how = "with the suggestions below set" if calibration.suggestions else "as it stands"
+    if measurement.out_of_memory:      # a lower bound and a failure: the estimate must hold the one and fail too
+        need = after.residual("allocated")
+        ok = (need is None or need.residual_bytes <= need.tolerance_bytes) and not after_peak.fits
+        sentence = (f"The estimate {how} holds the run's lower bound ({_gib(measurement.needed_at_least_bytes)}: "
+                    "allocated + the failed request) and does not fit, as the run did not." if ok else
+                    f"Even with every suggestion set the estimate ({_gib(after_peak.peak_bytes)}) does not reproduce "
+                    "the failure: an input of the plan, not an assumption, differs from the run.")
+        return replace(calibration, sentences=calibration.sentences + (sentence,), reproduced=ok)
+    # fragmentation_percent is a whole percent: the reserve can only land within one percent of the tensors above
+    step = -(-after.residual("allocated").estimated_bytes // 100) if after.residual("allocated") else 0
+    ok = all(r.within_rounding or r.quantity != "allocated" and -step - r.tolerance_bytes <= r.residual_bytes <= 0
+             for r in after.residuals)
+    if ok:
+        figures = "; ".join(f"{r.quantity} {_gib(r.measured_bytes)} measured, {_gib(r.estimated_bytes)} estimated"
+                            for r in after.residuals) + ("; the reserve within the one percent its whole-percent "
+                                                         "setting allows" if step else "")
+        sentence = f"The estimate {how} reproduces the measurement ({figures})."
+    else:
+        worst = max(after.residuals, key=lambda r: abs(r.residual_bytes))
+        sentence = (f"Even with every suggestion set the estimate stays {_gib(abs(worst.residual_bytes))} "
+                    f"{'under' if worst.residual_bytes > 0 else 'over'} the measured {worst.quantity}: an input of "
+                    "the plan, not an assumption, differs from the run.")
+    return replace(calibration, sentences=calibration.sentences + (sentence,), reproduced=ok)

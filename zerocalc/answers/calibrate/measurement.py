@@ -70,6 +70,20 @@ class Measurement:
     readings: Tuple[Reading, ...] = ()
     tolerance_bytes: Dict[str, int] = field(default_factory=dict)
     gpu_name: Optional[str] = None
+    # An out-of-memory message's "Tried to allocate": the request that failed. The run needed at least
+    # allocated + this, and it did not fit the capacity it ran under.
+    failed_request_bytes: Optional[int] = None
+
+    @property
+    def out_of_memory(self) -> bool:
+        return self.failed_request_bytes is not None
+
+    @property
+    def needed_at_least_bytes(self) -> Optional[int]:
+        """Live tensors the run needed: its allocated peak, plus the failed request after an out-of-memory."""
+        if self.allocated_peak_bytes is None:
+            return None
+        return self.allocated_peak_bytes + (self.failed_request_bytes or 0)
 
     def to_dict(self) -> dict:
         return {"allocated_peak_bytes": self.allocated_peak_bytes, "reserved_peak_bytes": self.reserved_peak_bytes,
@@ -78,4 +92,5 @@ class Measurement:
                 "usable_total_bytes": self.usable_total_bytes, "per_phase": dict(self.per_phase),
                 "per_phase_reserved": dict(self.per_phase_reserved), "source_format": self.source_format,
                 "notes": list(self.notes), "readings": [asdict(r) for r in self.readings],
-                "tolerance_bytes": dict(self.tolerance_bytes), "gpu_name": self.gpu_name}
+                "tolerance_bytes": dict(self.tolerance_bytes), "gpu_name": self.gpu_name,
+                "failed_request_bytes": self.failed_request_bytes}

@@ -124,4 +124,5 @@ def _merge(found) -> Measurement:
                        "+".join(m.source_format for m in found),
                        tuple(n for m in found for n in m.notes) + tuple(notes),
                        tuple(r for m in found for r in m.readings), tolerance,
-                       next((m.gpu_name for m in found if m.gpu_name), None))
+                       next((m.gpu_name for m in found if m.gpu_name), None),
+                       max((m.failed_request_bytes for m in found if m.failed_request_bytes is not None), default=None))

@@ -88,4 +88,5 @@ def _read_oom(text: str) -> Optional[Measurement]:
     if used_note:
         notes.append(f"torch_oom: the used figure is {used_note}")
     return Measurement(alloc, reserved, used, usable_total_bytes=total_b, source_format="torch_oom", notes=tuple(notes),
-                       tolerance_bytes={k: v for k, v in tol.items() if v})
+                       tolerance_bytes={k: v for k, v in tol.items() if v},
+                       failed_request_bytes=_oom_size(*_oom_get(m, "ask")))
