@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from zerocalc.answers.fixes import fixes
+from zerocalc.answers.combined import advice
 from zerocalc.answers.ranges import ranges, ranges_dict
 from zerocalc.output.report import full_report
 from zerocalc.step.formulas import formulas_for
@@ -97,7 +97,7 @@ def _fixes(key: str, layouts: bool, resolved_and_report) -> list:
         return []
     world = report["layout"]["world_size"]
     search = layouts or world <= LAYOUT_FIX_GPUS
-    return worker.run(_searches_many(r, search), fixes, r.scenario, r.workload, stage, search)
+    return worker.run(_searches_many(r, search), advice, r.scenario, r.workload, stage, search)
 
 
 def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:

@@ -233,8 +233,20 @@ def fixes(found: list, resolved, stage: int, unit: str, limit: int = 6) -> None:
     and a button that applies it."""
     if not found:
         return
-    st.markdown(f"**What would make {STAGE_LABELS[stage]} fit** (cheapest first; each changes one thing and "
-                f"holds the rest):")
+    name = STAGE_LABELS[stage]
+    if not found[0].fits:              # answers/combined.py: nothing tried fits; the closest it came
+        fix = found[0]
+        st.markdown(f"**Nothing zerocalc tries makes {name} fit**, one change or up to three together. The "
+                    f"closest comes to {100 * fix.utilisation:.1f}% of the capacity: "
+                    f"{escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))} "
+                    "A smaller model, fine-tuning instead of full training, or more GPUs with model parallelism "
+                    "(Layouts and ranks) are the next steps.")
+        return
+    how = ("no single change is enough: changes joined, the cheapest sum of costs first"
+           if all(f.parts for f in found) else "cheapest first; each changes one thing and holds the rest"
+           if not any(f.parts for f in found) else "cheapest first: single changes, and changes joined where "
+           "together they cost less than any single one")
+    st.markdown(f"**What would make {name} fit** ({how}):")
     for i, fix in enumerate(found[:limit]):
         left, right = st.columns([6, 1], vertical_alignment="center")
         left.markdown(f"{i + 1}. {escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))}")

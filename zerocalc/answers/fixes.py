@@ -57,6 +57,7 @@ COSTS = {
     "workers": (9, "more GPUs"),
     "gpu": (10, "a GPU with more memory"),
     "seq_len": (11, "changes what is trained: shorter sequences"),
+    "combined": (12, "the costs of each change it joins"),      # answers/combined.py: its cost is their sum
 }
 STAGE_NAMES = ("ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 RECOMPUTE_ORDER = ("none", "selective", "op", "full")
@@ -73,6 +74,11 @@ class Fix(NamedTuple):
     held: Tuple[str, ...]     # the settings held as given, named as held_settings() names them
     cost: int
     cost_note: str
+    parts: Tuple["Fix", ...] = ()     # a combined change (answers/combined.py): the single changes it joins
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.capacity_bytes
 
     @property
     def headroom_bytes(self) -> int:
@@ -115,7 +121,8 @@ def held_settings(scenario, workload, stage: int) -> Dict[str, str]:
         "micro_batches": f"{lay.micro_batches:,} micro-batch{'es' if lay.micro_batches != 1 else ''} per step",
         "seq_len": f"sequence {workload.seq_len:,}",
         "recompute": f"{workload.recompute} recompute" if workload.recompute != "none" else "no recompute",
-        "workers": f"{scenario.workers:,} data-parallel workers" + (f" ({scenario.workers * mp:,} GPUs)"
+        "workers": f"{scenario.workers:,} data-parallel worker{'s' if scenario.workers != 1 else ''}"
+                   + (f" ({scenario.workers * mp:,} GPUs)"
                                                                     if mp > 1 else ""),
         "gpu": workload.gpu_label,
         "offload": offload,
@@ -298,6 +305,8 @@ def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
 
 
 def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
+    if fix.kind == "combined":
+        return " + ".join(_change_text(part, scenario, workload, stage_from) for part in fix.parts)
     w, lay, s = fix.workload, fix.layout, fix.scenario
     if fix.kind in ("stage", "stage_3"):
         return f"{STAGE_NAMES[fix.stage]} instead of {STAGE_NAMES[stage_from]}"
@@ -364,7 +373,8 @@ def fix_dict(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) 
     return {"kind": fix.kind, "stage": fix.stage, "scenario": dict(fix.scenario), "workload": dict(fix.workload),
             "layout": dict(fix.layout), "peak_bytes": fix.peak_bytes, "capacity_bytes": fix.capacity_bytes,
             "headroom_bytes": fix.headroom_bytes, "held": list(fix.held), "cost": fix.cost,
-            "cost_note": fix.cost_note, "sentence": sentence(fix, scenario, workload, unit, stage)}
+            "cost_note": fix.cost_note, "fits": fix.fits, "parts": [part.kind for part in fix.parts],
+            "sentence": sentence(fix, scenario, workload, unit, stage)}
 
 
 def fixes_dict(scenario, workload, stage: int, layouts: bool = False, unit: str = "GB") -> List[dict]:

@@ -27,6 +27,7 @@ from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from ..step.float8 import FLOAT8_RECIPES
 from ..step.op_checkpoint import USER_POLICY_OPS
+from .advice import advice_dict, advice_text
 from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
@@ -211,6 +212,9 @@ def _model_flags(p):
                    "transients; the saved activations do not change")
     m.add_argument("--float8-all-gather", nargs="?", const="yes", choices=("yes", "no"),
                    help="with --float8 tensorwise under FSDP: the blocks' linear weights gathered in float8")
+    m.add_argument("--check-stage", type=int, choices=range(4), metavar="{0,1,2,3}",
+                   help="the ZeRO stage the plan runs at, for what would make it fit (default: 3 across "
+                        "workers, 0 on one GPU)")
     m.add_argument("--gpu", choices=list(GPU_CATALOG), help="default H100-SXM-80GB (see --list-gpus)")
     m.add_argument("--gpu-memory", type=_capacity, metavar="CAPACITY",
                    help="a custom capacity PyTorch can use, with its unit: 48GB, 44.4GiB, 46068MiB (overrides --gpu)")
@@ -409,9 +413,12 @@ def _render(args, scenario, arch, workload, imported) -> str:
     mp = 1 if workload is None else workload.layout.model_parallel
     view = _deepspeed(args, scenario.params, arch, report, mp) if args.deepspeed_estimate else None
     sources = sources_dict(args, imported)
+    advised = None if workload is None else advice_dict(scenario, workload, args.check_stage, args.units)
     if args.json:
-        return json.dumps({**report_dict(report, view, layouts=workload is not None), **sources}, indent=2)
-    return render_text(report, view, args.units) + sources_text(sources, args.units)
+        extra = {} if advised is None else {"check_stage": advised["stage"], "fixes": advised["fixes"]}
+        return json.dumps({**report_dict(report, view, layouts=workload is not None), **extra, **sources}, indent=2)
+    return render_text(report, view, args.units) + (advice_text(advised) if advised else "") + \
+        sources_text(sources, args.units)
 
 
 def _stage(imported):
