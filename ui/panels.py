@@ -89,6 +89,11 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
 def caveats(report: dict) -> None:
     for caveat in report.get("finetune", {}).get("caveats", []):
         st.warning(f"Not counted: {caveat}", icon="⚠️")
+    work = report.get("workload", {})
+    if work.get("recompute") == "selective" and work.get("attention") == "flash":
+        st.caption("Selective recompute (Korthikanti et al.) re-runs eager attention's s x s scores, which flash "
+                   "attention never keeps: under flash it changes nothing. op (torchtitan's op-level) or full "
+                   "recompute are the ones that save memory here.")
 
 
 RANGE_WORDS = {"fits even at the high end": ("across the assumptions' range", "ok"),
@@ -179,6 +184,19 @@ def no_peak(report: dict, unit: str, stage: int) -> None:
                                    "state), by ZeRO stage:")
 
 
+def _pipeline_words(layout: dict) -> str:
+    """Under pipeline parallelism, how much of the step the pipeline idles (and the peak's micro-batch caveat)."""
+    pp, m = layout["pp"], layout["micro_batches"]
+    if pp == 1:
+        return ""
+    idle = f" The pipeline idles {100 * layout['pipeline_idle_share']:.0f}% of the step ({m:,} micro-batch" + \
+        ("es" if m != 1 else "") + f" per step over {pp} stages)."
+    if m < pp:
+        idle += (f" With fewer micro-batches than stages the peak holds fewer in flight than a run at {pp} or more "
+                 "would: raise the micro-batches per step (Megatron and torchtitan run a multiple of pp).")
+    return idle
+
+
 def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: dict = None) -> str:
     """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
     the model-state subtotal beneath each, labelled as such ("" without a peak: see no_peak). `measured`: a
@@ -203,6 +221,7 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
              + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
                                                                   if len(report["ranks"]) > 1 else "")
              + (" " + measured["sentence"] if measured is not None and measured["stage"] == stage else ""))
+    check += _pipeline_words(report["layout"])
     sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {html.escape(workers)}?'
                 f'</strong> {html.escape(answer[:1].upper() + answer[1:])}. {html.escape(check)}</p>')
     bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}

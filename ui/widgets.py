@@ -130,8 +130,30 @@ def _on_targets_change():
         set_fields({"lora_targets": ["all-linear"] if added_all else [t for t in chosen if t != "all-linear"]})
 
 
+def _on_pp_change():
+    """Honest defaults: a pipeline fills with micro-batches. Raising pp above the micro-batches per step sets
+    them to 4 x pp (a bubble under a fifth of the step), as Megatron and torchtitan runs keep a multiple of pp."""
+    pp = st.session_state["pp"]
+    if pp > 1 and current("micro_batches") < pp:
+        set_fields({"micro_batches": min(4 * pp, int(FIELD["micro_batches"].hi))})
+
+
+def _on_workers_change():
+    """One GPU has nothing to shard: moving to one worker checks ZeRO-0 (ZeRO-3 there reads worse, not better)."""
+    if st.session_state["workers"] == 1 and current("stage") == 3 and current("tp") * current("pp") == 1:
+        set_fields({"stage": 0})
+
+
+def _on_finetune_change():
+    """QLoRA with peft's kbit preparation checkpoints every block, as prepare_model_for_kbit_training does by
+    default (use_gradient_checkpointing=True)."""
+    if st.session_state["finetune"] == "qlora" and current("kbit_prepare") and current("recompute") == "none":
+        set_fields({"recompute": "full"})
+
+
 CALLBACKS = {"model": _on_model_change, "schedule": _on_schedule_change, "convention": _on_convention_change,
-             "seq_len": _on_seq_len_change, "lora_targets": _on_targets_change}
+             "seq_len": _on_seq_len_change, "lora_targets": _on_targets_change, "pp": _on_pp_change,
+             "workers": _on_workers_change, "finetune": _on_finetune_change}
 
 
 def _billions(n: int) -> str:

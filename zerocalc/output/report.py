@@ -18,6 +18,7 @@ from ..model.finetune import caveats, describe
 from ..model.inventory import counts, largest_layer
 from ..layout import stage_sizes
 from ..model.placement import stored_holdings
+from ..parallel.costs import bubble_fraction
 from ..parallel.ranks import LayoutReport, layout_report, report_for
 from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
@@ -180,6 +181,8 @@ def layout_dict(report: LayoutReport) -> dict:
             "schedule": layout.schedule, "loss_parallel": layout.loss_parallel,
             "world_size": layout.world(dp), "zero_shard_group": report.scenario.group * layout.cp,
             "vocab_multiple": layout.vocab_multiple(w.implementation), "padded_vocab": w.vocab_rows,
+            # the pipeline's idle share of the step: bubble / (compute + bubble), bubble (pp - 1) / (vpp x m)
+            "pipeline_idle_share": bubble_fraction(layout) / (1 + bubble_fraction(layout)),
             "stored_params": report.stored_params, "stage_split": "given" if layout.stage_layers else
             layout.stage_split, "stage_layers": list(stage_sizes(layout, w.arch.layers))}
 
