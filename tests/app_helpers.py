@@ -179,7 +179,8 @@ def assert_overview_matches_core(at, report, unit="GB"):
         assert per_worker[category]["customdata"] == [s["per_worker_bytes"][category] for s in report["stages"]]
         assert per_worker[category]["y"] == pytest.approx(
             [s["per_worker_bytes"][category] / UNIT_BYTES[unit] for s in report["stages"]])
-    assert subtotals(at) == [format_bytes(s["per_worker_total_bytes"], unit) for s in report["stages"]]
+    shown = "gpu_bytes_per_worker" if "peak" in report else "per_worker_total_bytes"   # the cards: on the GPU
+    assert subtotals(at) == [format_bytes(s[shown], unit) for s in report["stages"]]
     if "peak" in report:
         bars = {t["name"]: t for t in peak_bars(at)}
         for p in report["peak"]:

@@ -39,7 +39,7 @@ def test_pin_change_and_compare_two_plans_in_one_link():
     workers_alone = core_report({"model": "llama-3-8b", "workers": "32"})
     moved = workers_alone["stages"][3]["per_worker_total_bytes"] - a["stages"][3]["per_worker_total_bytes"]
     from zerocalc.units import format_bytes
-    assert diff["model states per worker, changed alone"].tolist()[0] == "−" + format_bytes(-moved, "GB")
+    assert diff["model states on the GPU per worker, changed alone"].tolist()[0] == "−" + format_bytes(-moved, "GB")
     assert diff["peak, changed alone"].tolist()[1].startswith("+")                # a bigger micro-batch
 
 

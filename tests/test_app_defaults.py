@@ -34,3 +34,25 @@ def test_selective_under_flash_says_it_changes_nothing():
     assert any("under flash it changes nothing" in c.value for c in at.caption)
     eager = run_app({"model": "llama-3-8b", "recompute": "selective", "attention": "eager"})
     assert not any("under flash it changes nothing" in c.value for c in eager.caption)
+
+
+def test_the_host_ram_a_node_needs_is_shown_and_checked_against_the_nodes_ram():
+    # One set of numbers per card: the model states on the card are the GPU's; the offloaded rest is host RAM.
+    from tests.app_helpers import core_report, verdict_cards
+
+    query = {"model": "llama-3-8b", "workers": "16", "stage": "3", "offload_optimizer": "cpu", "offload_params": "cpu",
+             "convention": "deepspeed"}
+    at = run_app(query)
+    report = core_report(query)
+    row = report["host_memory"][3]
+    assert row["per_node_bytes"] == 8 * row["per_worker_bytes"] > 0 and row["fits_host"] is None
+    assert any("Host RAM per node for ZeRO-3" in c.value and "give the node's RAM" in c.value for c in at.caption)
+    card = next(c for c in verdict_cards(at) if c[0] == 3)
+    gpu_states = report["stages"][3]["gpu_bytes_per_worker"]
+    assert gpu_states < report["stages"][3]["per_worker_total_bytes"]
+    from zerocalc.units import format_bytes
+    assert f"model states {format_bytes(gpu_states, 'GB')} per worker on the GPU" in card[2]
+    small = run_app({**query, "host_memory_bytes": str(row["per_node_bytes"] - 1)})
+    assert any("more than" in e.value and "host memory" in e.value for e in small.error)
+    big = run_app({**query, "host_memory_bytes": str(row["per_node_bytes"])})
+    assert any("within the" in c.value for c in big.caption) and not big.error

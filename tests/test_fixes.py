@@ -141,6 +141,6 @@ def test_change_effect_is_the_difference_of_two_whole_reports():
     effect = change_effect((a, wa, 3), (b, wb, 2))
     ra, rb = layout_report(a, wa), layout_report(b, wb)
     assert effect.moved_peak_bytes == rb.peaks[2].peak_bytes - ra.peaks[3].peak_bytes
-    assert effect.moved_state_bytes == rb.stages[2].per_worker_total - ra.stages[3].per_worker_total
+    assert effect.moved_state_bytes == rb.stages[2].gpu_bytes - ra.stages[3].gpu_bytes
     plain = change_effect((a, None, 3), (b, None, 3))        # a parameter count alone: no peak
     assert plain.moved_peak_bytes is None and effect_dict(plain)["moved_state_bytes"] < 0

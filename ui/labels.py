@@ -35,6 +35,7 @@ LABELS = {
     "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
     "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
     "measured_extra_bytes": "Measured beyond the estimate (bytes)",
+    "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
     "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
@@ -115,6 +116,9 @@ HELP = {
     "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors: the point "
                              "(5%). The band shown: 0-35% of the tensors plus two ZeRO-3 unit cycles with the "
                              "default allocator, 0-10% with expandable segments, 0-15% flat (docs/peak-memory.md 3a).",
+    "host_memory_bytes": "One node's RAM the offloads may use (2T = 2 x 10^12 bytes; a DGX H100 has 2 TiB): the "
+                         "offloaded optimizer state and parameters and the offloaded activations of the node's GPUs "
+                         "are checked against it.",
     "measured_extra_bytes": "Live tensors a measurement of this plan showed beyond the estimate, held in every "
                             "phase so the verdict follows the run (Calibrate's Set). 0: none.",
     "allocator": "Which allocator the reserve's band models: PyTorch's caching allocator (default), "

@@ -41,6 +41,7 @@ def render() -> None:
     st.html(share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
     if measured_note:
         st.caption(measured_note)
+    panels.host_line(report, stage, unit)
     panels.no_peak(report, unit, stage)
     panels.caveats(report)
     panels.warnings(link_warnings + problems + resolved.warnings)

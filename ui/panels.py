@@ -86,6 +86,22 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
             f'<p>{html.escape(line)}</p></div>')
 
 
+def host_line(report: dict, stage: int, unit: str) -> None:
+    """The host RAM a node needs for the checked stage's offloads, against the node's RAM where it is given."""
+    row = next((r for r in report.get("host_memory", []) if r["stage"] == stage), None)
+    if row is None or not row["per_node_bytes"]:
+        return
+    need = (f"Host RAM per node for {STAGE_LABELS[stage]}: {format_bytes(row['per_node_bytes'], unit)} "
+            f"({row['gpus_per_node']} GPUs x {format_bytes(row['per_worker_bytes'], unit)} offloaded)")
+    if row["fits_host"] is None:
+        st.caption(need + "; give the node's RAM under Cluster to check it.")
+    elif row["fits_host"]:
+        st.caption(need + f", within the {format_bytes(row['host_capacity_bytes'], unit)} given.")
+    else:
+        st.error(need + f": more than the {format_bytes(row['host_capacity_bytes'], unit)} the node has. The "
+                 "offload does not fit in host memory.")
+
+
 def caveats(report: dict) -> None:
     for caveat in report.get("finetune", {}).get("caveats", []):
         st.warning(f"Not counted: {caveat}", icon="⚠️")
@@ -156,7 +172,8 @@ def _card(p: dict, unit: str, checked: bool, band: dict = None, states: int = No
             f'<div class="zc-peak">{format_bytes(p["peak_bytes"], unit)} peak</div>'
             f'<div class="zc-sub">{100 * p["utilisation"]:.0f}% of {format_bytes(p["capacity_bytes"], unit)} · '
             f'{headroom}</div>{band_html}'
-            f'<div class="zc-states">of which model states {format_bytes(states, unit)} per worker</div>'
+            f'<div class="zc-states">of which model states {format_bytes(states, unit)} per worker on the GPU'
+            f'</div>'
             f'</div>')
 
 
@@ -226,8 +243,9 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
                 f'</strong> {html.escape(answer[:1].upper() + answer[1:])}. {html.escape(check)}</p>')
     bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}
     # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
-    # (parameters + gradients + optimizer state), not a markdown, a caption and a metric per stage.
-    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["per_worker_total_bytes"],
+    # on the GPU (parameters + gradients + optimizer state the peak holds; offloaded state is host memory), not a
+    # markdown, a caption and a metric per stage.
+    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["gpu_bytes_per_worker"],
                           on.get(p["stage"])) for p, s in zip(peaks, report["stages"]))
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 

@@ -35,7 +35,8 @@ def step_fields(field) -> tuple:
             field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES) + (OWN_POLICY,)),
             field("op_saves", "multi", ("mm/2", "attention"), USER_POLICY_OPS),
             # Calibrate's Set: live tensors a measurement showed beyond the estimate (issue 22)
-            field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]))
+            field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]),
+            field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]))
 
 
 def step_workload(state: dict) -> dict:
@@ -53,7 +54,8 @@ def step_workload(state: dict) -> dict:
             "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,
             "float8": state["float8"],
             "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise",
-            "op_policy": op_policy(state), "measured_extra_bytes": state["measured_extra_bytes"]}
+            "op_policy": op_policy(state), "measured_extra_bytes": state["measured_extra_bytes"],
+            "host_memory_bytes": state["host_memory_bytes"]}
 
 
 def op_policy(state: dict) -> str:

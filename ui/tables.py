@@ -317,7 +317,7 @@ def difference_table(rows: list, unit: str) -> "pandas.DataFrame":
         out.append({"field": r["field"], "plan A": r["a"], "plan B": r["b"],
                     "peak, changed alone": "not valid alone" if r.get("effect") is None else
                     signed(r["effect"]["moved_peak_bytes"], unit),
-                    "model states per worker, changed alone": "" if r.get("effect") is None else
+                    "model states on the GPU per worker, changed alone": "" if r.get("effect") is None else
                     signed(r["effect"]["moved_state_bytes"], unit)})
     return frame(out)
 

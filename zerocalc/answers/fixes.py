@@ -382,7 +382,8 @@ def fixes_dict(scenario, workload, stage: int, layouts: bool = False, unit: str 
 
 
 class Effect(NamedTuple):
-    """What one change moves: the worst rank's peak at each view's checked stage and its model states there."""
+    """What one change moves: the worst rank's peak at each view's checked stage and its model states on the GPU
+    there."""
     peak_before: Optional[int]        # None without a workload (a parameter count alone has no peak)
     peak_after: Optional[int]
     states_before: int
@@ -403,7 +404,7 @@ def _stage_bytes(scenario, workload, stage: int) -> Tuple[Optional[int], int]:
     from ..parallel.ranks import report_for
     report = report_for(scenario, workload)
     peak = None if workload is None else report.peaks[stage].peak_bytes
-    return peak, report.stages[stage].per_worker_total
+    return peak, report.stages[stage].gpu_bytes          # on the GPU: an offload moves them off it
 
 
 def change_effect(before: tuple, after: tuple) -> Effect:

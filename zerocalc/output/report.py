@@ -226,15 +226,18 @@ def rank_rows(report: LayoutReport) -> list:
 def host_memory(report: LayoutReport) -> list:
     """Per ZeRO stage, the host RAM of the rank that needs most: its model states offloaded to the CPU (the
     ledger's cpu bytes) beside the activation offload's pinned blocks, and a node's total at that figure for the
-    node's GPUs (an upper bound where rank classes differ)."""
+    node's GPUs (an upper bound where rank classes differ), against the node's host RAM where it is given."""
     per_node = min(report.scenario.gpus_per_node, report.workload.layout.world(report.scenario.workers))
     rows = []
     for stage in range(4):
         v = max(report.ranks, key=lambda v: v.stages[stage].cpu_bytes + v.shape.host_bytes)
         states, acts = v.stages[stage].cpu_bytes, v.shape.host_bytes
+        host = report.workload.host_memory_bytes
         rows.append({"stage": stage, "rank": v.rank.name, "offload_bytes_per_worker": states,
                      "activation_offload_bytes_per_worker": acts, "per_worker_bytes": states + acts,
-                     "gpus_per_node": per_node, "per_node_bytes": (states + acts) * per_node})
+                     "gpus_per_node": per_node, "per_node_bytes": (states + acts) * per_node,
+                     "host_capacity_bytes": host or None,
+                     "fits_host": (states + acts) * per_node <= host if host else None})
     return rows
 
 

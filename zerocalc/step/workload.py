@@ -45,6 +45,7 @@ WORKLOAD_LIMITS = {
     "recompute_every": (1, 10_000),
     "loss_chunks": (1, 4096),
     "measured_extra_bytes": (0, 2**50),
+    "host_memory_bytes": (0, 2**50),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
 RESHARD_CHOICES = ("auto", "yes", "no")      # FSDP2 fully_shard(reshard_after_forward=...); auto: torchtitan
@@ -106,6 +107,9 @@ class Workload:
     # an out-of-memory's failed request, less the estimated tensors), held in every phase as "measured beyond the
     # estimate", so the verdict follows the run. 0: none.
     measured_extra_bytes: int = 0
+    # One node's host RAM the offloads may use (ZeRO-Offload's states, activation offloading's pinned blocks), in
+    # bytes; 0: not checked (the report still says what the node needs).
+    host_memory_bytes: int = 0
     gpu: str = DEFAULT_GPU
     gpu_memory: Optional[int] = None          # a custom capacity PyTorch can use, in bytes; overrides the catalog
     layout: Layout = Layout()                 # tensor, pipeline and context parallelism; dp is Scenario.workers
