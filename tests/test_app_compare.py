@@ -117,8 +117,8 @@ def test_a_suggestion_sets_the_assumption_it_names():
     paste(at, (FIXTURES / "probe_two_ranks.txt").read_text())
     buttons = [b for b in at.button if b.key and b.key.startswith("calib_apply_")]
     labels = [b.proto.label for b in buttons]
-    assert "Set fragmentation_percent" in labels and "Set cuda_context_bytes" in labels
-    for label in ("Set fragmentation_percent", "Set cuda_context_bytes"):
+    assert "Set the reserve" in labels and "Set the context" in labels       # short enough for the column
+    for label in ("Set the reserve", "Set the context"):
         at.button(key=buttons[labels.index(label)].key).click().run()
     assert dict(at.query_params)["fragmentation_percent"] == "7"
     assert dict(at.query_params)["cuda_context_bytes"] == "1594834944"

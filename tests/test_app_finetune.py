@@ -1,4 +1,4 @@
-"""The app in a fine-tuning view (AppTest): the training-mode selector, rank slider and target multiselect reach
+"""The app in a fine-tuning view (AppTest): the training-mode selector, rank box and target multiselect reach
 the link and the numbers; the bars split frozen and trained groups; the group ledger shows the entries that vanish;
 the QLoRA line explains when a quantized base is not smaller (litgpt#1112, torchtune#2255). The core is the oracle:
 every byte shown is compared with zerocalc.output.report.full_report for the same link."""
@@ -9,13 +9,13 @@ QLORA_LINK = {"model": "llama-3-8b", "finetune": "qlora", "lora_rank": "16", "lo
               "gpu": "RTX-4090-24GB", "workers": "1", "recompute": "full"}
 
 
-def test_the_mode_selector_rank_slider_and_targets_reach_the_link_and_the_numbers():
+def test_the_mode_selector_rank_box_and_targets_reach_the_link_and_the_numbers():
     at = run_app({"model": "llama-3-8b"}, sections=["sec_finetune"])
     assert at.selectbox(key="finetune").value == "full"
     at.selectbox(key="finetune").set_value("lora").run()
-    assert at.slider(key="lora_rank").value == 8
+    assert at.number_input(key="lora_rank").value == 8
     assert list(at.multiselect(key="lora_targets").value) == ["q", "v"]      # peft's default for Llama
-    at.slider(key="lora_rank").set_value(16).run()
+    at.number_input(key="lora_rank").set_value(16).run()
     at.multiselect(key="lora_targets").select("o").run()
     query = {"model": "llama-3-8b", "finetune": "lora", "lora_rank": "16", "lora_targets": "q,v,o"}
     assert dict(at.query_params) == query

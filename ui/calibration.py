@@ -12,6 +12,7 @@ import streamlit as st
 from zerocalc.scenario import FieldError
 
 from . import plain, tables, worker
+from .tables import SYSTEM
 from .figures import STAGE_LABELS
 from .state import CUSTOM, FIELD
 from .widgets import set_fields
@@ -37,6 +38,9 @@ for step, batch in enumerate(loader):
 `python zerocalc_probe.py --fake` prints a line from made-up numbers, to try the paste."""
 
 
+# Short button labels (the field's name is in the sentence and the help; a long name was cut off in the column)
+SET_LABELS = {"fragmentation_percent": "Set the reserve", "cuda_context_bytes": "Set the context",
+              "gpu_memory": "Set the capacity", "measured_extra_bytes": "Set the extra"}
 MEASURED = "calib_measured"      # session key: the last paste read, for the plan it was pasted on
 # Fields that change an assumption or the display, not the job: a measurement still describes the plan after them
 # (the Set buttons change some of them; the capacity is compared afresh).
@@ -83,7 +87,7 @@ def measured_verdict(resolved):
     from zerocalc.answers.calibrate.measurement import Measurement
     from zerocalc.answers.calibrate.verdict import measured_fit
     m = Measurement(**{k: v for k, v in kept["measurement"].items() if v is not None})
-    verdict = measured_fit(m, resolved.workload.capacity_bytes)
+    verdict = measured_fit(m, resolved.workload.capacity_bytes, SYSTEM[resolved.state["units"]])
     if verdict["fits"] is None:
         return None, verdict["sentence"]
     return {**verdict, "stage": kept["stage"], "out_of_memory": m.out_of_memory}, (
@@ -134,7 +138,7 @@ def panel(resolved, unit: str) -> None:
         return
     try:
         calibration = worker.run(len(text) > HEAVY_PASTE_CHARS, calibration_dict, text, gb, resolved.scenario,
-                                 resolved.workload, stage)
+                                 resolved.workload, stage, tables.SYSTEM[unit])     # sentences in the page's unit
     except FieldError as exc:          # CalibrationError names the formats understood; it quotes the paste
         st.session_state.pop(MEASURED, None)
         plain.alert("error", f"Could not read the pasted text: {exc}")
@@ -151,10 +155,10 @@ def panel(resolved, unit: str) -> None:
     for sentence in calibration["sentences"]:          # some name the paste's own phases: plain text
         plain.alert("info", sentence)
     for i, s in enumerate(calibration["suggestions"]):
-        cols = st.columns([4, 1])
+        cols = st.columns([3, 1])
         cols[0].markdown(f"- {s['sentence']}")
-        cols[1].button(f"Set {s['field']}", key=f"calib_apply_{i}", on_click=_apply, args=(s["field"], s["suggested"]),
-                       help=f"Sets {s['field']} to {s['suggested']:,} in the view.")
+        cols[1].button(SET_LABELS.get(s["field"], "Set"), key=f"calib_apply_{i}", on_click=_apply,
+                       args=(s["field"], s["suggested"]), help=f"Sets {s['field']} to {s['suggested']:,} in the view.")
     if m["notes"]:
         with st.expander(f"How it was read ({len(m['notes'])} notes)"):
             plain.alert("info", "Notes:", m["notes"])

@@ -247,7 +247,6 @@ def _parallel(box) -> None:
         box.caption("Expert parallelism (ep, etp) applies to mixture-of-experts models.")
 
 
-RANK_SLIDER_MAX = 256
 
 
 def _finetune(box) -> None:
@@ -256,11 +255,7 @@ def _finetune(box) -> None:
     for name in names:
         if name in ("quant_block_size", "double_quant") and current("quant_type") == "int8":
             continue                                   # LLM.int8 keeps a scale per row: no blocks to quantize
-        if name == "lora_rank" and current(name) <= RANK_SLIDER_MAX:
-            _live_key(name)
-            box.slider(LABELS[name], 1, RANK_SLIDER_MAX, key=name, help=HELP[name])
-        else:                                          # a larger rank (from a link) keeps a number box
-            widget(name, box)
+        widget(name, box)                              # the LoRA rank a number box: r = 16 is one entry
     if not names:
         box.caption("Every parameter trains: the ledger applies to all of them.")
 

@@ -122,15 +122,13 @@ def _ceil_percent(numerator: int, denominator: int) -> int:
     return -(-100 * numerator // denominator)
 
 
-def _gib(n: int) -> str:
-    return format_bytes(n, "binary")
-
-
-def _capacity_suggestion(m: Measurement, workload) -> Optional["Suggestion"]:
+def _capacity_suggestion(m: Measurement, workload, units: str = "binary") -> Optional["Suggestion"]:
     """gpu_memory from a measured capacity. PyTorch's own total (the OOM message's "total capacity", mem_get_info)
     is what the verdict compares with, so it is taken as it is. nvidia-smi's total is not: the driver keeps part of
     it (zerocalc.gpus), so only a card whose nvidia-smi total differs from the catalogue's gets a suggestion, its
     total less ESTIMATE_GAP, and the sentence says where the exact figure is printed."""
+    def _gib(n: int) -> str:
+        return format_bytes(n, units)
     current = workload.capacity_bytes
     if m.usable_total_bytes is not None:
         if abs(m.usable_total_bytes - current) <= m.tolerance_bytes.get("usable_total_bytes", 0):
@@ -162,7 +160,7 @@ def _keep_direction(suggestions: list, sentences: list) -> list:
     return kept
 
 
-def compare(measurement: Measurement, peak, workload) -> Calibration:
+def compare(measurement: Measurement, peak, workload, units: str = "binary") -> Calibration:
     """The measurement against one stage's estimated peak (a peak.StagePeak, or a report's "peak" row).
 
     Rules, each a like-for-like comparison:
@@ -177,6 +175,8 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
     residual on the tensors themselves belongs to no assumption: its sentence says where to look. Exact integers
     throughout; percentages are floats for display only.
     """
+    def _gib(n: int) -> str:           # sizes in the sentences: the page's unit system (binary by default)
+        return format_bytes(n, units)
     if not isinstance(measurement, Measurement):
         raise FieldError("measurement", type(measurement).__name__, "a calibrate Measurement (from parse)")
     stage, phases = _phases_of(peak)
@@ -251,10 +251,10 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
         if m.reserved_peak_bytes is not None and m.nvidia_smi_used_bytes < m.reserved_peak_bytes:
             sentences.append("nvidia-smi shows less than PyTorch's reserved peak: it was sampled at another moment "
                              "(or on another GPU), so the context figure is a lower bound.")
-    capacity = _capacity_suggestion(m, workload)
+    capacity = _capacity_suggestion(m, workload, units)
     if capacity is not None:
         suggestions.append(capacity)
-    verdict = measured_fit(m, capacity.suggested if capacity is not None else workload.capacity_bytes)
+    verdict = measured_fit(m, capacity.suggested if capacity is not None else workload.capacity_bytes, units)
     if verdict["fits"] is False and whole and max(whole.values()) <= workload.capacity_bytes:
         suggestions = _keep_direction(suggestions, sentences)
 
@@ -272,19 +272,22 @@ def compare(measurement: Measurement, peak, workload) -> Calibration:
     return Calibration(m, stage, tuple(residuals), tuple(phase_rows), tuple(suggestions), tuple(sentences), verdict)
 
 
-def calibration_dict(text, gb: str, scenario, workload, stage: int) -> dict:
+def calibration_dict(text, gb: str, scenario, workload, stage: int, units: str = "binary") -> dict:
     """A pasted text read (parse.parse) and compared with one stage (compare_stage), as plain data: what the app
     asks of a paste, in one call it can run in its worker process."""
     from .parse import parse
-    return compare_stage(parse(text, gb=gb), scenario, workload, stage).to_dict()
+    return compare_stage(parse(text, gb=gb), scenario, workload, stage, units).to_dict()
 
 
-def compare_stage(measurement: Measurement, scenario, workload, stage: int) -> Calibration:
+def compare_stage(measurement: Measurement, scenario, workload, stage: int, units: str = "binary") -> Calibration:
     """compare() against the worst rank's peak of one ZeRO stage of a scenario and workload, and whether the
     estimate with every suggestion set reproduces the measurement (each residual within the printed rounding; an
     out-of-memory's lower bound met), said in a sentence."""
     from ...parallel.ranks import layout_report
-    calibration = compare(measurement, layout_report(scenario, workload).peaks[stage], workload)
+
+    def _gib(n: int) -> str:
+        return format_bytes(n, units)
+    calibration = compare(measurement, layout_report(scenario, workload).peaks[stage], workload, units)
     if not calibration.residuals:
         return calibration
     after_workload = calibration.suggested_workload(workload)
@@ -295,7 +298,7 @@ def compare_stage(measurement: Measurement, scenario, workload, stage: int) -> C
                                                                              sentences)), sentences=tuple(sentences))
         after_workload = calibration.suggested_workload(workload)
         after_peak = layout_report(scenario, after_workload).peaks[stage]
-    after = compare(measurement, after_peak, after_workload)
+    after = compare(measurement, after_peak, after_workload, units)
     how = "with the suggestions below set" if calibration.suggestions else "as it stands"
     if measurement.out_of_memory:      # a lower bound and a failure: the estimate must hold the one and fail too
         need = after.residual("allocated")

@@ -20,8 +20,12 @@ def _gib(n: int) -> str:
     return format_bytes(n, "binary")
 
 
-def measured_fit(m: Measurement, capacity_bytes: int) -> dict:
-    """{"fits": True | False | None (the measurement does not decide), "bytes": the figure compared, "sentence"}."""
+def measured_fit(m: Measurement, capacity_bytes: int, units: str = "binary") -> dict:
+    """{"fits": True | False | None (the measurement does not decide), "bytes": the figure compared, "sentence"};
+    sizes in `units` (decimal / binary / a unit name)."""
+    def _gib(n: int) -> str:
+        return format_bytes(n, units)
+
     if m.out_of_memory:
         need = m.needed_at_least_bytes
         ran_on = m.usable_total_bytes
