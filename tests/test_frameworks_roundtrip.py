@@ -51,7 +51,10 @@ def deepspeed_views(draw):
                 "master_dtype": master, "grad_accum_dtype": accum, "optimizer_dtype": opt,
                 "comm_dtype": draw(st.sampled_from([None, "fp16", "bf16", "fp32"])),
                 "offload_optimizer": draw(DEVICES), "offload_params": draw(DEVICES), "convention": "deepspeed"}
-    workload = {"micro_batch": draw(st.integers(1, 16)), **{k: draw(v) for k, v in BUCKETS.items()}}
+    workload = {"micro_batch": draw(st.integers(1, 16)), **{k: draw(v) for k, v in BUCKETS.items()},
+                "recompute": draw(st.sampled_from(["none", "selective", "op", "full"]))}
+    if workload["recompute"] == "full":
+        workload["activation_offload"] = draw(st.booleans())
     layout = {"micro_batches": draw(st.integers(1, 8)), "tp": draw(st.integers(1, 8)), "cp": draw(st.integers(1, 4))}
     return scenario, workload, layout, stage
 
@@ -66,10 +69,14 @@ def test_deepspeed_round_trip(view):
     expected = dict(scenario, comm_dtype=None if scenario["comm_dtype"] == scenario["param_dtype"]
                     else scenario["comm_dtype"])
     subset(back.scenario, expected)
-    subset(back.workload, workload)
+    # recomputation is not a ds_config.json setting (the export says so and writes only the checkpointing block):
+    # the import keeps the view's
+    unwritten = ("recompute", "activation_offload")
+    subset(back.workload, {k: v for k, v in workload.items() if k not in unwritten})
     expected = {k: v for k, v in layout.items() if k == "micro_batches" or v > 1}
     subset(back.layout, dict(expected, gpus=scenario["workers"] * layout["tp"] * layout["cp"]))
-    assert export_deepspeed(back.scenario, back.workload, back.layout, back.selected_stage) == text
+    again = dict(back.workload, **{k: workload[k] for k in unwritten if k in workload})
+    assert export_deepspeed(back.scenario, again, back.layout, back.selected_stage) == text
 
 
 @pytest.fixture(scope="module")
@@ -99,6 +106,23 @@ def test_deepspeeds_whole_config_parser_accepts_the_export(deepspeed_config_clas
     config = ds_config(data)                  # world size 1 without torch.distributed
     assert config.zero_optimization_stage == stage and config.bfloat16_config.enabled
     assert config.train_batch_size == 8 and config.gradient_accumulation_steps == 2
+
+
+@pytest.mark.parametrize("recompute, offload", [("full", False), ("full", True), ("op", False)])
+def test_deepspeed_export_says_how_the_plan_recomputes(deepspeed_config_classes, recompute, offload):
+    # ds_config.json cannot turn recomputation on (the Trainer's gradient_checkpointing does): the export writes the
+    # activation_checkpointing block DeepSpeed's checkpointing.configure reads and says so; DeepSpeed parses it
+    _, ds_config = deepspeed_config_classes
+    view = ({"workers": 1, "param_dtype": "bf16"}, {"recompute": recompute, "activation_offload": offload}, {}, 2)
+    data = json.loads(export_deepspeed(*view))
+    assert data["activation_checkpointing"] == {"partition_activations": False, "cpu_checkpointing": offload}
+    config = ds_config(data)
+    assert config.activation_checkpointing_config.cpu_checkpointing is offload
+    assert not config.activation_checkpointing_config.partition_activations
+    caveats = " ".join(export_caveats("deepspeed", *view))
+    assert "gradient_checkpointing=True" in caveats
+    assert ("policy itself is set in the training code" in caveats) is (recompute != "full")
+    assert "activation_checkpointing" not in json.loads(export_deepspeed(view[0], {}, {}, 2))
 
 
 # --- accelerate -------------------------------------------------------------------------------------------------
@@ -315,6 +339,23 @@ def test_torchtitan_writes_gathered_logits():
     assert tomllib.loads(text)["parallelism"]["disable_loss_parallel"] is True
     assert import_torchtitan(text).layout["loss_parallel"] is False
     assert "disable_loss_parallel" not in export_torchtitan(dict(FSDP2, workers=4), {}, {"tp": 2}, 3)
+
+
+def test_multi_node_accelerate_export_has_the_per_node_fields(config_args, tmp_path):
+    # accelerate's cluster config asks machine_rank, main_process_ip and main_process_port on more than one machine
+    # (commands/config/cluster.py); the export writes node 0's and says the rest is per node
+    view = (dict(FSDP2, workers=16, gpus_per_node=8), {}, {}, 3)
+    path = tmp_path / "config.yaml"
+    path.write_text(export_accelerate(*view))
+    loaded = config_args.load_config_from_file(str(path))
+    assert (loaded.num_machines, loaded.machine_rank, loaded.main_process_port) == (2, 0, 29500)
+    assert loaded.rdzv_backend == "static" and loaded.main_process_ip is None
+    caveats = " ".join(export_caveats("accelerate", *view))
+    assert "machine_rank (0-1)" in caveats and "main_process_ip" in caveats
+    ours = import_accelerate(path.read_text())
+    assert ours.layout["gpus"] == 16 and ours.scenario["gpus_per_node"] == 8
+    one = export_accelerate(dict(FSDP2, workers=8, gpus_per_node=8), {}, {}, 3)
+    assert "machine_rank" not in one
 
 
 def test_caveats_say_what_is_left_out():

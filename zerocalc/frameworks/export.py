@@ -12,7 +12,7 @@ import json
 from dataclasses import MISSING, fields
 
 from ..scenario import FieldError, Scenario, require_choice, require_int
-from ..step.activations import RECOMPUTE
+from ..step.activations import RECOMPUTE, RECOMPUTE_NAMES
 from ..step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 from ..tables import DTYPE_BITS
 from .accelerate.document import dump_yaml
@@ -169,8 +169,24 @@ def _deepspeed(scenario, workload, layout, stage):
                      "MiCS (mics_shard_size), and hpZ shards only a secondary parameter copy.")
     if lay["pp"] > 1:
         notes.append("pipeline parallelism is set in code (PipelineModule num_stages), not in ds_config.json.")
+    if w["recompute"] != "none":
+        data["activation_checkpointing"] = _deepspeed_checkpointing(w, notes)
     notes.append(f"the optimizer ({s['optimizer']}) is not written: DeepSpeed then uses the client's optimizer.")
     return data, notes
+
+
+def _deepspeed_checkpointing(w, notes) -> dict:
+    """ds_config.json has no switch that turns recomputation on: the Trainer's gradient_checkpointing (or the
+    model's own checkpoint calls) does. The activation_checkpointing block only configures
+    deepspeed.checkpointing.checkpoint (runtime/activation_checkpointing/config.py), so it is written with what the
+    view counts: checkpoint inputs whole (no partition_activations) and on the CPU only with activation offload."""
+    kind = RECOMPUTE_NAMES[w["recompute"]]
+    notes.append(f"the plan uses {kind}, which ds_config.json cannot switch on: with the "
+                 "Hugging Face Trainer set gradient_checkpointing=True (TrainingArguments; it checkpoints whole "
+                 "blocks), or call model.gradient_checkpointing_enable(); the activation_checkpointing block "
+                 "written configures only models that call deepspeed.checkpointing.checkpoint (Megatron-DeepSpeed)."
+                 + ("" if w["recompute"] == "full" else " Its policy itself is set in the training code."))
+    return {"partition_activations": False, "cpu_checkpointing": bool(w["activation_offload"])}
 
 
 def _deepspeed_ledger(dtype, stage, low_master, bf16_states) -> dict:
@@ -258,6 +274,12 @@ def _accelerate(scenario, workload, layout, stage, backend=None):
         data["dynamo_config"] = {"dynamo_backend": "INDUCTOR"}
     data["num_machines"] = machines
     data["num_processes"] = world
+    if machines > 1:                             # accelerate/commands/config/cluster.py asks these per node
+        data.update({"machine_rank": 0, "main_process_ip": None, "main_process_port": 29500,
+                     "rdzv_backend": "static", "same_network": True})
+        notes.append(f"{machines} machines: machine_rank 0 is written for the first node; each node launches with "
+                     f"its own machine_rank (0-{machines - 1}), and main_process_ip (written null) must be set to "
+                     "node 0's address.")
     return data, notes
 
 
