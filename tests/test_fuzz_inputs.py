@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
@@ -170,6 +170,8 @@ argvs = st.lists(st.tuples(flags, st.one_of(NASTY, st.text(max_size=12), st.inte
 
 @FUZZ
 @given(argvs, st.booleans())
+@example(["--bogus", "\r0"], False)            # a carriage return echoed in the message once broke the line
+@example(["--model", "\x1b[2J"], False)
 def test_cli_arguments_exit_0_or_2_with_one_line(argv, as_json):
     import contextlib
     import io

@@ -431,10 +431,16 @@ def _layout_dict(workload) -> dict:
     return {f.name: getattr(workload.layout, f.name) for f in dataclass_fields(workload.layout)}
 
 
+def _printable(text: str) -> str:
+    """One line, whatever the arguments held: a control character (a carriage return, an escape sequence) in an
+    echoed argument is written as its escape, so it can neither break the line nor move the terminal's cursor."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def main(argv=None) -> int:
     try:
         print(run(sys.argv[1:] if argv is None else argv))
     except UsageError as exc:
-        print(f"zerocalc: error: {exc}", file=sys.stderr)
+        print(f"zerocalc: error: {_printable(str(exc))}", file=sys.stderr)
         return 2
     return 0
