@@ -19,12 +19,15 @@ def test_pin_change_and_compare_two_plans_in_one_link():
     at = run_app({"model": "llama-3-8b", "workers": "8"}, tab="Compare")
     assert "Pin a plan" in " ".join(c.value for c in at.caption)
     at.button(key="pin_a").click().run()
-    assert dict(at.query_params) == {"model": "llama-3-8b", "workers": "8", "a.model": "llama-3-8b"} or \
-        dict(at.query_params) == {"model": "llama-3-8b", "a.model": "llama-3-8b"}
+    # the link carries the open view too (?view=compare)
+    assert dict(at.query_params) == {"model": "llama-3-8b", "workers": "8", "a.model": "llama-3-8b",
+                                     "view": "compare"} or \
+        dict(at.query_params) == {"model": "llama-3-8b", "a.model": "llama-3-8b", "view": "compare"}
     at.number_input(key="workers").set_value(32).run()
     at.number_input(key="micro_batch").set_value(2).run()
     query = dict(at.query_params)
-    assert query == {"model": "llama-3-8b", "workers": "32", "micro_batch": "2", "a.model": "llama-3-8b"}
+    assert query == {"model": "llama-3-8b", "workers": "32", "micro_batch": "2", "a.model": "llama-3-8b",
+                     "view": "compare"}
     a, b = core_report({"model": "llama-3-8b"}), core_report({"model": "llama-3-8b", "workers": "32",
                                                               "micro_batch": "2"})
     states = figure(at, "fig_compare_states")
@@ -44,9 +47,12 @@ def test_pin_change_and_compare_two_plans_in_one_link():
 
 
 def test_a_compare_link_restores_both_plans():
-    link = {"model": "llama-3-8b", "workers": "32", "a.model": "llama-3-8b", "a.workers": "16", "a.stage": "2"}
-    at = run_app(link, tab="Compare")
+    # the link opens the view it was shared from: Compare, with both plans
+    link = {"model": "llama-3-8b", "workers": "32", "a.model": "llama-3-8b", "a.workers": "16", "a.stage": "2",
+            "view": "compare"}
+    at = run_app(link)
     assert not warnings_shown(at)
+    assert at.session_state["tab"] == "Compare"
     assert dict(at.query_params) == link
     assert at.session_state["plan_a"]["workers"] == 16 and at.session_state["plan_a"]["stage"] == 2
     text = text_of(at)
@@ -57,6 +63,25 @@ def test_a_compare_link_restores_both_plans():
     assert at.number_input(key="workers").value == 16 and at.session_state["plan_a"]["workers"] == 32
     at.button(key="unpin_a").click().run()
     assert not any(k.startswith("a.") for k in dict(at.query_params))
+
+
+def test_a_link_with_a_pinned_plan_says_so_on_every_view():
+    at = run_app({"model": "llama-3-8b", "a.model": "gpt2", "view": "peak-and-step"})
+    assert at.session_state["tab"] == "Peak and step"
+    assert any("Plan A is pinned" in c.value for c in at.caption)
+    at.session_state["tab"] = "Overview"
+    at.run()
+    assert "view" not in dict(at.query_params) and dict(at.query_params)["a.model"] == "gpt2"
+    assert any("Plan A is pinned" in c.value for c in at.caption)
+    plain = run_app({"model": "llama-3-8b", "view": "calibrate"})
+    assert plain.session_state["tab"] == "Calibrate" and not any("Plan A is pinned" in c.value for c in plain.caption)
+
+
+def test_a_bad_view_in_the_link_is_named_and_opens_the_overview():
+    at = run_app({"model": "gpt2", "view": "<b>nope</b>"})
+    shown = warnings_shown(at)
+    assert "view='<b>nope</b>' is not a view" in shown and "compare" in shown
+    assert at.session_state["tab"] == "Overview" and "view" not in dict(at.query_params)
 
 
 def test_bad_plan_a_parameters_are_named_and_fall_back():

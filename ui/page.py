@@ -11,10 +11,9 @@ import streamlit as st
 from zerocalc.model.presets import MODEL_PRESETS
 
 from . import calibration, compare, compute, finetune, imports, panels, share, views, widgets
+from .share import PLAN_A, TABS
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
-TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
-        "Framework configs", "How to read it")
 # The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.output.report.ANSWER_KEYS);
 # with another view open the page asks the core for the bytes, peaks and fit alone.
 ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
@@ -54,6 +53,8 @@ def render() -> None:
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
                                 label_visibility="collapsed")
+    if st.session_state.get(PLAN_A) is not None and view != "Compare":
+        st.caption("Plan A is pinned (Compare shows it beside this view; the link carries both).")
     imported = (st.session_state.get("framework_import") or {}).get("name")
     if view == "Overview":
         panels.overview(report, unit, stage, resolved.state["breakdown"])

@@ -22,6 +22,10 @@ from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, se
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
+TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
+        "Framework configs", "How to read it")
+VIEW = "view"                # the link's parameter for the open view (?view=compare), and the session key "tab"
+VIEW_SLUGS = {name.lower().replace(" ", "-"): name for name in TABS}
 
 
 def _query() -> dict:
@@ -56,6 +60,13 @@ def start_session() -> list:
     if VALUES in st.session_state:                       # seeded: not the session's first run
         return []
     view, plan, warnings = split_query(_query())
+    opened = view.pop(VIEW, None)
+    if opened:                                           # the view the link was shared from
+        if opened[-1] in VIEW_SLUGS:
+            st.session_state["tab"] = VIEW_SLUGS[opened[-1]]
+        else:
+            warnings.append(f"Link parameter view={opened[-1][:40]!r} is not a view; allowed: "
+                            + ", ".join(VIEW_SLUGS) + ". Opened the overview.")
     state, view_warnings = from_query(view)
     resolved = resolve(state)
     seed({**resolved.state, PARAMS_TEXT: str(resolved.state["params"]),
@@ -105,6 +116,9 @@ def link_params(state: dict, plan_a: dict = None) -> dict:
     """The link's parameters: the view's non-default fields, then plan A's (a.model always, so that a pinned
     default plan still reads as compare mode)."""
     params = to_query(canonical(state))
+    tab = st.session_state.get("tab", TABS[0])
+    if tab != TABS[0] and tab in TABS:
+        params[VIEW] = next(slug for slug, name in VIEW_SLUGS.items() if name == tab)
     if plan_a is not None:
         a = to_query(canonical(plan_a))
         params[A_PREFIX + "model"] = a.pop("model", plan_a["model"])
