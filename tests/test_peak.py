@@ -10,6 +10,7 @@ from zerocalc import Scenario
 from zerocalc.states.zero import model_states
 from zerocalc.model.inventory import largest_layer, param_count
 from zerocalc.gpus import GPU_CATALOG
+from zerocalc.layout import Layout
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.parallel.ranks import layout_report, peaks
 from zerocalc.scenario import FieldError
@@ -112,6 +113,11 @@ def test_peak_covers_persistent_state_and_solvers_are_exact(model, workers, mb, 
         if best:
             assert fits(best)
         assert not fits(best + 1)
+    for stage, longest in solution.max_seq_len.items():      # no cp or sequence parallelism: any length
+        fits = lambda n: peaks(scenario, replace(work, seq_len=n))[stage].fits  # noqa: E731
+        if longest:
+            assert fits(longest)
+        assert not fits(longest + 1)
     for stage, fewest in solution.min_workers.items():
         if fewest is None:
             continue
@@ -130,3 +136,19 @@ def test_solver_answers_in_a_worked_example():
     mb = max_micro_batch(scenario, work)
     assert mb[0] == 0 and mb[2] >= 4          # stage 0 cannot hold 16 bytes x 6.7B on 80 GB
     assert min_workers(scenario, work)[0] is None
+
+
+@pytest.mark.parametrize("layout, step", [(Layout(cp=4), 8), (Layout(tp=4, sequence_parallel=True), 4),
+                                          (Layout(tp=4, cp=2, sequence_parallel=True), 8),
+                                          (Layout(tp=2, cp=3, sequence_parallel=True), 6)])
+def test_longest_sequence_keeps_to_the_lengths_the_layout_allows(layout, step):
+    # check_against: 2 x cp divides the sequence (causal load balancing), tp divides it per context rank under
+    # sequence parallelism; the answer is the longest such length that fits, the next one allowed does not
+    from zerocalc.answers.solve import max_seq_len, seq_len_step
+    scenario, work = setup("llama-3-8b", 8, seq_len=4 * step * 64, layout=layout, attention="flash")
+    assert seq_len_step(work) == step
+    for stage, longest in max_seq_len(scenario, work).items():
+        assert longest % step == 0
+        if longest:
+            assert peaks(scenario, replace(work, seq_len=longest))[stage].fits
+        assert not peaks(scenario, replace(work, seq_len=longest + step))[stage].fits

@@ -10,6 +10,7 @@ from collections import OrderedDict
 
 from zerocalc.answers.combined import advice
 from zerocalc.answers.ranges import ranges, ranges_dict
+from zerocalc.answers.sweep import sweep
 from zerocalc.output.report import full_report
 from zerocalc.step.formulas import formulas_for
 
@@ -100,6 +101,12 @@ def _fixes(key: str, layouts: bool, resolved_and_report) -> list:
     return worker.run(_searches_many(r, search), advice, r.scenario, r.workload, stage, search)
 
 
+@_PerState
+def _sweep(key: str, field: str, _resolved) -> dict:
+    r = _resolved
+    return worker.run(_searches_many(r, True), sweep, r.scenario, r.workload, field, r.state["stage"])
+
+
 def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:
     """The full report; `answers=False` without what only the detail tabs read (zerocalc.output.report.ANSWER_KEYS)."""
     return _report(_key(resolved), layouts, answers or layouts, resolved)
@@ -117,3 +124,8 @@ def formulas_of(resolved) -> dict:
 def fixes_of(resolved, report: dict, layouts: bool = False) -> list:
     """What would make the checked stage fit; `report` is this state's report (with or without the answers)."""
     return _fixes(_key(resolved), layouts, (resolved, report))
+
+
+def sweep_of(resolved, field: str) -> dict:
+    """Every stage's peak along one input (zerocalc.answers.sweep) for this state; None without a workload."""
+    return None if resolved.workload is None else _sweep(_key(resolved), field, resolved)

@@ -361,6 +361,32 @@ def scaling(report: dict, unit: str) -> Spec:
                    xaxis=dict(type="log", title=dict(text="data-parallel workers")))
 
 
+def sweep(result: dict, unit: str, gpu_name: str) -> Spec:
+    """Each stage's peak along one input (zerocalc.answers.sweep), the checked stage drawn solid and the others
+    thin, the capacity dashed, and an arrow at the checked stage's edge: where the solver says it stops fitting."""
+    checked, x = result["stage"], [p["value"] for p in result["points"]]
+    traces = []
+    for stage in range(4):
+        values = [p["peak_bytes"][stage] for p in result["points"]]
+        line = dict(width=3) if stage == checked else dict(width=1, dash="dot")
+        traces.append(dict(type="scatter", name=STAGE_LABELS[stage] + (" (checked)" if stage == checked else ""),
+                           x=x, y=_scaled(values, unit), customdata=values, mode="lines+markers", line=line,
+                           opacity=1.0 if stage == checked else 0.55,
+                           hovertemplate=f"{STAGE_LABELS[stage]}: %{{y:,.2f}} {unit} "
+                                         f"(%{{customdata:,}} bytes)<extra></extra>"))
+    edge = result["edge"][str(checked)]
+    notes = []
+    if edge:
+        point = next(p for p in result["points"] if p["value"] == edge)
+        notes.append(_marker(edge, point["peak_bytes"][checked], unit,
+                             f"{result['edge_kind']}: {edge:,}"))
+    cap = result["capacity_bytes"] / UNIT_BYTES[unit]
+    return _figure(traces, unit, f"Peak against {result['label']}", barmode="group",
+                   capacity=result["capacity_bytes"], annotations=notes,
+                   subtitle=f"dashed line: {cap:,.2f} {unit}, {gpu_name}; the other inputs as set",
+                   xaxis=dict(type="log", title=dict(text=result["label"])))
+
+
 def _pair_x(names=("A", "B")):
     """A multicategory axis: each stage with plan A's bar and plan B's."""
     return [[label for label in STAGE_LABELS for _ in names], [n for _ in STAGE_LABELS for n in names]]

@@ -61,7 +61,8 @@ def render() -> None:
     elif view == "Model states":
         views.model_states_tab(report, unit, stage, imported)
     elif view == "Peak and step":
-        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved))
+        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved), resolved,
+                       compute.sweep_of)
     elif view == "Layouts and ranks":
         views.ranks_tab(report, unit, stage)
     elif view == "Compare":

@@ -109,6 +109,25 @@ def verdicts(report: dict, unit: str, ranges: dict = None) -> "pandas.DataFrame"
     return frame(rows)
 
 
+def peak_terms_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
+    """The checked stage's peak, term by term in each phase (the worst rank's), with the exact bytes of the phase
+    that makes the peak, and each phase's total: the numbers the peak chart's hover shows."""
+    p = report["peak"][stage]
+    phases = list(p["phases"])
+    names = list(dict.fromkeys(name for ph in phases for name in p["phases"][ph]))
+    peak_col = f"bytes ({PHASE_LABELS[p['peak_phase']]}, the peak)"
+
+    def row(term, values):
+        out = {"peak term": term}
+        out.update({f"{PHASE_LABELS[ph]} ({unit})": in_unit(values[ph], unit) for ph in phases})
+        out[peak_col] = f"{values[p['peak_phase']]:,}"
+        return out
+    rows = [row(n, {ph: p["phases"][ph].get(n, 0) for ph in phases}) for n in names
+            if any(p["phases"][ph].get(n, 0) for ph in phases)]         # a term that is zero everywhere says nothing
+    rows.append(row("total", p["phase_totals"]))
+    return frame(rows)
+
+
 def ranges_table(ranges: dict, unit: str) -> "pandas.DataFrame":
     """Each varied assumption: its low, point and high values and what it alone moves at each stage."""
     rows = []
@@ -191,12 +210,16 @@ def solver_sentences(report: dict) -> list:
         keep_mb = ", ".join(held[k] for k in ("seq_len", "recompute", "workers"))
         keep_mw = ", ".join(held[k] for k in ("micro_batch", "seq_len", "recompute"))
         batch = f"largest micro-batch that fits: {mb:,}" if mb else "not even a micro-batch of 1 fits"
+        longest = solve["max_seq_len"][str(stage)]
+        keep_seq = ", ".join(held[k] for k in ("micro_batch", "recompute", "workers"))
+        seq = (f"longest sequence that fits: {longest:,} tokens" if longest else
+               "not even the shortest sequence fits") + f" (at {keep_seq})"
         if mw is None:
             workers = "no worker count up to 10,000,000 fits"
         else:
             workers = f"fewest workers that fit: {mw:,}" + (f" ({gpus:,} GPUs with this tp x pp x cp)"
                                                             if parallel else "")
-        out.append(f"**{STAGE_LABELS[stage]}** on {held['gpu']}: {batch} (at {keep_mb}); {workers} "
+        out.append(f"**{STAGE_LABELS[stage]}** on {held['gpu']}: {batch} (at {keep_mb}); {seq}; {workers} "
                    f"(at {keep_mw}).")
     lowest = solve["lowest_stage"]
     out.append(f"Lowest stage that fits as set: {STAGE_LABELS[lowest]}." if lowest is not None else

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from zerocalc.answers.sweep import AXES, axes_for, sweep_sentence
 from zerocalc.gpus import catalog_rows
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
@@ -78,14 +79,34 @@ def step_timeline(report: dict, unit: str, stage: int) -> None:
         chart(figures.timeline(report, chosen, unit), "fig_timeline")
 
 
-def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict = None) -> None:
+@st.fragment
+def sweep_panel(resolved, report: dict, unit: str, sweep_of) -> None:
+    """The peak along one input the user picks, with the capacity and where the checked stage stops fitting (a
+    change of input reruns this panel alone)."""
+    axes = axes_for(resolved.workload)
+    if st.session_state.get("sweep_axis") not in axes:        # the LoRA rank goes when the adapters do
+        st.session_state["sweep_axis"] = axes[0]
+    field = st.segmented_control("Sweep the peak against", axes, key="sweep_axis", required=True,
+                                 format_func=lambda name: AXES[name].label.split(" (")[0])
+    result = sweep_of(resolved, field)
+    chart(figures.sweep(result, unit, report["gpu"]["name"]), "fig_sweep")
+    st.caption(escape_markdown(sweep_sentence(result, STAGE_LABELS.__getitem__)) + " Each point is the whole plan "
+               "with that value set; the edge is the solver's exact answer.")
+
+
+def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict = None, resolved=None,
+             sweep_of=None) -> None:
     if "peak" not in report:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
         return
     chart(figures.peak(report, unit, ranges, stage), "fig_peak")
     table_with_csv(tables.verdicts(report, unit, ranges), "peak", report)
+    st.markdown(f"**{STAGE_LABELS[stage]}'s peak, term by term** (the worst rank, every phase):")
+    table_with_csv(tables.peak_terms_table(report, unit, stage), "peak-terms", report)
     for sentence in tables.solver_sentences(report):
         st.markdown(f"- {sentence}")
+    if resolved is not None and sweep_of is not None:
+        sweep_panel(resolved, report, unit, sweep_of)
     step_timeline(report, unit, stage)
     if "comm_buffers" in report:
         st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ".")

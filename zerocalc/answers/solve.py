@@ -1,16 +1,19 @@
 """Inverse questions, answered exactly by search over the peak model (monotone in each unknown): the largest
-micro-batch that fits, the fewest data-parallel workers (and GPUs) for which it fits, the lowest ZeRO stage that
-fits, all for the worst rank of the layout as given. Every candidate is evaluated as a whole scenario: an answer
+micro-batch that fits, the longest sequence that fits, the fewest data-parallel workers (and GPUs) for which it
+fits, the lowest ZeRO stage that fits, all for the worst rank of the layout as given. Every candidate is evaluated as a whole scenario: an answer
 set back as the input reproduces the verdict exactly (the fewest-workers answer once reused the original worker
 count for part of the working set, and could name a count that did not fit).
 
-Bounds: each search gallops then bisects over its field's own range (micro-batch up to 10^6, workers up to 10^7),
+Bounds: each search gallops then bisects over its field's own range (micro-batch up to 10^6, workers up to 10^7,
+the sequence up to 10^8 tokens in steps the layout allows),
 so it evaluates at most 2 log2(range) + 3 candidates per stage (tests/test_budgets.py counts them), whatever the
 input.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+from math import lcm
 from typing import Callable, Dict, NamedTuple, Optional
 
 from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_workers
@@ -24,13 +27,14 @@ class Solution(NamedTuple):
     min_workers: Dict[int, Optional[int]]      # None: no worker count up to the limit fits
     lowest_stage: Optional[int]
     model_parallel: int = 1                    # tp x pp x cp: GPUs per data-parallel worker
+    max_seq_len: Optional[Dict[int, int]] = None   # 0: not even the shortest sequence the layout allows fits
 
     @property
     def min_gpus(self) -> Dict[int, Optional[int]]:
         return {s: None if n is None else n * self.model_parallel for s, n in self.min_workers.items()}
 
 
-def _largest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = None) -> int:
+def largest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = None) -> int:
     """Largest n in [lo, hi] with fits(n), for fits true up to some point then false; lo - 1 if none.
     Gallops from lo (or from a guess) then bisects: O(log distance) evaluations."""
     if not fits(lo):
@@ -100,8 +104,33 @@ def max_micro_batch(scenario, workload) -> Dict[int, int]:
     for s in STAGES:
         fits = lambda b, s=s: peaks(b)[s].fits     # noqa: E731
         guess = _linear_guess(peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes, workload.capacity_bytes)
-        out[s] = _largest_true(fits, 1, hi, guess)
+        out[s] = largest_true(fits, 1, hi, guess)
     return out
+
+
+def seq_len_step(workload) -> int:
+    """The sequence lengths the layout allows are multiples of this (zerocalc.layout.check_against): 2 x cp under
+    context parallelism (causal load balancing), cp x tp with sequence parallelism."""
+    lay = workload.layout
+    step = 2 * lay.cp if lay.cp > 1 else 1
+    if lay.sequence_parallel and lay.tp > 1:
+        step = lcm(step, lay.cp * lay.tp)
+    return step
+
+
+def max_seq_len(scenario, workload) -> Dict[int, int]:
+    """Longest sequence (tokens, a multiple of seq_len_step) for which each stage fits, everything else held."""
+    step = seq_len_step(workload)
+    cache: Dict[int, tuple] = {}
+
+    def peaks(k: int):
+        if k not in cache:
+            cache[k] = layout_report(scenario, replace(workload, seq_len=k * step)).peaks
+        return cache[k]
+
+    hi = WORKLOAD_LIMITS["seq_len"][1] // step
+    return {s: step * largest_true(lambda k, s=s: peaks(k)[s].fits, 1, hi, workload.seq_len // step)
+            for s in STAGES}
 
 
 def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
@@ -133,4 +162,5 @@ def lowest_stage(scenario, workload) -> Optional[int]:
 
 def solve(scenario, workload) -> Solution:
     return Solution(max_micro_batch(scenario, workload), min_workers(scenario, workload),
-                    lowest_stage(scenario, workload), workload.layout.model_parallel)
+                    lowest_stage(scenario, workload), workload.layout.model_parallel,
+                    max_seq_len(scenario, workload))

@@ -27,7 +27,9 @@ from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from ..step.float8 import FLOAT8_RECIPES
 from ..step.op_checkpoint import USER_POLICY_OPS
+from ..answers.sweep import AXES
 from .advice import advice_dict, advice_text
+from .sweep import sweep_for, sweep_text
 from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
@@ -212,6 +214,8 @@ def _model_flags(p):
                    "transients; the saved activations do not change")
     m.add_argument("--float8-all-gather", nargs="?", const="yes", choices=("yes", "no"),
                    help="with --float8 tensorwise under FSDP: the blocks' linear weights gathered in float8")
+    m.add_argument("--sweep", choices=tuple(AXES), help="every stage's peak along this input, the others held, "
+                   "and where the --check-stage stage stops fitting")
     m.add_argument("--check-stage", type=int, choices=range(4), metavar="{0,1,2,3}",
                    help="the ZeRO stage the plan runs at, for what would make it fit (default: 3 across "
                         "workers, 0 on one GPU)")
@@ -406,23 +410,22 @@ def run(argv) -> str:
 
 def _render(args, scenario, arch, workload, imported) -> str:
     if args.export:
-        for note in export_notes(args, scenario, workload, _layout_dict(workload), _stage(imported)):
+        stage = None if imported is None else imported.stage
+        for note in export_notes(args, scenario, workload, _layout_dict(workload), stage):
             print(f"zerocalc: note: {note}", file=sys.stderr)
-        return export_from_args(args, scenario, workload, _layout_dict(workload), _stage(imported))
+        return export_from_args(args, scenario, workload, _layout_dict(workload), stage)
     report = report_for(scenario, workload)
     mp = 1 if workload is None else workload.layout.model_parallel
     view = _deepspeed(args, scenario.params, arch, report, mp) if args.deepspeed_estimate else None
     sources = sources_dict(args, imported)
     advised = None if workload is None else advice_dict(scenario, workload, args.check_stage, args.units)
+    swept = sweep_for(args, scenario, workload)
     if args.json:
-        extra = {} if advised is None else {"check_stage": advised["stage"], "fixes": advised["fixes"]}
+        extra = ({} if advised is None else {"check_stage": advised["stage"], "fixes": advised["fixes"]}) | (
+            {"sweep": swept} if swept else {})
         return json.dumps({**report_dict(report, view, layouts=workload is not None), **extra, **sources}, indent=2)
     return render_text(report, view, args.units) + (advice_text(advised) if advised else "") + \
-        sources_text(sources, args.units)
-
-
-def _stage(imported):
-    return None if imported is None else imported.stage
+        sweep_text(swept, args.units) + sources_text(sources, args.units)
 
 
 def _layout_dict(workload) -> dict:
@@ -432,8 +435,7 @@ def _layout_dict(workload) -> dict:
 
 
 def _printable(text: str) -> str:
-    """One line, whatever the arguments held: a control character (a carriage return, an escape sequence) in an
-    echoed argument is written as its escape, so it can neither break the line nor move the terminal's cursor."""
+    """One line: a control character in an echoed argument is written as its escape (\\r, \\x1b)."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

@@ -350,6 +350,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
         solution = solve(s, workload)
         out["solve"] = {
             "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
+            "max_seq_len": {str(k): v for k, v in solution.max_seq_len.items()},
             "min_workers": {str(k): v for k, v in solution.min_workers.items()},
             "min_gpus": {str(k): v for k, v in solution.min_gpus.items()},
             "lowest_stage": solution.lowest_stage,

@@ -214,7 +214,9 @@ def peak_text(report, units) -> str:
     for stage in range(4):
         mb, mw = solution.max_micro_batch[stage], solution.min_workers[stage]
         fewest = "none up to 10,000,000" if mw is None else (f"{mw:,}" + (f" ({mw * mp:,} GPUs)" if mp > 1 else ""))
+        longest = solution.max_seq_len[stage]
         lines.append(f"  stage {stage}: largest micro-batch that fits: {mb if mb else 'none (not even 1)'}; "
+                     f"longest sequence that fits: {f'{longest:,} tokens' if longest else 'none'}; "
                      f"fewest data-parallel workers that fit: {fewest}")
     lowest = solution.lowest_stage
     lines.append(f"  lowest stage that fits: {lowest if lowest is not None else 'none'}")
