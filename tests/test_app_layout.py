@@ -3,6 +3,8 @@ that fit, the layout in the link, and refusals that reset only the field at faul
 
 import pytest
 
+from ui.state import from_query, resolve
+from zerocalc.output.report import full_report
 from tests.app_helpers import (
     captions,
     core_report,
@@ -114,3 +116,38 @@ def test_the_layers_of_each_stage_are_typed_and_a_wrong_count_is_named_not_taken
     linked = open_sections(run_app({"model": "llama-3-8b", "pp": "2", "micro_batches": "4", "workers": "4",
                                     "stage_layers": "10,22"}), "sec_parallel")
     assert linked.text_input(key="stage_layers_text").value == "10,22"
+
+
+def test_total_gpus_sets_the_data_parallel_workers():
+    # "data-parallel workers 64 with tp 8 and pp 2 became 1,024 GPUs": the world size is an input of its own
+    at = run_app({"model": "llama-3-70b", "workers": "4", "tp": "8", "pp": "2", "micro_batches": "8"})
+    total = at.number_input(key="total_gpus")
+    assert total.value == 64
+    total.set_value(128).run()
+    assert not at.exception
+    assert at.number_input(key="workers").value == 8 and "workers" not in dict(at.query_params)   # the default
+    assert at.number_input(key="total_gpus").value == 128
+    at.number_input(key="total_gpus").set_value(100).run()          # 100 is no multiple of tp x pp = 16
+    assert at.number_input(key="workers").value == 8
+    shown = captions(at)
+    assert "100 GPUs do not split into workers of tp x pp x cp = 16 GPUs" in shown and "multiple of 16" in shown
+    assert at.number_input(key="total_gpus").value == 128
+
+
+def test_a_layout_row_applies_and_the_page_then_shows_its_peak():
+    at = run_app({"model": "llama-3-70b", "workers": "8", "tp": "8", "sequence_parallel": "true"},
+                 tab="Layouts and ranks")
+    at.toggle(key="show_layouts").set_value(True).run()
+    rows = dataframe_with(at, "as set")
+    marked = rows.index[rows["as set"] == "◀ this plan"].tolist()
+    assert len(marked) == 1 and rows.loc[marked[0], "stage"] == "ZeRO-3"
+    at.selectbox(key="layout_pick").set_value(3).run()
+    at.button(key="layout_apply").click().run()
+    assert not at.exception
+    applied = core_report({k: v for k, v in dict(at.query_params).items() if k != "view"})
+    r = resolve(from_query({"model": "llama-3-70b", "workers": "8", "tp": "8", "sequence_parallel": "true"})[0])
+    plan = full_report(r.scenario, r.workload, layouts=True)["solve"]["layouts"][3]
+    assert applied["peak"][plan["stage"]]["peak_bytes"] == plan["peak_bytes"]
+    assert applied["layout"]["dp"] == plan["dp"] and applied["layout"]["cp"] == plan["cp"]
+    assert dataframe_with(at, "as set")["as set"].tolist()[3] == "◀ this plan"
+    assert applied["layout"]["world_size"] == 64

@@ -64,7 +64,7 @@ def render() -> None:
         views.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved), resolved,
                        compute.sweep_of)
     elif view == "Layouts and ranks":
-        views.ranks_tab(report, unit, stage)
+        views.ranks_tab(report, unit, stage, resolved)
     elif view == "Compare":
         compare.panel(resolved.state, compute.report_of, unit)
     elif view == "Calibrate":

@@ -283,13 +283,32 @@ def rank_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
 OFFLOAD_LABELS = {("none", "none"): "none", ("cpu", "none"): "optimizer", ("cpu", "cpu"): "optimizer + params"}
 
 
-def layouts_table(report: dict, unit: str) -> "pandas.DataFrame":
-    """The layouts of the same GPUs that fit, cheapest first (zerocalc.parallel.search)."""
+PLAN_FIELDS = {"dp": "workers", "tp": "tp", "pp": "pp", "cp": "cp", "ep": "ep", "vpp": "vpp", "schedule": "schedule",
+               "sequence_parallel": "sequence_parallel", "micro_batches": "micro_batches", "stage": "stage",
+               "recompute": "recompute", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params"}
+
+
+def is_current(plan: dict, state: dict) -> bool:
+    """Whether a searched layout is the plan as set (its layout, stage, recompute and offload)."""
+    return all(plan[k] == state[f] for k, f in PLAN_FIELDS.items())
+
+
+def layout_label(i: int, p: dict) -> str:
+    return (f"{i + 1}. dp {p['dp']} x tp {p['tp']} x pp {p['pp']} x cp {p['cp']}"
+            + (f" (ep {p['ep']})" if p["ep"] > 1 else "") + (" with SP" if p["sequence_parallel"] else "")
+            + f", {STAGE_LABELS[p['stage']]}, "
+            f"{recompute_name(p['recompute'])}, {OFFLOAD_LABELS.get((p['offload_optimizer'], p['offload_params']), 'other')}")
+
+
+def layouts_table(report: dict, unit: str, state: dict = None) -> "pandas.DataFrame":
+    """The layouts of the same GPUs that fit, cheapest first (zerocalc.parallel.search), the plan as set marked."""
     rows = []
     for p in report["solve"]["layouts"]:
         rows.append({
+            "as set": "◀ this plan" if state is not None and is_current(p, state) else "",
             "dp x tp x pp x cp": f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}"
-                                 + (f" (ep {p['ep']})" if p["ep"] > 1 else ""), "stage": STAGE_LABELS[p["stage"]],
+                                 + (f" (ep {p['ep']})" if p["ep"] > 1 else ""),
+            "sequence parallel": "yes" if p["sequence_parallel"] else "no", "stage": STAGE_LABELS[p["stage"]],
             "micro-batches": p["micro_batches"], "recompute": p["recompute"],
             "offload": OFFLOAD_LABELS.get((p["offload_optimizer"], p["offload_params"]), "other"),
             "schedule": p["schedule"] + (f" (vpp {p['vpp']})" if p["vpp"] > 1 else ""),

@@ -13,12 +13,15 @@ import streamlit as st
 
 from zerocalc.answers.sweep import AXES, axes_for, sweep_sentence
 from zerocalc.gpus import catalog_rows
+from zerocalc.parallel.search import split_for
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
 
 from . import figures, finetune, plain, tables
 from .figures import STAGE_LABELS
 from .panels import chart, escape_markdown, table_with_csv
+from .state_stages import ui_value
+from .widgets import set_fields
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "benchmarks.md")
@@ -128,7 +131,20 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
     table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
 
 
-def ranks_tab(report: dict, unit: str, stage: int) -> None:
+def layout_fields(plan: dict, resolved) -> dict:
+    """A searched layout as widget values: what the search evaluated (zerocalc.parallel.search), so that the page
+    then shows the row's peak. The stage split goes where the search carried it (split_for); another recompute
+    than the view's drops its one-in-N, activation offload and own op policy, as the search's variant does."""
+    values = {f: plan[k] for k, f in tables.PLAN_FIELDS.items()}
+    values.update(shard_group=0, etp=1)
+    split = split_for(resolved.workload, plan["pp"], plan["vpp"]) or {"stage_split": "even", "stage_layers": None}
+    values.update({name: ui_value(name, v) for name, v in split.items()})
+    if plan["recompute"] != resolved.state["recompute"]:
+        values.update(recompute_every=1, activation_offload=False, op_policy="torchtitan")
+    return values
+
+
+def ranks_tab(report: dict, unit: str, stage: int, resolved=None) -> None:
     if "peak" not in report:
         st.info("Ranks and layouts need an architecture: pick a model.")
         return
@@ -140,10 +156,10 @@ def ranks_tab(report: dict, unit: str, stage: int) -> None:
     else:
         st.caption("One rank class: every GPU holds the same bytes. Set tp, pp or cp under \"Model parallelism\" "
                    "for a per-rank view.")
-    layouts(report, unit)
+    layouts(report, unit, resolved)
 
 
-def layouts(report: dict, unit: str) -> None:
+def layouts(report: dict, unit: str, resolved=None) -> None:
     """Every layout of the same GPUs that fits: computed only when asked (it evaluates hundreds of plans)."""
     gpus = report["layout"]["world_size"]
     st.markdown(f"**Layouts of {gpus:,} GPUs that fit**")
@@ -160,8 +176,20 @@ def layouts(report: dict, unit: str) -> None:
     if not solve["layouts"]:
         st.warning(f"No layout of {gpus:,} GPUs fits, even with full recompute and offload.")
         return
-    st.caption(f"{solve['layouts_count']:,} fit; the cheapest {len(solve['layouts'])} are listed.")
-    table_with_csv(tables.layouts_table(report, unit), "layouts", report)
+    found = solve["layouts"]
+    state = None if resolved is None else resolved.state
+    current = state is not None and any(tables.is_current(p, state) for p in found)
+    st.caption(f"{solve['layouts_count']:,} fit; the cheapest {len(found)} are listed."
+               + ("" if current or state is None else " The plan as set is not among them (it does not fit, or "
+                  "cheaper layouts of the same GPUs come first)."))
+    table_with_csv(tables.layouts_table(report, unit, state), "layouts", report)
+    if resolved is not None:
+        left, right = st.columns([4, 1], vertical_alignment="bottom")
+        pick = left.selectbox("Apply a layout", range(len(found)), key="layout_pick",
+                              format_func=lambda i: tables.layout_label(i, found[i]))
+        pick = pick if pick is not None and pick < len(found) else 0
+        right.button("Apply", key="layout_apply", on_click=set_fields, args=(layout_fields(found[pick], resolved),),
+                     help="Sets this layout, its stage, recompute and offload in the sidebar.")
 
 
 def deepspeed_tab(report: dict, unit: str) -> None:
@@ -194,7 +222,7 @@ rank's split of every tensor, ZeRO over dp x cp (experts over the expert-data-pa
 micro-batches per schedule, communication per kind.
 
 **Not modelled.** Zero-bubble pipeline schedules; optimizer temporaries other than the fp32 gradient copy;
-activation offload; allocator behaviour beyond a flat percentage.
+allocator behaviour beyond a flat percentage.
 
 **Capacity.** The verdict compares the peak, CUDA context included, with what PyTorch can use: the device total
 that `torch.cuda.get_device_properties().total_memory` and the OOM message's "total capacity" report, below

@@ -152,6 +152,38 @@ def _on_finetune_change():
         set_fields({"recompute": "full"})
 
 
+TOTAL_GPUS = "total_gpus"   # session key: dp x tp x pp x cp, shown beside dp; typing a total sets dp from it
+TOTAL_NOTE = "total_gpus_note"
+
+
+def _model_parallel() -> int:
+    return current("tp") * current("pp") * current("cp")
+
+
+def _on_total_gpus_change():
+    """A total that tp x pp x cp divides sets dp = total / (tp x pp x cp); any other is refused, named."""
+    total, mp = st.session_state[TOTAL_GPUS], _model_parallel()
+    if total % mp:
+        st.session_state[TOTAL_NOTE] = (f"{total:,} GPUs do not split into workers of tp x pp x cp = {mp:,} GPUs: "
+                                        f"dp stays {current('workers'):,}. Allowed: a multiple of {mp:,}.")
+        return
+    set_fields({"workers": total // mp})
+    _on_workers_change()
+
+
+def total_gpus(container) -> None:
+    """The world size as an input of its own (64 with tp 8 and pp 2 is dp 4), kept equal to dp x tp x pp x cp."""
+    mp = _model_parallel()
+    st.session_state[TOTAL_GPUS] = current("workers") * mp
+    container.number_input("Total GPUs (sets dp)", 1, int(FIELD["workers"].hi) * mp, step=mp, key=TOTAL_GPUS,
+                           on_change=_on_total_gpus_change,
+                           help=f"dp x tp x pp x cp. With tp x pp x cp = {mp:,}, a multiple of {mp:,}: typing one "
+                                "sets the data-parallel workers.")
+    note = st.session_state.pop(TOTAL_NOTE, None)
+    if note:
+        container.caption(note)
+
+
 CALLBACKS = {"model": _on_model_change, "schedule": _on_schedule_change, "convention": _on_convention_change,
              "seq_len": _on_seq_len_change, "lora_targets": _on_targets_change, "pp": _on_pp_change,
              "workers": _on_workers_change, "finetune": _on_finetune_change}
@@ -335,6 +367,7 @@ def sidebar(loaders=None) -> None:
         st.session_state[GPU_MEMORY_TEXT] = current(GPU_MEMORY_TEXT)
         sb.text_input(LABELS["gpu_memory"], key=GPU_MEMORY_TEXT, help=HELP["gpu_memory"])
     widget("workers", sb)
+    total_gpus(sb)
     widget("stage", sb)
     for name in ("micro_batch", "seq_len", "recompute"):
         widget(name, sb)
