@@ -41,6 +41,7 @@ def render() -> None:
     if measured_note:
         st.caption(measured_note)
     panels.host_line(report, stage, unit)
+    panels.experts_line(report, stage)
     panels.no_peak(report, unit, stage)
     panels.caveats(report)
     panels.warnings(link_warnings + problems + resolved.warnings)

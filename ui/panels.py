@@ -72,6 +72,11 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
     world = "" if layout is None or layout["world_size"] == layout["dp"] else \
         (f" · world {layout['world_size']:,} GPUs = dp {layout['dp']:,} x tp {layout['tp']} x pp {layout['pp']} "
          f"x cp {layout['cp']}; per-worker numbers are the worst rank's")
+    experts = report.get("experts")
+    if experts and layout is not None:     # ep folds inside dp x tp x cp (it multiplies no world size)
+        world += (f" · experts: ep {experts['ep']} x etp {experts['etp']}, {experts['experts_per_gpu']:,} of "
+                  f"{experts['routed_experts']:,} routed experts per GPU, their ZeRO group edp "
+                  f"{experts['expert_data_parallel']:,}")
     arch = report.get("architecture")
     params = f"{report['params']:,} parameters"
     if arch and arch.get("expert_params"):
@@ -84,6 +89,31 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
             f"{UNIT_WORDS[state['units']]}; units and bars under Display).")
     return (f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
             f'<p>{html.escape(line)}</p></div>')
+
+
+def experts_line(report: dict, stage: int) -> None:
+    """Why ep moves the model states at the checked stage, or does not (zerocalc.output.experts)."""
+    e = report.get("experts")
+    if not e:
+        return
+    name, ranks, split = STAGE_LABELS[stage], e["stage_ranks"], e["ep"] * e["etp"]
+    words = {"parameters": "parameters", "gradients": "gradients", "optimizer": "optimizer states"}
+
+    def listed(cats):
+        names = [words[c] for c in cats]
+        return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    alone = e["split_by_ep_alone"][str(stage)]
+    sharded = e["sharded"][str(stage)]
+    text = (f"Experts: each GPU holds {e['experts_per_gpu']:,} of the {e['routed_experts']:,} routed experts "
+            f"(ep {e['ep']} x etp {e['etp']}); their ZeRO group is edp = dp x tp x cp / (ep x etp) = {ranks:,} / "
+            f"{split:,} = {e['expert_data_parallel']:,}. ")
+    if sharded:
+        text += (f"At {name} the experts' {listed(sharded)} are sharded over edp, so they are divided by "
+                 f"ep x etp x edp = dp x tp x cp = {ranks:,} whatever ep is. ")
+    text += (f"Their {listed(alone)} are divided by ep x etp = {split:,} alone: a larger ep shrinks those."
+             if alone else f"So at {name} ep does not move the model states; it moves the all-to-all and the "
+             "expert activations.")
+    st.caption(text)
 
 
 def host_line(report: dict, stage: int, unit: str) -> None:

@@ -243,6 +243,20 @@ def deepspeed_table(report: dict, unit: str) -> "pandas.DataFrame":
 # the tensor-parallel region / tp with sequence parallel), h: hidden, q = heads x head dim, kv = KV heads x head dim,
 # f: FFN width, a: heads, V: vocabulary columns of the logits, w: activation width in bits. Per tensor-parallel rank
 # heads, KV heads and the FFN are divided by tp. Checked against the core in tests/test_app_tables.py.
+def _dense_layers(report: dict) -> int:
+    e = report.get("experts")
+    return report["architecture"]["layers"] if not e else e["dense_layers"]
+
+
+def per_layer_text(report: dict, unit: str) -> str:
+    """The saved activations of one block of each kind the model has (an all-MoE model has no dense one)."""
+    dense = format_bytes(report["activation_bytes_per_layer"], SYSTEM[unit])
+    if not report.get("experts"):
+        return f"{dense} per layer"
+    moe = format_bytes(report["activation_bytes_per_moe_layer"], SYSTEM[unit])
+    return f"{moe} per MoE layer" + (f", {dense} per dense layer" if _dense_layers(report) else "")
+
+
 def activation_table(report: dict, unit: str, formulas: dict) -> "pandas.DataFrame":
     """Every saved-activation term: where, its size, and its formula in bits with the values plugged in
     (zerocalc.step.formulas: the same code that counts the bytes, run on symbols)."""
@@ -252,6 +266,8 @@ def activation_table(report: dict, unit: str, formulas: dict) -> "pandas.DataFra
               ("each checkpointed block (one in N)", "checkpointed_block"),
               ("embedding end", "embedding_end"), ("each pipeline stage", "every_stage"),
               ("output end", "output_end"))
+    if not _dense_layers(report):          # every block is a MoE block: no dense rows to list
+        groups = groups[1:]
     rows = []
     for where, key in groups:
         parts = terms.get(key) or {}

@@ -119,7 +119,7 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
         for note in ranges.get("notes", []):
             st.caption(escape_markdown(note))
     st.markdown(f"**Activation terms** saved for backward ({report['activation_bits']}-bit activations; "
-                f"{format_bytes(report['activation_bytes_per_layer'], tables.SYSTEM[unit])} per layer, "
+                f"{tables.per_layer_text(report, unit)}, "
                 f"{format_bytes(report['activation_bytes'], tables.SYSTEM[unit])} in flight on "
                 f"{escape_markdown(report['activation_rank'])}). Each formula in bits, then with the values "
                 f"plugged in, as the core computes it: {escape_markdown(LEGEND)}.")

@@ -14,6 +14,7 @@ from ..gpus import GPU_CATALOG
 from ..answers.explore import fits_on, ledger_cells, scaling
 from ..answers.explore import stage_rows as ledger_rows_of
 from ..answers.solve import solve
+from .experts import experts_dict
 from ..model.finetune import caveats, describe
 from ..model.inventory import counts, largest_layer
 from ..layout import stage_sizes
@@ -329,9 +330,11 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
         "workload": plain(workload, skip=("arch", "layout", "finetune")),
         "recipe": recipe_text(workload),
         "layout": layout_dict(report),
+        "experts": experts_dict(report),
         "activation_rank": heaviest.rank.name,
         "activation_bits": shape.act_bits,
         "activation_bytes_per_layer": shape.act.per_layer_total,
+        "activation_bytes_per_moe_layer": shape.act.per_moe_layer_total,
         "activation_bytes": shape.activation_bytes,
         "activation_offload_host_bytes": shape.host_bytes,
         "host_memory": host_memory(report),

@@ -127,7 +127,8 @@ def layout_line(report) -> str:
     parts.append(f"{L.micro_batches} micro-batch{'es' if L.micro_batches > 1 else ''} per step")
     parts.append(f"ZeRO shards over dp x cp = {s.group * L.cp:,}")
     if L.ep > 1 or L.etp > 1:
-        parts.append(f"experts over ep {L.ep} x etp {L.etp}, ZeRO over the expert-data-parallel group "
+        parts.append(f"experts over ep {L.ep} x etp {L.etp} ({w.arch.experts // L.ep:,} of {w.arch.experts:,} "
+                     f"routed experts per GPU), ZeRO over the expert-data-parallel group "
                      f"{L.expert_data_parallel(s.workers):,}")
     if w.vocab_rows != w.arch.vocab:
         parts.append(f"vocabulary padded {w.arch.vocab:,} -> {w.vocab_rows:,}")
