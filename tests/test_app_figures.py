@@ -72,3 +72,22 @@ def test_activation_sizes_are_never_zero_in_the_chosen_system():
         n = rng.randrange(1, 10**12)
         for unit in ("GB", "GiB"):
             assert not tables.auto(n, unit).startswith("0.00")
+
+
+def test_a_stage_far_over_the_capacity_is_clipped_so_the_checked_one_stays_readable():
+    # 70B on 64 workers: ZeRO-0's peak is 1.9 TB against 85 GB; the axis ends at 1.25 x the checked stage's scale
+    # (the capacity, or the checked stage's top when higher) and each clipped bar says its own height
+    from tests.app_helpers import figure, run_app
+    query = {"model": "llama-3-70b", "workers": "64"}
+    at = run_app(query, tab="Peak and step")
+    fig = figure(at, "fig_peak")
+    report = core_report(query)
+    top = fig["layout"]["yaxis"]["range"][1] * 1e9
+    assert report["peak"][3]["peak_bytes"] < top < report["peak"][0]["peak_bytes"]
+    clipped = [a for a in fig["layout"]["annotations"] if "(clipped)" in a["text"]]
+    assert [a["x"] for a in clipped] == ["ZeRO-0", "ZeRO-1", "ZeRO-2"]
+    r = resolve(from_query(query)[0])
+    band = ranges_dict(ranges(r.scenario, r.workload))["stages"][0]["high_bytes"]     # the bar's band ends there
+    assert clipped[0]["text"] == f"↑ {max(band, report['peak'][0]['peak_bytes']) / 1e9:,.2f} GB (clipped)"
+    small = figure(run_app({"model": "llama-3-8b"}), "fig_overview")
+    assert "range" not in small["layout"]["yaxis"]
