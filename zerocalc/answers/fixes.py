@@ -120,7 +120,7 @@ def held_settings(scenario, workload, stage: int) -> Dict[str, str]:
         "micro_batch": f"micro-batch {workload.micro_batch:,}",
         "micro_batches": f"{lay.micro_batches:,} micro-batch{'es' if lay.micro_batches != 1 else ''} per step",
         "seq_len": f"sequence {workload.seq_len:,}",
-        "recompute": f"{workload.recompute} recompute" if workload.recompute != "none" else "no recompute",
+        "recompute": recompute_name(workload.recompute),
         "workers": f"{scenario.workers:,} data-parallel worker{'s' if scenario.workers != 1 else ''}"
                    + (f" ({scenario.workers * mp:,} GPUs)"
                                                                     if mp > 1 else ""),
@@ -347,7 +347,7 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
         if "micro_batches" in lay:
             extras.append(f"{lay['micro_batches']:,} micro-batches per step")
         if "recompute" in w:
-            extras.append(f"{w['recompute']} recompute")
+            extras.append(recompute_name(w["recompute"]))
         if s.get("offload_optimizer", "none") != "none":
             extras.append("optimizer offload" + (" + parameter offload" if s.get("offload_params", "none") != "none"
                                                  else ""))
