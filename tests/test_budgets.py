@@ -57,10 +57,10 @@ def test_the_solvers_evaluate_a_logarithmic_number_of_candidates(monkeypatch):
         assert counts["micro"] and counts["workers"]
         assert counts["micro"] <= 4 * (2 * math.log2(WORKLOAD_LIMITS["micro_batch"][1]) + 3), counts
         assert counts["workers"] <= 4 * (2 * math.log2(INT_LIMITS["workers"][1]) + 3), counts
-        counts["reports"] = 0
-        real_report = solve.layout_report
-        monkeypatch.setattr(solve, "layout_report",
-                            lambda s, w: counts.__setitem__("reports", counts["reports"] + 1) or real_report(s, w))
+        counts["seq"] = 0
+        real_seq = solve.peaks_at_seq_len
+        monkeypatch.setattr(solve, "peaks_at_seq_len",
+                            lambda r, n: counts.__setitem__("seq", counts["seq"] + 1) or real_seq(r, n))
         solve.max_seq_len(r.scenario, r.workload)
-        monkeypatch.setattr(solve, "layout_report", real_report)
-        assert 0 < counts["reports"] <= 4 * (2 * math.log2(WORKLOAD_LIMITS["seq_len"][1]) + 3), counts
+        monkeypatch.setattr(solve, "peaks_at_seq_len", real_seq)
+        assert 0 < counts["seq"] <= 4 * (2 * math.log2(WORKLOAD_LIMITS["seq_len"][1]) + 3), counts

@@ -101,6 +101,7 @@ def test_the_page_draws_the_sweep_and_the_terms_of_the_peak():
     assert fig["layout"]["shapes"][0]["y0"] * 1e9 == pytest.approx(result["capacity_bytes"])
     assert any(f"fits up to sequence length {result['edge']['3']:,}" in c.value.replace("\\", "")
                for c in at.caption)
+    assert any(f"longest sequence that fits: {result['edge']['3']:,} tokens" in m.value for m in at.markdown)
     terms = dataframe_with(at, "peak term")
     peak = core_report(query)["peak"][3]
     assert terms["peak term"].tolist()[-1] == "total"

@@ -10,6 +10,7 @@ from collections import OrderedDict
 
 from zerocalc.answers.combined import advice
 from zerocalc.answers.ranges import ranges, ranges_dict
+from zerocalc.answers.solve import max_seq_len
 from zerocalc.answers.sweep import sweep
 from zerocalc.output.report import full_report
 from zerocalc.step.formulas import formulas_for
@@ -107,6 +108,12 @@ def _sweep(key: str, field: str, _resolved) -> dict:
     return worker.run(_searches_many(r, True), sweep, r.scenario, r.workload, field, r.state["stage"])
 
 
+@_PerState
+def _longest(key: str, _resolved) -> dict:
+    r = _resolved
+    return {str(s): n for s, n in max_seq_len(r.scenario, r.workload).items()}
+
+
 def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:
     """The full report; `answers=False` without what only the detail tabs read (zerocalc.output.report.ANSWER_KEYS)."""
     return _report(_key(resolved), layouts, answers or layouts, resolved)
@@ -129,3 +136,9 @@ def fixes_of(resolved, report: dict, layouts: bool = False) -> list:
 def sweep_of(resolved, field: str) -> dict:
     """Every stage's peak along one input (zerocalc.answers.sweep) for this state; None without a workload."""
     return None if resolved.workload is None else _sweep(_key(resolved), field, resolved)
+
+
+def longest_of(resolved) -> dict:
+    """The longest sequence that fits per stage (zerocalc.answers.solve.max_seq_len), for the Peak view only: its
+    search costs more than the report's other answers."""
+    return None if resolved.workload is None else _longest(_key(resolved), resolved)

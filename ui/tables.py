@@ -197,10 +197,11 @@ def _held(report: dict) -> dict:
             "gpu": report["gpu"]["name"]}
 
 
-def solver_sentences(report: dict) -> list:
+def solver_sentences(report: dict, longest: dict = None) -> list:
     """The solvers' answers, each naming what it holds fixed (the largest micro-batch holds the workers, the
-    fewest workers hold the micro-batch)."""
+    fewest workers hold the micro-batch); `longest` is zerocalc.answers.solve.max_seq_len's, where asked."""
     solve = report["solve"]
+    longest = longest or solve.get("max_seq_len")
     parallel = report["layout"]["world_size"] != report["layout"]["dp"]
     held = _held(report)
     out = []
@@ -210,16 +211,16 @@ def solver_sentences(report: dict) -> list:
         keep_mb = ", ".join(held[k] for k in ("seq_len", "recompute", "workers"))
         keep_mw = ", ".join(held[k] for k in ("micro_batch", "seq_len", "recompute"))
         batch = f"largest micro-batch that fits: {mb:,}" if mb else "not even a micro-batch of 1 fits"
-        longest = solve["max_seq_len"][str(stage)]
         keep_seq = ", ".join(held[k] for k in ("micro_batch", "recompute", "workers"))
-        seq = (f"longest sequence that fits: {longest:,} tokens" if longest else
-               "not even the shortest sequence fits") + f" (at {keep_seq})"
+        seq = "" if longest is None else "; " + (
+            f"longest sequence that fits: {longest[str(stage)]:,} tokens" if longest[str(stage)] else
+            "not even the shortest sequence fits") + f" (at {keep_seq})"
         if mw is None:
             workers = "no worker count up to 10,000,000 fits"
         else:
             workers = f"fewest workers that fit: {mw:,}" + (f" ({gpus:,} GPUs with this tp x pp x cp)"
                                                             if parallel else "")
-        out.append(f"**{STAGE_LABELS[stage]}** on {held['gpu']}: {batch} (at {keep_mb}); {seq}; {workers} "
+        out.append(f"**{STAGE_LABELS[stage]}** on {held['gpu']}: {batch} (at {keep_mb}){seq}; {workers} "
                    f"(at {keep_mw}).")
     lowest = solve["lowest_stage"]
     out.append(f"Lowest stage that fits as set: {STAGE_LABELS[lowest]}." if lowest is not None else

@@ -98,7 +98,7 @@ def sweep_panel(resolved, report: dict, unit: str, sweep_of) -> None:
 
 
 def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict = None, resolved=None,
-             sweep_of=None) -> None:
+             sweep_of=None, longest: dict = None) -> None:
     if "peak" not in report:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
         return
@@ -106,7 +106,7 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
     table_with_csv(tables.verdicts(report, unit, ranges), "peak", report)
     st.markdown(f"**{STAGE_LABELS[stage]}'s peak, term by term** (the worst rank, every phase):")
     table_with_csv(tables.peak_terms_table(report, unit, stage), "peak-terms", report)
-    for sentence in tables.solver_sentences(report):
+    for sentence in tables.solver_sentences(report, longest):
         st.markdown(f"- {sentence}")
     if resolved is not None and sweep_of is not None:
         sweep_panel(resolved, report, unit, sweep_of)

@@ -12,11 +12,10 @@ input.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from math import lcm
 from typing import Callable, Dict, NamedTuple, Optional
 
-from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_workers
+from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers
 from ..scenario import INT_LIMITS
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
@@ -118,19 +117,81 @@ def seq_len_step(workload) -> int:
     return step
 
 
+def _estimate(seen: Dict[int, int], good: int, bad: int, capacity: int) -> int:
+    """Where the peak meets the capacity between good and bad: on the parabola through good, bad and the nearest
+    other point evaluated (a step's bytes are at most quadratic in the sequence: eager attention's scores), else
+    on the line through good and bad."""
+    pg, pb = seen[good], seen[bad]
+    linear = good + int((capacity - pg) * (bad - good) / (pb - pg)) if pb > pg else (good + bad) // 2
+    others = sorted((k for k in seen if k not in (good, bad)), key=lambda k: min(abs(k - good), abs(k - bad)))
+    if not others:
+        return linear
+    (x1, y1), (x2, y2), (x3, y3) = (good, pg), (bad, pb), (others[0], seen[others[0]])
+    d = (x1 - x2) * (x1 - x3) * (x2 - x3)
+    a = (x3 * (y2 - y1) + x2 * (y1 - y3) + x1 * (y3 - y2)) / d
+    b = (x3 * x3 * (y1 - y2) + x2 * x2 * (y3 - y1) + x1 * x1 * (y2 - y3)) / d
+    c = y1 - a * x1 * x1 - b * x1 - capacity
+    if abs(a) * (bad - good) ** 2 < 1e-9 * max(1, abs(pb - pg)):
+        return linear
+    disc = b * b - 4 * a * c
+    if disc < 0:
+        return linear
+    roots = [(-b + sign * disc ** 0.5) / (2 * a) for sign in (1, -1)]
+    inside = [r for r in roots if good <= r <= bad]
+    return int(inside[0]) if inside else linear
+
+
+def interpolated_largest(peak: Callable[[int], int], capacity: int, lo: int, hi: int, start: int) -> int:
+    """Largest k in [lo, hi] with peak(k) <= capacity, for peak non-decreasing in k; lo - 1 if none. Starts at
+    `start`, then narrows the bracket by interpolation (_estimate), probing each estimate's neighbour so that an
+    exact estimate ends the search; a step that does not halve the bracket is followed by a bisection, so the
+    evaluations stay O(log(hi - lo))."""
+    seen: Dict[int, int] = {}
+
+    def p(k: int) -> int:
+        if k not in seen:
+            seen[k] = peak(k)
+        return seen[k]
+    if p(lo) > capacity:
+        return lo - 1
+    if p(hi) <= capacity:
+        return hi
+    good, bad, halve, first = lo, hi, False, True
+    while bad - good > 1:
+        width = bad - good
+        if first and good < start < bad:
+            est = start
+        elif halve:
+            est = (good + bad) // 2
+        else:
+            est = min(bad - 1, max(good + 1, _estimate(seen, good, bad, capacity)))
+        first = False
+        if p(est) <= capacity:
+            good = est
+            if est + 1 < bad and p(est + 1) > capacity:
+                bad = est + 1
+        else:
+            bad = est
+            if est - 1 > good and p(est - 1) <= capacity:
+                good = est - 1
+        halve = not halve and bad - good > width // 2
+    return good
+
+
 def max_seq_len(scenario, workload) -> Dict[int, int]:
     """Longest sequence (tokens, a multiple of seq_len_step) for which each stage fits, everything else held."""
     step = seq_len_step(workload)
-    cache: Dict[int, tuple] = {}
+    base = layout_report(scenario, workload)
+    cache: Dict[int, tuple] = {workload.seq_len // step: base.peaks}
 
     def peaks(k: int):
         if k not in cache:
-            cache[k] = layout_report(scenario, replace(workload, seq_len=k * step)).peaks
+            cache[k] = peaks_at_seq_len(base, k * step)
         return cache[k]
 
     hi = WORKLOAD_LIMITS["seq_len"][1] // step
-    return {s: step * largest_true(lambda k, s=s: peaks(k)[s].fits, 1, hi, workload.seq_len // step)
-            for s in STAGES}
+    return {s: step * interpolated_largest(lambda k, s=s: peaks(k)[s].peak_bytes, workload.capacity_bytes, 1, hi,
+                                           workload.seq_len // step) for s in STAGES}
 
 
 def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
@@ -160,7 +221,8 @@ def lowest_stage(scenario, workload) -> Optional[int]:
     return min(fitting) if fitting else None
 
 
-def solve(scenario, workload) -> Solution:
+def solve(scenario, workload, sequences: bool = True) -> Solution:
+    """Every answer; `sequences=False` leaves out the longest sequence (max_seq_len None), the costliest search."""
     return Solution(max_micro_batch(scenario, workload), min_workers(scenario, workload),
                     lowest_stage(scenario, workload), workload.layout.model_parallel,
-                    max_seq_len(scenario, workload))
+                    max_seq_len(scenario, workload) if sequences else None)

@@ -423,7 +423,8 @@ def _render(args, scenario, arch, workload, imported) -> str:
     if args.json:
         extra = ({} if advised is None else {"check_stage": advised["stage"], "fixes": advised["fixes"]}) | (
             {"sweep": swept} if swept else {})
-        return json.dumps({**report_dict(report, view, layouts=workload is not None), **extra, **sources}, indent=2)
+        return json.dumps({**report_dict(report, view, layouts=workload is not None, sequences=True), **extra,
+                           **sources}, indent=2)
     return render_text(report, view, args.units) + (advice_text(advised) if advised else "") + \
         sweep_text(swept, args.units) + sources_text(sources, args.units)
 

@@ -314,7 +314,7 @@ def _architecture_record(a) -> tuple:
     return a, plain(a)
 
 
-def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True) -> dict:
+def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True, sequences: bool = False) -> dict:
     """The peak-memory half of the report: architecture, layout, activations, per-rank and worst-rank live sets,
     fit, and with `answers` the solvers and the fits-on table (and, when asked, every layout of the same GPUs that
     fits)."""
@@ -350,10 +350,10 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True)
         "ranks": rank_rows(report),
     }
     if answers or layouts:
-        solution = solve(s, workload)
+        solution = solve(s, workload, sequences)
         out["solve"] = {
             "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
-            "max_seq_len": {str(k): v for k, v in solution.max_seq_len.items()},
+            **({"max_seq_len": {str(k): v for k, v in solution.max_seq_len.items()}} if sequences else {}),
             "min_workers": {str(k): v for k, v in solution.min_workers.items()},
             "min_gpus": {str(k): v for k, v in solution.min_gpus.items()},
             "lowest_stage": solution.lowest_stage,
@@ -389,7 +389,9 @@ def quantized_vs_plain(report: LayoutReport) -> dict:
             "reasons": reasons}
 
 
-def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, answers: bool = True) -> dict:
+def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, answers: bool = True,
+                sequences: bool = False) -> dict:
+    """The report as plain data; `sequences` adds solve.max_seq_len (its search costs more than the others)."""
     s = report.scenario
     out = {
         "zerocalc_version": __version__,
@@ -413,7 +415,7 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
         out["deepspeed_estimator"] = deepspeed_dict(deepspeed)
     if isinstance(report, LayoutReport):
         out["world_size"] = report.workload.layout.world(s.workers)
-        out.update(peak_dict(report, layouts, answers))
+        out.update(peak_dict(report, layouts, answers, sequences))
     return out
 
 

@@ -168,6 +168,13 @@ def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StageP
     return _worst(candidates)
 
 
+def peaks_at_seq_len(report: LayoutReport, seq_len: int) -> Tuple[StagePeak, ...]:
+    """The worst rank's peaks with another sequence length: model states do not depend on it, so only each rank's
+    step is recomputed (the same numbers layout_report gives for that length; the Workload re-checks the layout)."""
+    s, w = report.scenario, replace(report.workload, seq_len=seq_len)
+    return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
+
+
 def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...]:
     """The worst rank's peaks with another data-parallel degree (shard group = all of it): activations do not
     depend on it, so only the model states and what follows the shard divisor are recomputed."""
