@@ -151,3 +151,11 @@ def test_a_layout_row_applies_and_the_page_then_shows_its_peak():
     assert applied["layout"]["dp"] == plan["dp"] and applied["layout"]["cp"] == plan["cp"]
     assert dataframe_with(at, "as set")["as set"].tolist()[3] == "◀ this plan"
     assert applied["layout"]["world_size"] == 64
+
+
+def test_without_model_parallelism_the_total_sits_in_the_parallelism_section():
+    at = run_app({"model": "llama-3-8b", "workers": "8"})
+    assert not [n for n in at.number_input if n.key == "total_gpus"]       # it would only repeat dp here
+    open_sections(at, "sec_parallel")
+    at.number_input(key="total_gpus").set_value(16).run()
+    assert at.number_input(key="workers").value == 16

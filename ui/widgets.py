@@ -256,6 +256,8 @@ def _architecture(box) -> None:
 
 
 def _parallel(box) -> None:
+    if _model_parallel() == 1:
+        total_gpus(box)
     widget("tp", box)
     widget("sequence_parallel", box)
     widget("pp", box)
@@ -367,7 +369,8 @@ def sidebar(loaders=None) -> None:
         st.session_state[GPU_MEMORY_TEXT] = current(GPU_MEMORY_TEXT)
         sb.text_input(LABELS["gpu_memory"], key=GPU_MEMORY_TEXT, help=HELP["gpu_memory"])
     widget("workers", sb)
-    total_gpus(sb)
+    if _model_parallel() > 1:            # beside dp when they differ; else in the Parallelism section (a rerun's
+        total_gpus(sb)                   # cost grows with every widget drawn, and there it would repeat dp)
     widget("stage", sb)
     for name in ("micro_batch", "seq_len", "recompute"):
         widget(name, sb)
