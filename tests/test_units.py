@@ -40,3 +40,12 @@ def test_parse_count_rejects_with_a_message(text):
     with pytest.raises(ValueError) as err:
         parse_count(text)
     assert "not a" in str(err.value)
+
+
+def test_a_share_says_100_percent_only_of_the_whole():
+    # issue 22: a fix that fits was shown at "100.0% of 80.00 GB"
+    from zerocalc.units import percent_text
+    assert percent_text(79_968, 80_000) == "99.96%" and percent_text(80_032, 80_000) == "100.04%"
+    assert percent_text(80_000, 80_000) == "100.0%" and percent_text(40_000, 80_000) == "50.0%"
+    assert percent_text(79_600, 80_000, 0) == "99.5%" and percent_text(87_200, 80_000, 0) == "109%"
+    assert percent_text(79_999_999_999, 80_000_000_000) == "99.999999%"

@@ -14,7 +14,7 @@ import html
 import streamlit as st
 
 from zerocalc.answers.fixes import sentence as fix_sentence
-from zerocalc.units import format_bytes
+from zerocalc.units import format_bytes, percent_text
 
 from . import figures, finetune, plain
 from .figures import PLOTLY_CONFIG, STAGE_LABELS
@@ -200,7 +200,8 @@ def _card(p: dict, unit: str, checked: bool, band: dict = None, states: int = No
             f'data-stage="{p["stage"]}" data-fits="{str(fits).lower()}">'
             f'<div class="zc-stage">{STAGE_LABELS[p["stage"]]}{" (checked)" if checked else ""} · {head}</div>'
             f'<div class="zc-peak">{format_bytes(p["peak_bytes"], unit)} peak</div>'
-            f'<div class="zc-sub">{100 * p["utilisation"]:.0f}% of {format_bytes(p["capacity_bytes"], unit)} · '
+            f'<div class="zc-sub">{percent_text(p["peak_bytes"], p["capacity_bytes"], 0)} of '
+            f'{format_bytes(p["capacity_bytes"], unit)} · '
             f'{headroom}</div>{band_html}'
             f'<div class="zc-states">of which model states {format_bytes(states, unit)} per worker on the GPU'
             f'</div>'
@@ -264,7 +265,8 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
         answer = f"{_names(fit)} fit{'s' if len(fit) == 1 else ''}; {_names(nofit)} do{'es' if len(nofit) == 1 else ''} not"
     p = peaks[stage]
     check = (f"Checking {STAGE_LABELS[stage]}: peak {format_bytes(p['peak_bytes'], unit)}, "
-             f"{100 * p['utilisation']:.0f}% of the {format_bytes(p['capacity_bytes'], unit)} PyTorch can use "
+             f"{percent_text(p['peak_bytes'], p['capacity_bytes'], 0)} of the "
+             f"{format_bytes(p['capacity_bytes'], unit)} PyTorch can use "
              + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
                                                                   if len(report["ranks"]) > 1 else "")
              + (" " + measured["sentence"] if measured is not None and measured["stage"] == stage else ""))
@@ -304,7 +306,7 @@ def fixes(found: list, resolved, stage: int, unit: str, limit: int = 6) -> None:
     if not found[0].fits:              # answers/combined.py: nothing tried fits; the closest it came
         fix = found[0]
         st.markdown(f"**Nothing zerocalc tries makes {name} fit**, one change or up to three together. The "
-                    f"closest comes to {100 * fix.utilisation:.1f}% of the capacity: "
+                    f"closest comes to {percent_text(fix.peak_bytes, fix.capacity_bytes)} of the capacity: "
                     f"{escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))} "
                     "A smaller model, fine-tuning instead of full training, or more GPUs with model parallelism "
                     "(Layouts and ranks) are the next steps.")

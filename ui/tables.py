@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from zerocalc.step.activations import recompute_name
-from zerocalc.units import format_bytes, in_unit
+from zerocalc.units import format_bytes, in_unit, percent_text
 
 from .figures import PHASE_LABELS, STAGE_LABELS, TERM_COLORS, TERM_MEANING, group_names
 
@@ -98,7 +98,8 @@ def verdicts(report: dict, unit: str, ranges: dict = None) -> "pandas.DataFrame"
         row = {
             "stage": STAGE_LABELS[p["stage"]], "fits": "yes" if p["fits"] else "no",
             f"peak ({unit})": in_unit(p["peak_bytes"], unit), "phase": PHASE_LABELS[p["peak_phase"]],
-            f"headroom ({unit})": in_unit(p["headroom_bytes"], unit), "used": f"{100 * p['utilisation']:.1f}%",
+            f"headroom ({unit})": in_unit(p["headroom_bytes"], unit),
+            "used": percent_text(p["peak_bytes"], p["capacity_bytes"]),
         }
         band = bands.get(p["stage"])
         if band:

@@ -49,6 +49,20 @@ def format_bytes(nbytes: int, unit: str = "decimal", decimals: int = 2) -> str:
     return f"{in_unit(nbytes, unit, 0 if unit == 'B' else decimals)} {unit}"
 
 
+def percent_text(part: int, whole: int, decimals: int = 1) -> str:
+    """part / whole as a percentage, with more decimals where the rounding would say 100% of a part that is not
+    the whole (a fit at 99.96% is not "100.0%", nor a miss at 100.04%)."""
+    pct = 100 * part / whole
+    text = f"{pct:.{decimals}f}%"
+    while part != whole and decimals < 6 and float(text[:-1]) == 100.0:
+        decimals += 1
+        text = f"{pct:.{decimals}f}%"
+    if part != whole and float(text[:-1]) == 100.0:       # within a millionth: cut toward the side it is on
+        step = 10 ** -decimals
+        text = f"{100 - step if part < whole else 100 + step:.{decimals}f}%"
+    return text
+
+
 def parse_count(text: str) -> int:
     """'7B' -> 7_000_000_000; '1.5T', '350M', '1e9', '124439808', '1_000'. Must denote a whole number."""
     hint = f"not a count: {text!r} (examples: 7B, 1.5T, 350M, 1e9, 124439808)"

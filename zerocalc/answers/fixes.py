@@ -36,7 +36,7 @@ from ..scenario import FieldError
 from ..step.activations import recompute_name
 from ..step.losses import LOSS_NAMES
 from ..step.peak import peak_on_gpu
-from ..units import format_bytes
+from ..units import format_bytes, percent_text
 from .solve import max_micro_batch, min_workers
 
 # kind -> cost rank (lower is cheaper) and what the change costs besides memory
@@ -364,7 +364,7 @@ def sentence(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) 
     change = _change_text(fix, scenario, workload, stage)
     return (f"{change[:1].upper()}{change[1:]}: "
             f"{STAGE_NAMES[fix.stage]} peak {format_bytes(fix.peak_bytes, unit)}, "
-            f"{100 * fix.utilisation:.1f}% of {format_bytes(fix.capacity_bytes, unit)}. "
+            f"{percent_text(fix.peak_bytes, fix.capacity_bytes)} of {format_bytes(fix.capacity_bytes, unit)}. "
             f"Held: {', '.join(kept)}.")
 
 
