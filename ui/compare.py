@@ -9,7 +9,7 @@ from __future__ import annotations
 import streamlit as st
 
 from zerocalc.answers.fixes import change_effect, effect_dict
-from zerocalc.units import format_bytes
+from zerocalc.units import format_bytes, percent_text
 
 from . import figures, tables
 from .figures import STAGE_LABELS
@@ -75,7 +75,7 @@ def _line(label: str, report: dict, stage: int, unit: str) -> str:
     p = report["peak"][stage]
     verdict = "fits" if p["fits"] else "does not fit"
     return (f"**{label}**: {STAGE_LABELS[stage]} {verdict} on {report['gpu']['name']}, peak "
-            f"{format_bytes(p['peak_bytes'], unit)} ({100 * p['utilisation']:.0f}%)")
+            f"{format_bytes(p['peak_bytes'], unit)} ({percent_text(p['peak_bytes'], p['capacity_bytes'], 0)})")
 
 
 def panel(state: dict, report_of, unit: str) -> None:
