@@ -159,3 +159,13 @@ def test_without_model_parallelism_the_total_sits_in_the_parallelism_section():
     open_sections(at, "sec_parallel")
     at.number_input(key="total_gpus").set_value(16).run()
     assert at.number_input(key="workers").value == 16
+
+
+def test_a_world_beyond_the_browsers_integers_is_shown_not_edited():
+    # tests/e2e/test_hostile.py's link: 1,048,576 workers x tp 1024 x pp 4096 x cp 4096 is 1.8e16 GPUs, past the
+    # 2^53 - 1 a browser's number box holds (Streamlit refuses such a bound)
+    at = run_app({"model": "custom", "layers": "4096", "hidden": "65536", "heads": "1024", "kv_heads": "1024",
+                  "ffn": "65536", "workers": "1048576", "tp": "1024", "pp": "4096", "cp": "4096", "seq_len": "8192"},
+                 tab="Peak and step")
+    assert not [n for n in at.number_input if n.key == "total_gpus"]
+    assert "Total GPUs: 18,014,398,509,481,984 = dp x tp x pp x cp" in captions(at)

@@ -154,6 +154,7 @@ def _on_finetune_change():
 
 TOTAL_GPUS = "total_gpus"   # session key: dp x tp x pp x cp, shown beside dp; typing a total sets dp from it
 TOTAL_NOTE = "total_gpus_note"
+JS_SAFE_INTEGER = 2**53 - 1        # Streamlit's number_input refuses bounds beyond JavaScript's exact integers
 
 
 def _model_parallel() -> int:
@@ -174,8 +175,12 @@ def _on_total_gpus_change():
 def total_gpus(container) -> None:
     """The world size as an input of its own (64 with tp 8 and pp 2 is dp 4), kept equal to dp x tp x pp x cp."""
     mp = _model_parallel()
-    st.session_state[TOTAL_GPUS] = current("workers") * mp
-    container.number_input("Total GPUs (sets dp)", 1, int(FIELD["workers"].hi) * mp, step=mp, key=TOTAL_GPUS,
+    world, top = current("workers") * mp, min(int(FIELD["workers"].hi) * mp, JS_SAFE_INTEGER)
+    if world > top:                          # a browser's number box holds integers up to 2^53 - 1 only
+        container.caption(f"Total GPUs: {world:,} = dp x tp x pp x cp (too many for the box to edit).")
+        return
+    st.session_state[TOTAL_GPUS] = world
+    container.number_input("Total GPUs (sets dp)", 1, top, step=mp, key=TOTAL_GPUS,
                            on_change=_on_total_gpus_change,
                            help=f"dp x tp x pp x cp. With tp x pp x cp = {mp:,}, a multiple of {mp:,}: typing one "
                                 "sets the data-parallel workers.")

@@ -145,8 +145,8 @@ def test_each_term_keeps_its_colour_across_charts_and_views(page, server):
         open_app(page, server, query)
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(1)
         charts = page.evaluate(CHART_DATA)
-        open_tab(page, "Peak and step")
-        expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(2)
+        open_tab(page, "Peak and step")          # the peak, the sweep and the step timeline
+        expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(3)
         charts += page.evaluate(CHART_DATA)
         for chart in charts:
             for name, colour in chart:
