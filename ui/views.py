@@ -189,7 +189,9 @@ def layouts(report: dict, unit: str, resolved=None) -> None:
                               format_func=lambda i: tables.layout_label(i, found[i]))
         pick = pick if pick is not None and pick < len(found) else 0
         right.button("Apply", key="layout_apply", on_click=set_fields, args=(layout_fields(found[pick], resolved),),
-                     help="Sets this layout, its stage, recompute and offload in the sidebar.")
+                     help="Sets this layout, its stage, recompute and offload in the sidebar. A row whose recompute "
+                          "differs from the plan's drops its one-block-in-N, activation offload and own op policy, "
+                          "as the search evaluated it.")
 
 
 def deepspeed_tab(report: dict, unit: str) -> None:
