@@ -158,6 +158,9 @@ def run_cases(rank, world, port, outdir, case, measure, **dump) -> None:
         dist.destroy_process_group()
 
 
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def run_workers(module: str, world: int, case: dict, timeout: float) -> list:
     """Run `module`'s `_worker(rank, world, port, outdir, case)` on `world` CPU processes and return each rank's
     outdir/rank{r}.json. Workers are plain subprocesses (`python -c`), so this works from pytest, scripts and
@@ -185,7 +188,12 @@ def run_workers(module: str, world: int, case: dict, timeout: float) -> list:
             for p in procs:
                 if p.poll() is None:
                     p.kill()
-        if any(p.returncode for p in procs):
+        written = all(os.path.exists(os.path.join(outdir, f"rank{r}.json")) for r in range(world))
+        # A gloo thread still running when the interpreter exits aborts the process ("terminate called without
+        # an active exception") after the rank has written its result: the measurement is whole, so only that
+        # teardown abort is let through, and only with every rank's file written.
+        teardown = all(p.returncode == 0 or log.strip().endswith(TEARDOWN_ABORT) for p, log in zip(procs, logs))
+        if any(p.returncode for p in procs) and not (written and teardown):
             raise RuntimeError("FSDP2 worker failed:\n" + "\n".join(log[-3000:] for log in logs))
         out = []
         for rank in range(world):
