@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional
 
-from ..parallel.ranks import layout_report
+from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers
 from ..scenario import INT_LIMITS, FieldError, require_choice
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
@@ -107,9 +107,12 @@ def sweep(scenario, workload, field: str, stage: int) -> dict:
     step = seq_len_step(workload) if field == "seq_len" else 1
     edge = edges(scenario, workload, field)
     values = _grid(axis, step, _current(scenario, workload, field), list(edge.values()))
+    base = layout_report(scenario, workload)
+    cheap = {"seq_len": peaks_at_seq_len, "micro_batch": peaks_at_micro_batch, "workers": peaks_at_workers}
     points = []
-    for value in values:
-        peaks = layout_report(*plan_with(scenario, workload, field, value)).peaks
+    for value in values:          # the step alone where the model states do not change (ranks.peaks_at_*)
+        peaks = cheap[field](base, value) if field in cheap else \
+            layout_report(*plan_with(scenario, workload, field, value)).peaks
         points.append({"value": value, "peak_bytes": [p.peak_bytes for p in peaks], "fits": [p.fits for p in peaks]})
     return {"field": field, "label": axis.label, "current": _current(scenario, workload, field), "step": step,
             "stage": stage, "capacity_bytes": workload.capacity_bytes, "points": points,
