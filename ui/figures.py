@@ -150,18 +150,19 @@ def _figure(traces, unit, title, barmode="stack", capacity=None, xaxis=None, hei
 CLIP_BEYOND = 2.0        # a bar over twice the checked stage's scale is clipped, so the checked one stays readable
 
 
-def _focus(layout: dict, labels, totals, capacity: int, checked_top: int, unit: str) -> list:
+def _clip(fig: "Spec", labels, totals, capacity: int, checked_top, unit: str) -> None:
     """Keep the checked stage readable: when another stage's bar is over CLIP_BEYOND times the larger of the
     capacity and the checked stage's top (ZeRO-0 of a large model), the y axis ends a little above that scale and
-    each clipped bar says its height. Returns the annotations for the clipped bars (none when nothing is)."""
+    each clipped bar says its height."""
     scale = max(capacity, checked_top or 0)
     if max(totals) <= CLIP_BEYOND * scale:
-        return []
-    top = 1.25 * scale / UNIT_BYTES[unit]
+        return
+    layout, top = fig.to_dict()["layout"], 1.25 * scale / UNIT_BYTES[unit]
     layout.setdefault("yaxis", {})["range"] = [0, top]
-    return [dict(x=label, y=top, text=f"↑ {total / UNIT_BYTES[unit]:,.2f} {unit} (clipped)", showarrow=False,
-                 yanchor="top", font=dict(size=11, color="#222222"), bgcolor="rgba(255,255,255,0.85)")
-            for label, total in zip(labels, totals) if total / UNIT_BYTES[unit] > top]
+    layout["annotations"] = list(layout.get("annotations") or []) + [
+        dict(x=label, y=top, text=f"↑ {total / UNIT_BYTES[unit]:,.2f} {unit} (clipped)", showarrow=False,
+             yanchor="top", font=dict(size=11, color="#222222"), bgcolor="rgba(255,255,255,0.85)")
+        for label, total in zip(labels, totals) if total / UNIT_BYTES[unit] > top]
 
 
 def _bar(name, x, values, unit, term=None, outline=None, group="", legendgroup=None, showlegend=True):
@@ -262,15 +263,9 @@ def overview(report: dict, unit: str, breakdown: str = "category", highlight: in
                   subtitle=capacity_title(report, unit), capacity=report["gpu"]["capacity_bytes"],
                   annotations=marks, height=400, showlegend=False)   # legend_html draws it: lighter, and it wraps
     totals = [max(p["peak_bytes"], s["per_worker_total_bytes"]) for p, s in zip(peaks, report["stages"])]
-    _clip(fig, STAGE_LABELS, totals, report, None if highlight is None else totals[highlight], unit)
+    _clip(fig, STAGE_LABELS, totals, report["gpu"]["capacity_bytes"], None if highlight is None else totals[highlight],
+          unit)
     return fig
-
-
-def _clip(fig: "Spec", labels, totals, report: dict, checked_top, unit: str) -> None:
-    layout = fig.to_dict()["layout"]
-    clipped = _focus(layout, labels, totals, report["gpu"]["capacity_bytes"], checked_top, unit)
-    if clipped:
-        layout["annotations"] = list(layout.get("annotations") or []) + clipped
 
 
 PATTERN_CSS = {"/": "repeating-linear-gradient(135deg, rgba(255,255,255,.75) 0 2px, transparent 2px 5px)",
@@ -351,7 +346,7 @@ def peak(report: dict, unit: str, ranges: dict = None, highlight: int = None) ->
     totals = [p["peak_bytes"] for p in peaks]
     if ranges:
         totals = [max(t, b["high_bytes"]) for t, b in zip(totals, ranges["stages"])]
-    _clip(fig, labels, totals, report, top, unit)
+    _clip(fig, labels, totals, report["gpu"]["capacity_bytes"], top, unit)
     return fig
 
 

@@ -241,10 +241,6 @@ def deepspeed_table(report: dict, unit: str) -> "pandas.DataFrame":
     return frame(rows)
 
 
-# Activation terms: what each saves, in bits (bytes = ceil(bits / 8)). T: this rank's tokens (b x s / cp; outside
-# the tensor-parallel region / tp with sequence parallel), h: hidden, q = heads x head dim, kv = KV heads x head dim,
-# f: FFN width, a: heads, V: vocabulary columns of the logits, w: activation width in bits. Per tensor-parallel rank
-# heads, KV heads and the FFN are divided by tp. Checked against the core in tests/test_app_tables.py.
 def _dense_layers(report: dict) -> int:
     e = report.get("experts")
     return report["architecture"]["layers"] if not e else e["dense_layers"]
@@ -259,6 +255,10 @@ def per_layer_text(report: dict, unit: str) -> str:
     return f"{moe} per MoE layer" + (f", {dense} per dense layer" if _dense_layers(report) else "")
 
 
+# Activation terms: what each saves, in bits (bytes = ceil(bits / 8)). T: this rank's tokens (b x s / cp; outside
+# the tensor-parallel region / tp with sequence parallel), h: hidden, q = heads x head dim, kv = KV heads x head dim,
+# f: FFN width, a: heads, V: vocabulary columns of the logits, w: activation width in bits. Per tensor-parallel rank
+# heads, KV heads and the FFN are divided by tp. Checked against the core in tests/test_app_tables.py.
 def activation_table(report: dict, unit: str, formulas: dict) -> "pandas.DataFrame":
     """Every saved-activation term: where, its size, and its formula in bits with the values plugged in
     (zerocalc.step.formulas: the same code that counts the bytes, run on symbols)."""
@@ -311,11 +311,18 @@ def is_current(plan: dict, state: dict) -> bool:
     return all(plan[k] == state[f] for k, f in PLAN_FIELDS.items())
 
 
+def _split_text(p: dict) -> str:
+    return f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}" + (f" (ep {p['ep']})" if p["ep"] > 1 else "")
+
+
+def _offload_text(p: dict) -> str:
+    return OFFLOAD_LABELS.get((p["offload_optimizer"], p["offload_params"]), "other")
+
+
 def layout_label(i: int, p: dict) -> str:
-    return (f"{i + 1}. dp {p['dp']} x tp {p['tp']} x pp {p['pp']} x cp {p['cp']}"
-            + (f" (ep {p['ep']})" if p["ep"] > 1 else "") + (" with SP" if p["sequence_parallel"] else "")
-            + f", {STAGE_LABELS[p['stage']]}, "
-            f"{recompute_name(p['recompute'])}, {OFFLOAD_LABELS.get((p['offload_optimizer'], p['offload_params']), 'other')}")
+    """A searched layout in one line, for the Apply picker (dp x tp x pp x cp as the table's first column)."""
+    return (f"{i + 1}. {_split_text(p)}" + (" with SP" if p["sequence_parallel"] else "")
+            + f", {STAGE_LABELS[p['stage']]}, {recompute_name(p['recompute'])}, {_offload_text(p)}")
 
 
 def layouts_table(report: dict, unit: str, state: dict = None) -> "pandas.DataFrame":
@@ -324,11 +331,9 @@ def layouts_table(report: dict, unit: str, state: dict = None) -> "pandas.DataFr
     for p in report["solve"]["layouts"]:
         rows.append({
             "as set": "◀ this plan" if state is not None and is_current(p, state) else "",
-            "dp x tp x pp x cp": f"{p['dp']} x {p['tp']} x {p['pp']} x {p['cp']}"
-                                 + (f" (ep {p['ep']})" if p["ep"] > 1 else ""),
+            "dp x tp x pp x cp": _split_text(p),
             "sequence parallel": "yes" if p["sequence_parallel"] else "no", "stage": STAGE_LABELS[p["stage"]],
-            "micro-batches": p["micro_batches"], "recompute": p["recompute"],
-            "offload": OFFLOAD_LABELS.get((p["offload_optimizer"], p["offload_params"]), "other"),
+            "micro-batches": p["micro_batches"], "recompute": p["recompute"], "offload": _offload_text(p),
             "schedule": p["schedule"] + (f" (vpp {p['vpp']})" if p["vpp"] > 1 else ""),
             f"peak ({unit})": in_unit(p["peak_bytes"], unit), f"headroom ({unit})": in_unit(p["headroom_bytes"], unit),
             f"comm/step ({unit})": in_unit(p["communication_bytes"], unit), "bubble": f"{100 * p['bubble']:.0f}%",

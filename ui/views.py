@@ -13,7 +13,7 @@ import streamlit as st
 
 from zerocalc.answers.sweep import AXES, axes_for, sweep_sentence
 from zerocalc.gpus import catalog_rows
-from zerocalc.parallel.search import split_for
+from zerocalc.parallel.search import recompute_variant, split_for
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
 
@@ -136,11 +136,9 @@ def layout_fields(plan: dict, resolved) -> dict:
     then shows the row's peak. The stage split goes where the search carried it (split_for); another recompute
     than the view's drops its one-in-N, activation offload and own op policy, as the search's variant does."""
     values = {f: plan[k] for k, f in tables.PLAN_FIELDS.items()}
-    values.update(shard_group=0, etp=1)
+    values.update(shard_group=0, etp=1, **recompute_variant(resolved.workload, plan["recompute"]))
     split = split_for(resolved.workload, plan["pp"], plan["vpp"]) or {"stage_split": "even", "stage_layers": None}
     values.update({name: ui_value(name, v) for name, v in split.items()})
-    if plan["recompute"] != resolved.state["recompute"]:
-        values.update(recompute_every=1, activation_offload=False, op_policy="torchtitan")
     return values
 
 

@@ -1,13 +1,13 @@
 """Inverse questions, answered exactly by search over the peak model (monotone in each unknown): the largest
 micro-batch that fits, the longest sequence that fits, the fewest data-parallel workers (and GPUs) for which it
-fits, the lowest ZeRO stage that fits, all for the worst rank of the layout as given. Every candidate is evaluated as a whole scenario: an answer
-set back as the input reproduces the verdict exactly (the fewest-workers answer once reused the original worker
-count for part of the working set, and could name a count that did not fit).
+fits, the lowest ZeRO stage that fits, all for the worst rank of the layout as given. Every candidate is evaluated
+as a whole scenario: an answer set back as the input reproduces the verdict exactly (the fewest-workers answer once
+reused the original worker count for part of the working set, and could name a count that did not fit).
 
-Bounds: each search gallops then bisects over its field's own range (micro-batch up to 10^6, workers up to 10^7,
-the sequence up to 10^8 tokens in steps the layout allows),
-so it evaluates at most 2 log2(range) + 3 candidates per stage (tests/test_budgets.py counts them), whatever the
-input.
+Bounds: each search runs over its field's own range (micro-batch up to 10^6, workers up to 10^7, the sequence up
+to 10^8 tokens in steps the layout allows): the micro-batch and workers gallop then bisect, the sequence narrows by
+interpolation with a bisection after any step that does not halve the bracket. Each evaluates at most
+2 log2(range) + 3 candidates per stage (tests/test_budgets.py counts them), whatever the input.
 """
 
 from __future__ import annotations

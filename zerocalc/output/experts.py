@@ -14,7 +14,6 @@ from typing import Optional
 from ..tables import CATEGORIES, PARTITIONED, STAGES
 
 
-
 def experts_dict(report) -> Optional[dict]:
     """None for a dense model."""
     w, dp = report.workload, report.scenario.workers

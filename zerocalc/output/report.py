@@ -14,7 +14,6 @@ from ..gpus import GPU_CATALOG
 from ..answers.explore import fits_on, ledger_cells, scaling
 from ..answers.explore import stage_rows as ledger_rows_of
 from ..answers.solve import solve
-from .experts import experts_dict
 from ..model.finetune import caveats, describe
 from ..model.inventory import counts, largest_layer
 from ..layout import stage_sizes
@@ -29,7 +28,7 @@ from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
 from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
-
+from .experts import experts_dict
 
 
 def _policy_words(policy: str) -> str:

@@ -158,21 +158,20 @@ def _worst(candidates) -> Tuple[StagePeak, ...]:
     return tuple(max((c[s] for c in candidates), key=lambda p: p.peak_bytes) for s in STAGES)
 
 
+def _peaks_with_step(report: LayoutReport, **step) -> Tuple[StagePeak, ...]:
+    """The worst rank's peaks with other step fields (micro-batch, sequence length): model states do not depend
+    on them, so only each rank's step is recomputed (the numbers layout_report gives for that workload; the
+    Workload re-checks the layout)."""
+    s, w = report.scenario, replace(report.workload, **step)
+    return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
+
+
 def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StagePeak, ...]:
-    """The worst rank's peaks with another micro-batch: model states do not depend on it, so only each rank's
-    step is recomputed (the same numbers layout_report gives for that micro-batch)."""
-    s, w = report.scenario, replace(report.workload, micro_batch=micro_batch)
-    candidates = []
-    for v in report.ranks:
-        candidates.append(stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)))
-    return _worst(candidates)
+    return _peaks_with_step(report, micro_batch=micro_batch)
 
 
 def peaks_at_seq_len(report: LayoutReport, seq_len: int) -> Tuple[StagePeak, ...]:
-    """The worst rank's peaks with another sequence length: model states do not depend on it, so only each rank's
-    step is recomputed (the same numbers layout_report gives for that length; the Workload re-checks the layout)."""
-    s, w = report.scenario, replace(report.workload, seq_len=seq_len)
-    return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
+    return _peaks_with_step(report, seq_len=seq_len)
 
 
 def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...]:

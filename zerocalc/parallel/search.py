@@ -123,6 +123,15 @@ def _layout_for(workload, tp, pp, cp, ep, sp, micro_batches) -> Layout:
 SPLIT_RULE = ("stage_split", "first_stage_layers", "last_stage_layers", "embedding_weight", "head_weight")
 
 
+def recompute_variant(workload, recompute: str) -> dict:
+    """The Workload fields of a candidate that recomputes otherwise than the view: the view's one-block-in-N and
+    activation offload belong to its own full recompute, and an own op policy to its op recompute."""
+    if recompute == workload.recompute:
+        return {}
+    return {"recompute": recompute, "recompute_every": 1, "activation_offload": False,
+            "op_policy": workload.op_policy if recompute == "op" else "torchtitan"}
+
+
 def split_for(workload, pp: int, vpp: int):
     """The view's stage split carried to a candidate of pp x vpp stages: its counts when there are as many stages,
     its named rule when the rule splits the layers there; else the even split where pp divides the layers (as
@@ -201,11 +210,7 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
                 scenarios[dp, offload] = replace(scenario, workers=dp, shard_group=None,
                                                  offload_optimizer=offload[0], offload_params=offload[1])
             if recompute not in workloads:
-                every = base_w.recompute_every if recompute == workload.recompute else 1   # one in N: the view's
-                same = recompute == workload.recompute           # offloading needs the view's full recompute
-                workloads[recompute] = replace(base_w, recompute=recompute, recompute_every=every,
-                                               activation_offload=base_w.activation_offload and same,
-                                               op_policy=base_w.op_policy if recompute == "op" else "torchtitan")
+                workloads[recompute] = replace(base_w, **recompute_variant(base_w, recompute))
             return scenarios[dp, offload], workloads[recompute]
 
         def evaluate(recompute, offload):
