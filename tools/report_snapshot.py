@@ -6,7 +6,10 @@ interleaved pipeline, context parallel, expert parallel for MoE models) and the 
 each through the app's path (a link's query -> ui.state.resolve -> full report with the layout search, the fixes
 for the checked stage, the assumption ranges, the activation formulas) and through the CLI (text and JSON).
 
-    python tools/report_snapshot.py OUT.jsonl [--compare OLD.jsonl] [--quick]
+    python tools/report_snapshot.py OUT.jsonl [--compare OLD.jsonl] [--quick] [--ignore KEY,KEY]
+
+--ignore drops the named keys wherever they occur in a report or the CLI's JSON before hashing: a change that
+only adds fields (a new Workload option at its default) then proves every number it had before unchanged.
 """
 
 from __future__ import annotations
@@ -44,7 +47,25 @@ CLI_VARIATIONS = {
 }
 
 
+IGNORE = set()
+
+
+def _without(value):
+    if isinstance(value, dict):
+        return {k: _without(v) for k, v in value.items() if k not in IGNORE}
+    if isinstance(value, (list, tuple)):
+        return [_without(v) for v in value]
+    return value
+
+
 def _digest(value) -> str:
+    if IGNORE and isinstance(value, str) and value.startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if IGNORE and not isinstance(value, str):
+        value = _without(value)
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, default=repr)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -101,6 +122,8 @@ def main(argv) -> int:
     out_path = Path(argv[0])
     quick = "--quick" in argv
     compare = argv[argv.index("--compare") + 1] if "--compare" in argv else None
+    if "--ignore" in argv:
+        IGNORE.update(argv[argv.index("--ignore") + 1].split(","))
     with out_path.open("w") as f:
         for name, run in cases(quick):
             try:

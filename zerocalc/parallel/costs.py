@@ -29,6 +29,7 @@ from typing import Dict, Tuple
 from ..states.zero import communication_bytes
 from ..step.activations import tp_local
 from ..step.moe import routed_pairs
+from ..step.megatron_recompute import recomputed_elements
 from ..step.op_checkpoint import recomputed_matmul_elements
 from ..tables import DTYPE_BITS, bytes_of
 
@@ -40,7 +41,7 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
     layout, a = workload.layout, workload.arch
     m, w, h = layout.micro_batches, shape.act_bits, a.hidden
     T = workload.micro_batch * (workload.seq_len // layout.cp)
-    rebuilt = recomputed_blocks(workload, rank.layers)
+    rebuilt = recomputed_blocks(workload, rank.layers, rank)
     out = {"tensor parallel": 0, "pipeline": 0, "context parallel": 0, "expert parallel": 0}
     if layout.tp > 1:
         per_micro = (rank.layers * 8 + rebuilt * 4) * T * h
@@ -60,7 +61,7 @@ def layout_communication(scenario, workload, rank, shape) -> Dict[str, int]:
     if layout.ep > 1 and rank.moe_layers:
         routed = routed_pairs(T // layout.tp if layout.sequence_parallel else T, a.experts_per_token,
                               workload.routing)
-        moe_rebuilt = recomputed_blocks(workload, rank.moe_layers)     # one in N of them, as of all blocks
+        moe_rebuilt = recomputed_blocks(workload, rank.moe_layers, rank, moe=True)   # as of all blocks
         out["expert parallel"] = m * (4 * rank.moe_layers + 2 * moe_rebuilt) * bytes_of(routed * h, w)
     if layout.cp > 1:
         kv_local = a.kv_size // layout.tp
@@ -103,11 +104,15 @@ def forward_flops(workload, rank) -> int:
                                    + 2 * tokens * head)
 
 
-def recomputed_blocks(workload, layers: int) -> int:
-    """Blocks whose forward runs again in backward under full recompute: all, or one in N (the N-th, 2N-th...
-    of the rank's blocks, torchtitan's layer SAC)."""
+def recomputed_blocks(workload, layers: int, rank=None, moe: bool = False) -> int:
+    """Blocks (of `layers`; with moe, MoE blocks) whose forward runs again in backward under full recompute: all,
+    one in N (the N-th, 2N-th... of the rank's blocks, torchtitan's layer SAC), or Megatron's block method's first
+    N of each of the rank's chunks (megatron_recompute.py; uniform groups rebuild every block)."""
     if workload.recompute != "full":
         return 0
+    if workload.recompute_method == "block" and rank is not None:
+        n, a = workload.recompute_num_layers, workload.arch
+        return sum(1 for span in rank.spans for i in list(span)[:n] if not moe or a.is_moe_layer(i))
     return layers // workload.recompute_every
 
 
@@ -119,8 +124,15 @@ def recompute_flops(workload, rank) -> int:
         return 0
     layout = workload.layout
     if workload.recompute == "selective":
-        per_layer = _attention_flops(workload) if workload.attention == "eager" else 0
-        return layout.micro_batches * rank.layers * per_layer
+        mods = workload.recompute_modules.split(",")
+        per_layer = _attention_flops(workload) if workload.attention == "eager" and "core_attn" in mods else 0
+        # Megatron's other modules re-run their matmuls (megatron_recompute.recomputed_elements)
+        local = tp_local(workload.arch, layout.tp)
+        dense, moe = rank.layers - rank.moe_layers, rank.moe_layers
+        per_token = dense * recomputed_elements(local, "dense", workload.recompute_modules) + \
+            moe * recomputed_elements(local, "moe", workload.recompute_modules)
+        tokens = workload.micro_batch * (workload.seq_len // layout.cp)
+        return layout.micro_batches * (rank.layers * per_layer + 2 * tokens * per_token)
     if workload.recompute == "op":       # the matmuls the op-level policy did not save (op_checkpoint.py); its
         # recomputed attention (a policy that does not save it) is flash's own forward again, left out here
         local = tp_local(workload.arch, layout.tp)
@@ -131,7 +143,7 @@ def recompute_flops(workload, rank) -> int:
         return layout.micro_batches * 2 * workload.micro_batch * (workload.seq_len // layout.cp) * per_micro
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
     block = _matrix_elements(rank.holdings)[0]
-    return layout.micro_batches * recomputed_blocks(workload, rank.layers) * (2 * tokens * block
+    return layout.micro_batches * recomputed_blocks(workload, rank.layers, rank) * (2 * tokens * block
                                                                              + _attention_flops(workload))
 
 

@@ -35,6 +35,8 @@ from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
 from ..tables import INDEX_BITS, STAT_BITS
 from .compiled import compiled_op_terms, compiled_terms
 from .compiled import covered as compiled_covered
+from .block_checkpoint import megatron_full_blocks, split_checkpointed  # noqa: F401 (shape.py's names)
+from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
 from .moe import Routing, moe_terms, routed_pairs
 from .op_checkpoint import op_saved_terms
 from .trainable import adapt, adapt_ends
@@ -71,6 +73,7 @@ class ActivationReport(NamedTuple):
     # the others save per_layer / per_moe_layer as without recompute; checkpointed_layers of them in the model.
     checkpointed: Dict[str, int] = {}
     checkpointed_layers: int = 0
+    full_blocks: Dict[str, int] = {}     # under full recompute: one block's whole activations, by kind (dense, moe)
 
     @property
     def per_layer_total(self) -> int:
@@ -279,7 +282,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                 sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
                 training=None, recompute_every: int = 1,
                 loss_saved: tuple = (STAT_BITS, "loss log-softmax (fp32)"),
-                compiled: bool = False, op_policy: str = "torchtitan") -> ActivationReport:
+                compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = DEFAULT_MODULES,
+                recompute_method: str = "uniform", recompute_num_layers: int = 1) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
@@ -289,7 +293,10 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     activation_checkpoint.py _apply_layer_sac); the others save everything. `loss_saved`: (bits per token and
     vocabulary column, name) of what the loss keeps for backward (step/losses.py; 0 bits: nothing T x V).
     `compiled`: the blocks run under torch.compile (step/compiled.py), for the block kinds measured; `op_policy`:
-    which ops recompute "op" saves (op_checkpoint.OP_POLICIES)."""
+    which ops recompute "op" saves (op_checkpoint.OP_POLICIES); `recompute_modules`: Megatron's selective modules
+    (megatron_recompute.py; "core_attn" alone is the selective recompute above); `recompute_method` /
+    `recompute_num_layers`: Megatron's full recompute of the first N blocks ("block") or of groups of N ("uniform"),
+    counted here over the model as one chunk (step/shape.py counts each chunk)."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -298,6 +305,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     tr = training
     first_delta = 0
     every = recompute_every if recompute == "full" else 1
+    mods = parse_modules(recompute_modules) if recompute == "selective" else ()
+    megatron_full = recompute == "full" and (recompute_method == "block" or recompute_num_layers > 1)
     checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
     pairs = routed_pairs(t.outside, a.experts_per_token, moe or Routing()) if a.experts else 0
     compile_blocks = compiled and hf and tr is None and compiled_covered(local)     # measured kinds (compiled.py)
@@ -310,15 +319,20 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                                     moe.ep if moe is not None else 1, op_policy) for k in kinds}
         if compile_blocks:
             blocks = {k: compiled_op_terms(v) for k, v in blocks.items()}
-    elif recompute == "full" and every == 1:
+    elif recompute == "full" and every == 1 and not megatron_full:
         blocks = {k: checkpoint for k in kinds}
+    elif recompute == "full" and megatron_full:                          # the chunk's groups: step/shape.py
+        blocks = full
     elif compile_blocks and recompute == "selective":                     # the s^2 terms recomputed
         blocks = {k: compiled_terms(local, t, w, attention, k, pairs, {}) for k in kinds}
     elif compile_blocks:
         blocks = full
     else:
-        mode = "selective" if recompute == "selective" else "none"        # every > 1: the blocks kept whole
+        mode = "selective" if recompute == "selective" and "core_attn" in (mods or ("core_attn",)) else "none"
         blocks = {k: _layer(local, t, w, attention, implementation, mode, k, moe, tr, tp) for k in kinds}
+        if mods and mods != ("core_attn",):                               # Megatron's other modules
+            blocks = {k: module_terms(v, local, t, w, implementation, k, mods, tp, sequence_parallel)
+                      for k, v in blocks.items()}
         if tr is not None:
             kind = "moe" if a.is_moe_layer(tr.frozen_blocks) else "dense"
             first = _layer(local, t, w, attention, implementation, mode, kind, moe, tr, tp, first=True)
@@ -353,10 +367,11 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
-    if recompute == "op":    # the re-run forward rebuilds what the policy did not save (transiently)
+    if recompute == "op" or mods and mods != ("core_attn",):   # the re-run forwards rebuild what was not saved
         working = max(sum(_bytes(full[k]).values()) - sum(_bytes(blocks[k]).values()) for k in kinds)
         working = max(working, 0)
     sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute not in CHECKPOINTED or every > 1 \
+        or megatron_full \
         else {}
     frozen = 0 if tr is None else tr.frozen_blocks
     live = layer_counts(a, min(frozen, a.layers), a.layers)      # blocks a gradient reaches
@@ -366,34 +381,16 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     if every > 1:
         kept, checkpointed = split_checkpointed(a, range(min(frozen, a.layers), a.layers), every)
         kept = kept._asdict()
+    full_sizes = {k: sum(_bytes(full[k]).values()) for k in kinds} if recompute == "full" else {}
+    if megatron_full:                              # the model as one chunk (step/shape.py: chunk by chunk)
+        kept, checkpointed, working = megatron_full_blocks(a, range(a.layers), recompute_method,
+                                                           recompute_num_layers, full_sizes)
+        kept = kept._asdict()
     return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), kept["dense"], working,
                             _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, kept["moe"],
                             _bytes(sliding), kept["sliding"], first_delta, frozen,
-                            _bytes(checkpoint) if every > 1 else {}, checkpointed)
-
-
-class KeptBlocks(NamedTuple):
-    """Blocks that save everything under one-in-N recompute, by kind."""
-    dense: int
-    moe: int
-    sliding: int
-
-
-def split_checkpointed(a: Architecture, layers, every: int, start: int = 0) -> tuple:
-    """(KeptBlocks, checkpointed count) of `layers` (indices, in the order a rank builds them) when the blocks
-    at running positions N, 2N, ... are checkpointed; `start`: blocks already counted before them on the rank
-    (torchtitan's counter runs across a rank's model chunks)."""
-    dense = moe = sliding = checkpointed = 0
-    for position, i in enumerate(layers, start + 1):
-        if position % every == 0:
-            checkpointed += 1
-            continue
-        if a.is_moe_layer(i):
-            moe += 1
-        else:
-            dense += 1
-        sliding += a.is_sliding_layer(i)
-    return KeptBlocks(dense, moe, sliding), checkpointed
+                            _bytes(checkpoint) if every > 1 or megatron_full else {}, checkpointed,
+                            full_sizes)
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

@@ -35,6 +35,13 @@ NOTES = {
     "position ids": "int64", "loss log-softmax (fp32)": "the fp32 log-probabilities over the vocabulary (Megatron: "
     "the softmax, computed in place in the logits' one fp32 upcast)",
     "block input (checkpoint)": "full recompute keeps each block's input only",
+    "input norm input (checkpoint)": "Megatron's layernorm recompute: the norm's input only, its output discarded",
+    "pre-MLP norm input (checkpoint)": "Megatron's layernorm (or fused-norm mlp) recompute: the norm's input only",
+    "moe input (checkpoint)": "Megatron's moe recompute: the MoE layer's input only",
+    "kv down-projection output (k_pos_emb view)": "Megatron's mla_up_proj recompute keeps k_pos_emb, a view of it",
+    "kv down-projection output (checkpoint)": "Megatron's mla_up_proj: the fused-norm up-projection's input",
+    "q down-projection output (checkpoint)": "Megatron's mla_up_proj: the fused-norm up-projection's input",
+    "k_pos_emb (gathered, checkpoint)": "Megatron's mla_up_proj under sequence parallelism: the gathered rotary key",
     "rotary cos/sin": "cos and sin tables, batch 1", "output projection input": "the head's input",
 }
 
@@ -221,7 +228,8 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
                         recompute: str = "none", implementation: str = "huggingface", tp: int = 1, cp: int = 1,
                         sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
                         training=None, recompute_every: int = 1, loss_saved: tuple = (32, "loss log-softmax (fp32)"),
-                        compiled: bool = False, op_policy: str = "torchtitan") -> dict:
+                        compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = "core_attn",
+                        recompute_method: str = "uniform", recompute_num_layers: int = 1) -> dict:
     """The arguments of activations.activations(); returns {group: {term: row}}, the groups of the report's
     `activation_terms`, each row {"formula", "values", "bits", "bytes", "note"}: the formula in symbols, the same
     with the numbers, its bits, the bytes the report counts (bits / 8 rounded up), and what the term is."""
@@ -236,7 +244,7 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
         implementation, sym("tp", tp) if tp > 1 else 1, sym("cp", cp) if cp > 1 else 1, sequence_parallel,
         vocab, routing, training, recompute_every,
         (sym("w", bits) if loss_saved[0] == bits and bits != 32 else loss_saved[0], loss_saved[1]), compiled,
-        op_policy)
+        op_policy, recompute_modules, recompute_method, recompute_num_layers)
     groups = {"per_layer": report.per_layer, "per_moe_layer": report.per_moe_layer,
               "per_sliding_layer": report.per_sliding_layer, "checkpointed_block": report.checkpointed,
               "embedding_end": report.embed, "every_stage": report.stage, "output_end": report.head}

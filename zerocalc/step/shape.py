@@ -12,7 +12,8 @@ from ..layout import in_flight_chunks
 from ..model.placement import Blocks
 from ..states.groups import ParamGroup
 from ..tables import DTYPE_BITS
-from .activations import ActivationReport, activations, split_checkpointed
+from .activations import ActivationReport, activations
+from .block_checkpoint import checkpointed_counts
 from .buffers import FsdpUnits, fsdp_units
 from .losses import loss_row
 from .offload import offloaded_inputs
@@ -48,7 +49,8 @@ def activation_args(scenario, workload) -> tuple:
     saved = (bits if row.saved == "w" else row.saved, row.saved_name)
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
-            workload.routing, training, workload.recompute_every, saved, workload.compile, workload.op_policy)
+            workload.routing, training, workload.recompute_every, saved, workload.compile, workload.op_policy,
+            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:
@@ -60,8 +62,10 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     act = activations(*args)
     frozen = act.frozen_blocks
     counts = [_live_blocks(a, span, frozen) for span in rank.spans] if frozen else list(rank.chunks)
-    if act.checkpointed:                       # one block in N checkpointed: which ones, chunk by chunk
-        counts = _checkpointed_counts(a, rank.spans, frozen, workload.recompute_every)
+    if act.checkpointed:                       # some blocks checkpointed: which ones, chunk by chunk
+        counts, rebuilt = checkpointed_counts(a, rank.spans, frozen, workload, act.full_blocks)
+        if workload.recompute_method == "block" or workload.recompute_num_layers > 1:
+            act = act._replace(recompute_working=rebuilt)     # Megatron's largest group on this rank
     holds_first = any(frozen in span for span in rank.spans) and act.frozen_blocks < a.layers
     act = act._replace(layers=sum(c.dense for c in counts), moe_layers=sum(c.moe for c in counts),
                        sliding_layers=sum(c.sliding for c in counts), embed=act.embed if rank.first else {},
@@ -109,26 +113,6 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
                             expert if name.startswith("experts") else dense, members[name])
                  for name, n in rank.group_params().items())
-
-
-class CheckpointedBlocks(NamedTuple):
-    """A chunk's blocks under one-in-N recompute: kept whole by kind, and checkpointed."""
-    dense: int
-    moe: int
-    sliding: int
-    checkpointed: int
-
-
-def _checkpointed_counts(a, spans, frozen: int, every: int) -> list:
-    """Per chunk: (kept dense, kept MoE, kept local-attention, checkpointed) blocks among those a gradient
-    reaches, the rank's running count deciding which are checkpointed (torchtitan counts across its chunks)."""
-    counts, seen = [], 0
-    for span in spans:
-        live = [i for i in span if i >= frozen]
-        kept, checkpointed = split_checkpointed(a, live, every, seen)
-        counts.append(CheckpointedBlocks(kept.dense, kept.moe, kept.sliding, checkpointed))
-        seen += len(live)
-    return counts
 
 
 def _live_blocks(a, span: range, frozen: int) -> Blocks:

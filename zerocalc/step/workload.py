@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Optional
 
 from ..gpus import DEFAULT_GPU, GPU_CATALOG
-from ..layout import Layout, check_against, padded_vocab
+from ..layout import Layout, check_against, chunk_layers, padded_vocab, stage_sizes
 from ..model.architecture import Architecture
 from ..model.finetune import FULL, FineTune
 from ..scenario import FieldError, require_choice, require_int
@@ -23,6 +23,7 @@ from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
 from .float8 import FLOAT8_RECIPES
+from .megatron_recompute import DEFAULT_MODULES, FULL_METHODS, check_modules, modules_text, uniform_misfit
 from .op_checkpoint import op_rule
 from .losses import LOSS_CHOICES
 from .moe import Routing
@@ -43,6 +44,7 @@ WORKLOAD_LIMITS = {
     "moe_imbalance_percent": (100, 10_000),
     "moe_capacity_percent": (0, 10_000),
     "recompute_every": (1, 10_000),
+    "recompute_num_layers": (1, 10_000),
     "loss_chunks": (1, 4096),
     "measured_extra_bytes": (0, 2**50),
     "host_memory_bytes": (0, 2**50),
@@ -64,6 +66,12 @@ class Workload:
     op_policy: str = "torchtitan"
     # With full recompute, checkpoint one block in N (torchtitan's selective_ac_option = "N"); 1: every block.
     recompute_every: int = 1
+    # With recompute selective: Megatron's --recompute-modules, a comma list (step/megatron_recompute.py); its
+    # default core_attn alone is the attention-score recompute. With full: Megatron's --recompute-method (uniform:
+    # groups of N blocks per checkpoint; block: the first N blocks of each chunk) and --recompute-num-layers N.
+    recompute_modules: str = "core_attn"
+    recompute_method: str = "uniform"
+    recompute_num_layers: int = 1
     implementation: str = "huggingface"
     # Megatron's --cross-entropy-loss-fusion (its "native" impl; off by default, as Megatron): step/peak.py _logits.
     loss_fusion: bool = False
@@ -172,7 +180,8 @@ class Workload:
         if self.optimizer_in_backward and isinstance(self.layout, Layout) and self.layout.micro_batches > 1:
             raise FieldError("optimizer_in_backward", True, "false with more than one micro-batch per step "
                              "(torchtune: 'Gradient accumulation is not supported with optimizer in bwd.')")
-        if self.activation_offload and (self.recompute != "full" or self.recompute_every > 1):
+        if self.activation_offload and (self.recompute != "full" or self.recompute_every > 1
+                                        or self.recompute_method != "uniform" or self.recompute_num_layers > 1):
             # torchtune's recipes refuse it without activation checkpointing of every layer
             raise FieldError("activation_offload", True, "false unless recompute is full on every block "
                              "(torchtune: enable_activation_offloading needs enable_activation_checkpointing)")
@@ -185,6 +194,39 @@ class Workload:
         if not isinstance(self.finetune, FineTune):
             raise FieldError("finetune", type(self.finetune).__name__, "a FineTune")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
+        self._check_megatron_recompute()
+
+    def _check_megatron_recompute(self):
+        """Megatron's recompute modules and full-recompute method (step/megatron_recompute.py), as it accepts them;
+        the modules are stored in its canonical order."""
+        try:
+            object.__setattr__(self, "recompute_modules", modules_text(self.recompute_modules))
+        except ValueError as exc:
+            raise FieldError("recompute_modules", self.recompute_modules, str(exc)) from None
+        require_choice("recompute_method", self.recompute_method, FULL_METHODS)
+        full_training = not isinstance(self.finetune, FineTune) or self.finetune.mode == "full"
+        if self.recompute_modules != DEFAULT_MODULES:
+            refused = check_modules(self.recompute_modules, self.arch)
+            if self.recompute != "selective" or refused or self.compile or not full_training:
+                raise FieldError("recompute_modules", self.recompute_modules, refused or "core_attn unless recompute "
+                                 "is selective, for full training, without compile (Megatron's modules)")
+        if self.recompute_method == "uniform" and self.recompute_num_layers == 1:
+            return
+        if self.recompute != "full" or self.recompute_every > 1 or not full_training:
+            raise FieldError("recompute_method" if self.recompute_method != "uniform" else "recompute_num_layers",
+                             self.recompute_method if self.recompute_method != "uniform" else
+                             self.recompute_num_layers, "uniform with 1 layer unless recompute is full on every "
+                             "block (recompute_every 1), for full training (Megatron's --recompute-method)")
+        if self.recompute_method == "uniform" and isinstance(self.layout, Layout):
+            layout = self.layout
+            sizes = stage_sizes(layout, self.arch.layers) if layout.stage_layers is not None or \
+                layout.stage_split != "even" else [c for r in chunk_layers(self.arch.layers, layout.pp, layout.vpp)
+                                                   for c in r]
+            misfit = uniform_misfit(sizes, self.recompute_num_layers)
+            if misfit:
+                raise FieldError("recompute_num_layers", self.recompute_num_layers, "a divisor of every model chunk's "
+                                 f"layers (not of {misfit}): Megatron's uniform method runs groups of N layers and "
+                                 "indexes past a chunk otherwise")
 
     @cached_property      # read by every rank's step and cost: worked out once per workload
     def routing(self) -> Routing:
