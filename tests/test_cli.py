@@ -199,3 +199,18 @@ def test_recipe_flags_reach_the_workload_and_the_recipe_line():
                              "linears (tensorwise, float8 all-gather), torchtune's chunked cross entropy (4 chunks)")
     done = cli("--model", "llama-3-8b", "--recompute", "op", "--activation-offload")
     assert done.returncode == 2 and "activation_offload" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_megatron_recompute_flags_reach_the_workload_and_the_recipe_line():
+    out = cli_json("--model", "deepseek-v2-lite", "--workers", "8", "--recompute", "selective",
+                   "--recompute-modules", "moe,layernorm")
+    assert out["workload"]["recompute_modules"] == "layernorm,moe"          # Megatron's order
+    assert out["recipe"] == "selective recompute of Megatron's modules layernorm, moe"
+    out = cli_json("--model", "llama-3-8b", "--workers", "4", "--pp", "2", "--micro-batches", "4", "--recompute",
+                   "full", "--recompute-method", "block", "--recompute-num-layers", "3")
+    assert (out["workload"]["recompute_method"], out["workload"]["recompute_num_layers"]) == ("block", 3)
+    assert out["recipe"] == "full recompute, Megatron's block method: the first 3 blocks of each chunk"
+    done = cli("--model", "llama-3-8b", "--recompute", "full", "--recompute-num-layers", "5")
+    assert done.returncode == 2 and "recompute_num_layers" in done.stderr and "not of 32" in done.stderr
+    done = cli("--model", "llama-3-8b", "--recompute", "selective", "--recompute-modules", "mla_up_proj")
+    assert done.returncode == 2 and "latent attention" in done.stderr and "Traceback" not in done.stderr

@@ -139,3 +139,25 @@ def test_more_modules_never_keep_more(mods, arch, impl):
         more = activations(arch, 1, 2048, 16, implementation=impl, recompute="selective",
                            recompute_modules=text + "," + extra)
         assert more.total <= act.total
+
+
+def test_fixes_offer_modules_and_the_fewest_blocks_with_their_compute_share():
+    from dataclasses import replace
+    from zerocalc.answers.fixes import apply, fixes
+    s = scenario_for(DSV2)
+    w = Workload(DSV2, seq_len=8192)
+    found = {f.kind: f for f in fixes(s, w, 3)}
+    mods, block = found["recompute_modules"], found["recompute_block"]
+    # the cheapest modules first (recompute_fixes.MODULE_COST_ORDER), as few as fit
+    order = ("moe_act", "layernorm", "mla_up_proj", "shared_experts", "mlp", "moe")
+    k = len(mods.workload["recompute_modules"].split(","))
+    assert set(mods.workload["recompute_modules"].split(",")) == set(order[:k])
+    short = replace(w, recompute="selective", recompute_modules=",".join(order[:k - 1]))
+    assert k == 1 or not layout_report(s, short).peaks[3].fits
+    assert "more compute here" in mods.cost_note and "more compute here" in block.cost_note
+    for fix in (mods, block):
+        s2, w2 = apply(fix, s, w)
+        assert layout_report(s2, w2).peaks[3].peak_bytes == fix.peak_bytes <= w2.capacity_bytes
+    n = block.workload["recompute_num_layers"]
+    fewer = replace(w, recompute="full", recompute_method="block", recompute_num_layers=n - 1)
+    assert not layout_report(s, fewer).peaks[3].fits                     # the fewest blocks that fit

@@ -34,9 +34,11 @@ from ..layout import LAYOUT_LIMITS
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
 from ..step.activations import recompute_name
+from ..step.workload import recompute_resets
 from ..step.losses import LOSS_NAMES
 from ..step.peak import peak_on_gpu
 from ..units import format_bytes, percent_text
+from .recompute_fixes import change_text, compute_share, fewest_block_layers, module_changes
 from .solve import max_micro_batch, min_workers
 
 # kind -> cost rank (lower is cheaper) and what the change costs besides memory
@@ -51,6 +53,8 @@ COSTS = {
     "recompute_op": (4, "op-level checkpointing re-runs every second matmul and the cheap ops in backward: about "
                         "a sixth more compute"),
     "recompute_full": (5, "full recompute runs the forward again in backward: about a third more compute"),
+    "recompute_modules": (3, "Megatron's recompute modules re-run their part of the forward in backward"),
+    "recompute_block": (4, "Megatron's block method re-runs the forward of the first N blocks of each chunk"),
     "recompute_micro_batch": (6, "recompute and smaller micro-batches"),
     "layout": (7, "tensor / pipeline / context parallel traffic and the pipeline bubble"),
     "offload": (8, "optimizer state (and parameters) over PCIe every step"),
@@ -92,13 +96,8 @@ class Fix(NamedTuple):
 def apply(fix: Fix, scenario, workload):
     """(scenario, workload) with the fix's changes (the stage is fix.stage)."""
     s = replace(scenario, **fix.scenario) if fix.scenario else scenario
-    changes = dict(fix.workload)
-    if changes.get("recompute", workload.recompute) != "full" and workload.recompute_every > 1:
-        changes["recompute_every"] = 1          # one block in N is a form of full recompute
-    if changes.get("recompute", workload.recompute) != "full" and workload.activation_offload:
-        changes["activation_offload"] = False   # offloading needs every block fully checkpointed
-    if changes.get("recompute", workload.recompute) != "op" and workload.op_policy != "torchtitan":
-        changes["op_policy"] = "torchtitan"     # a policy is a form of op recompute
+    # one block in N, offload and Megatron's method are forms of full recompute, a policy of op, modules of selective
+    changes = {**recompute_resets(workload, fix.workload.get("recompute", workload.recompute)), **fix.workload}
     w = replace(workload, **changes) if changes else workload
     if fix.layout:
         w = replace(w, layout=replace(w.layout, **fix.layout))
@@ -180,18 +179,17 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             yield ("stage_3" if s == 3 else "stage"), s, {}, {}, {}, report.peaks[s].peak_bytes
             break
     levels = RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(workload.recompute) + 1:]
-    if workload.recompute_every > 1:
-        levels = ("full",)                                           # one block in N -> every block
+    block = workload.recompute == "full" and workload.recompute_method == "block"
+    if workload.recompute_every > 1 or block:
+        levels = ("full",)                                           # one block in N, or the first N -> every block
     for level in levels:                                             # recompute, alone and with a micro-batch
         if level == "selective" and workload.attention != "eager":
             continue                                                 # flash never holds the scores
         if level == "op" and workload.finetune.mode != "full":
             continue                                                 # modelled for full training only
-        change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {})}
-        if workload.activation_offload:
-            change["activation_offload"] = False     # offloading needs every block fully checkpointed
-        if workload.op_policy != "torchtitan":
-            change["op_policy"] = "torchtitan"       # a policy is a form of op recompute
+        change = {"recompute": level, **({"recompute_every": 1} if workload.recompute_every > 1 else {}),
+                  **({"recompute_method": "uniform", "recompute_num_layers": 1} if block else {}),
+                  **recompute_resets(workload, level)}       # an own policy, offload, modules: other levels'
         w = replace(workload, **change)
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
@@ -203,6 +201,14 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             wc, lc, peak = found
             yield "recompute_micro_batch", stage, {}, {**change, **wc}, lc, peak
             break
+    for change in module_changes(workload):                          # Megatron's modules, cheapest first
+        peak = _peak(scenario, replace(workload, **change), stage)
+        if peak is not None and peak <= capacity:
+            yield "recompute_modules", stage, {}, change, {}, peak
+            break
+    block = fewest_block_layers(scenario, workload, stage, _peak)      # Megatron's block method, fewest N
+    if block:
+        yield "recompute_block", stage, {}, block[0], {}, block[1]
     for kind, change in _recipe_changes(workload):                  # recipes, one at a time
         peak = _peak(scenario, replace(workload, **change), stage)
         if peak is not None and peak <= capacity:
@@ -298,6 +304,8 @@ def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
         cost, note = COSTS[kind]
         fix = Fix(kind, at, s_changes, w_changes, l_changes, peak, 0, (), cost, note)
         s, w = apply(fix, scenario, workload)
+        if kind in ("recompute_modules", "recompute_block"):        # its price in FLOPs, from the plan itself
+            fix = fix._replace(cost_note=f"{note}: about {compute_share(s, w):.0%} more compute here")
         after = held_settings(s, w, at)
         held = tuple(n for n in before if before[n] == after[n])
         out.append(fix._replace(capacity_bytes=w.capacity_bytes, held=held))
@@ -310,9 +318,12 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
     w, lay, s = fix.workload, fix.layout, fix.scenario
     if fix.kind in ("stage", "stage_3"):
         return f"{STAGE_NAMES[fix.stage]} instead of {STAGE_NAMES[stage_from]}"
-    every = " of every block" if w.get("recompute_every") == 1 else ""     # from one block in N
+    every = " of every block" if w.get("recompute_every") == 1 or w.get("recompute_method") == "uniform" \
+        else ""                                                   # from one block in N, or the first N
     if fix.kind in ("recompute_selective", "recompute_op", "recompute_full"):
         return f"{recompute_name(w['recompute'])}{every}"
+    if fix.kind in ("recompute_modules", "recompute_block"):
+        return change_text(fix.kind, {**dict(recompute_num_layers=workload.recompute_num_layers), **w})
     if fix.kind in ("micro_batch", "recompute_micro_batch"):
         text = (f"{recompute_name(w['recompute'])}{every} with " if fix.kind == "recompute_micro_batch" else "") + \
             f"micro-batch {w['micro_batch']:,}"

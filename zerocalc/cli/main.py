@@ -24,13 +24,11 @@ from ..output.text import render_text
 from ..parallel.ranks import report_for
 from ..scenario import FieldError, Scenario
 from ..states.deepspeed_estimator import deepspeed_view
-from ..step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
-from ..step.float8 import FLOAT8_RECIPES
-from ..step.op_checkpoint import USER_POLICY_OPS
+from ..step.activations import ATTENTION, IMPLEMENTATIONS
 from ..answers.sweep import AXES
 from .advice import advice_dict, advice_text
+from .recipe_flags import add_recipe_flags
 from .sweep import sweep_for, sweep_text
-from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
@@ -181,15 +179,6 @@ def _model_flags(p):
     m.add_argument("--micro-batch", type=_count)
     m.add_argument("--seq-len", type=_count, help="sequence length (default 2048)")
     m.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")
-    m.add_argument("--recompute", choices=RECOMPUTE, help="activation recomputation (default none): selective "
-                   "(eager attention scores), op (torchtitan's op-level policy), full")
-    m.add_argument("--op-policy", metavar="POLICY", help="with --recompute op: which ops the policy saves: "
-                   "torchtitan (every second matmul and the attention; default), matmuls (every matmul and the "
-                   "attention), attention (the attention only), or your own: save: and a comma list of "
-                   + ", ".join(USER_POLICY_OPS) + " (save:mm,attention)")
-    m.add_argument("--recompute-every", type=int, metavar="N",
-                   help="with --recompute full: checkpoint one block in N, the others keep every activation "
-                        "(torchtitan's selective_ac_option = \"N\"; default 1: every block)")
     m.add_argument("--activation-dtype", choices=list(DTYPE_BITS), help="default: the compute dtype")
     m.add_argument("--dropout", type=_probability, help="every dropout probability (default: the model's)")
     m.add_argument("--implementation", choices=IMPLEMENTATIONS, help="which kernels save activations "
@@ -197,23 +186,7 @@ def _model_flags(p):
     m.add_argument("--cross-entropy-loss-fusion", dest="loss_fusion", action="store_const", const=True,
                    help="with --implementation megatron: Megatron's fused (native) cross entropy, whose backward "
                         "holds an fp32 copy of the softmax and a bf16 gradient (default: unfused, as Megatron)")
-    m.add_argument("--loss", choices=LOSS_CHOICES, help="the loss implementation: auto (the implementation's "
-                   "own), chunked (torchtune), liger (fused linear cross entropy), cut (cut-cross-entropy), "
-                   "torchtitan-chunked (ChunkedLossWrapper), compiled (torch.compile'd loss), compiled-fp32 (over "
-                   "torchtune's fp32 logits)")
-    m.add_argument("--loss-chunks", type=int, metavar="N", help="chunks of the chunked losses (default 8)")
-    m.add_argument("--compile", nargs="?", const="yes", choices=("yes", "no"),
-                   help="torch.compile each block: Inductor's partitioner saves fewer tensors (default no)")
-    m.add_argument("--activation-offload", nargs="?", const="yes", choices=("yes", "no"),
-                   help="with --recompute full: each block's checkpoint input in pinned host memory, two on the "
-                        "GPU (torchtune enable_activation_offloading; default no)")
-    m.add_argument("--optimizer-in-backward", nargs="?", const="yes", choices=("yes", "no"),
-                   help="the optimizer steps each parameter in backward, so no gradient set lives (torchtune "
-                        "optimizer_in_bwd; one micro-batch per step; default no)")
-    m.add_argument("--float8", choices=FLOAT8_RECIPES, help="torchao float8 linears (default none): their casts' "
-                   "transients; the saved activations do not change")
-    m.add_argument("--float8-all-gather", nargs="?", const="yes", choices=("yes", "no"),
-                   help="with --float8 tensorwise under FSDP: the blocks' linear weights gathered in float8")
+    add_recipe_flags(m)
     m.add_argument("--sweep", choices=tuple(AXES), help="every stage's peak along this input, the others held, "
                    "and where the --check-stage stage stops fitting")
     m.add_argument("--check-stage", type=int, choices=range(4), metavar="{0,1,2,3}",

@@ -24,6 +24,7 @@ from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
 from ..step.buffers import describe as comm_buffers
 from ..step.losses import LOSS_NAMES
+from ..step.megatron_recompute import megatron_recompute_words
 from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
 from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
@@ -37,9 +38,11 @@ def _policy_words(policy: str) -> str:
 
 def recipe_text(workload) -> str:
     """The step's recipe in words: checkpointing, compile and the loss (the page's header line and the CLI)."""
-    parts = [recompute_name(workload.recompute) + (f", one block in {workload.recompute_every}"
+    name = "selective recompute" if workload.recompute_modules != "core_attn" else recompute_name(workload.recompute)
+    parts = [name + (f", one block in {workload.recompute_every}"
                                                   if workload.recompute_every > 1 else "")
-             + (f" ({_policy_words(workload.op_policy)})" if workload.op_policy != "torchtitan" else "")]
+             + (f" ({_policy_words(workload.op_policy)})" if workload.op_policy != "torchtitan" else "")
+             + megatron_recompute_words(workload)]
     if workload.compile:
         parts.append("torch.compile'd blocks")
     if workload.activation_offload:

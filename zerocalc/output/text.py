@@ -20,6 +20,10 @@ def recompute_text(workload) -> str:
     """"full", or "full, one block in 2" under torchtitan-style layer recompute."""
     if workload.recompute == "full" and workload.recompute_every > 1:
         return f"full, one block in {workload.recompute_every}"
+    if workload.recompute_modules != "core_attn":               # Megatron's --recompute-modules
+        return f"selective ({workload.recompute_modules})"
+    if workload.recompute_method != "uniform" or workload.recompute_num_layers > 1:
+        return f"full, {workload.recompute_method} {workload.recompute_num_layers}"   # Megatron's method and N
     return workload.recompute
 
 

@@ -27,6 +27,7 @@ from typing import List, NamedTuple, Tuple
 
 from ..layout import LAYOUT_LIMITS, Layout, split_sizes
 from ..scenario import FieldError
+from ..step.megatron_recompute import DEFAULT_MODULES
 from .costs import bubble_fraction, time_overhead
 from .ranks import fitting_stages, layout_report
 
@@ -129,7 +130,8 @@ def recompute_variant(workload, recompute: str) -> dict:
     if recompute == workload.recompute:
         return {}
     return {"recompute": recompute, "recompute_every": 1, "activation_offload": False,
-            "op_policy": workload.op_policy if recompute == "op" else "torchtitan"}
+            "op_policy": workload.op_policy if recompute == "op" else "torchtitan",
+            "recompute_modules": DEFAULT_MODULES, "recompute_method": "uniform", "recompute_num_layers": 1}
 
 
 def split_for(workload, pp: int, vpp: int):
@@ -201,7 +203,10 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
         if micro_batches > 1 and workload.optimizer_in_backward:
             continue                     # the step in backward refuses accumulation (optimizer_in_backward.py)
         layout = _layout_for(workload, tp, pp, cp, ep, sp, micro_batches)
-        base_w = replace(workload, layout=layout)
+        try:
+            base_w = replace(workload, layout=layout)
+        except FieldError:           # the view's recompute cannot run there (Megatron's uniform N and its chunks)
+            continue
         workloads = {workload.recompute: base_w}
 
         def variant(recompute, offload):

@@ -155,6 +155,16 @@ def _mla_up_proj(out: Dict[str, int], a, t, w: int, megatron: bool, tp: int, seq
         out["k_pos_emb (gathered, checkpoint)"] = w * t.inside * a.qk_rope_dim
 
 
+def megatron_recompute_words(workload) -> str:
+    """Megatron's modules or full-recompute method in words, when not its defaults (the recipe line)."""
+    if workload.recompute_modules != DEFAULT_MODULES:
+        return f" of Megatron's modules {workload.recompute_modules.replace(',', ', ')}"
+    n = workload.recompute_num_layers
+    if workload.recompute_method == "block":
+        return f", Megatron's block method: the first {n} block{'s' if n > 1 else ''} of each chunk"
+    return f", Megatron's uniform method: {n} blocks per checkpoint" if n > 1 else ""
+
+
 def recomputed_elements(a, kind: str, text: str) -> int:
     """Weight elements per token (on the rank's split `a`) of the matmuls the modules re-run in backward: 2 FLOPs
     each. Norms, activations and RoPE are elementwise (left out); core attention is priced apart."""

@@ -265,3 +265,22 @@ class Workload:
 
     def overlap(self, stage: int) -> bool:
         return stage == 3 if self.overlap_comm == "auto" else self.overlap_comm == "on"
+
+
+def recompute_resets(workload, recompute: str) -> dict:
+    """The Workload fields that belong to a recompute level other than `recompute`, reset to their defaults: one
+    block in N, activation offload and Megatron's method belong to full recompute, an own policy to op, Megatron's
+    modules to selective (a fix or a searched layout that recomputes otherwise drops them)."""
+    out = {}
+    if recompute != "full":
+        if workload.recompute_every > 1:
+            out["recompute_every"] = 1
+        if workload.activation_offload:
+            out["activation_offload"] = False
+        if workload.recompute_method != "uniform" or workload.recompute_num_layers > 1:
+            out.update(recompute_method="uniform", recompute_num_layers=1)
+    if recompute != "op" and workload.op_policy != "torchtitan":
+        out["op_policy"] = "torchtitan"
+    if recompute != "selective" and workload.recompute_modules != DEFAULT_MODULES:
+        out["recompute_modules"] = DEFAULT_MODULES
+    return out
