@@ -93,6 +93,11 @@ VARIANTS = [
     {"model": "llama-3-8b", "finetune": "qlora", "recompute": "full"},
     {"model": "llama-3-8b", "finetune": "freeze", "train_last_layers": "4"},
     {"model": "llama-3-8b", "activation_dtype": "fp32", "micro_batch": "3", "seq_len": "1000"},
+    # Megatron's recompute modules and methods (zerocalc/step/megatron_recompute.py)
+    {"model": "deepseek-v2-lite", "recompute": "selective", "recompute_modules": "layernorm,mla_up_proj,moe"},
+    {"model": "deepseek-v3", "workers": "8", "tp": "2", "sequence_parallel": "true", "implementation": "megatron",
+     "recompute": "selective", "recompute_modules": "mla_up_proj,mlp,moe_act,shared_experts"},
+    {"model": "llama-3-8b", "recompute": "full", "recompute_method": "block", "recompute_num_layers": "5"},
 ]
 
 

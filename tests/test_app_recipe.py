@@ -62,3 +62,26 @@ def test_a_policy_of_your_own_reaches_the_link_and_the_core():
     assert report["workload"]["op_policy"] == "save:mm,attention"
     assert "your policy: saves mm, attention" in report["recipe"]
     assert_overview_matches_core(at, report)
+
+
+def test_megatrons_modules_and_method_reach_the_link_and_the_core():
+    # Megatron's --recompute-modules under selective recompute, its --recompute-method under full
+    at = run_app({"model": "deepseek-v2-lite", "recompute": "selective"}, sections=["sec_recipe"])
+    assert "recompute_method" not in [w.key for w in at.selectbox]
+    at.multiselect(key="recompute_modules").set_value(["core_attn", "moe", "layernorm"]).run()
+    query = dict(at.query_params)
+    assert query["recompute_modules"] == "core_attn,moe,layernorm"
+    report = core_report(query)
+    assert report["workload"]["recompute_modules"] == "core_attn,layernorm,moe"
+    assert report["recipe"] == "selective recompute of Megatron's modules core_attn, layernorm, moe"
+    assert f"recipe: {report['recipe']}" in header_text(at)
+    at = run_app({"model": "llama-3-8b", "recompute": "full"}, sections=["sec_recipe"])
+    assert "recompute_modules" not in [w.key for w in at.multiselect]
+    at.selectbox(key="recompute_method").set_value("block").run()
+    at.number_input(key="recompute_num_layers").set_value(8).run()
+    assert "activation_offload" not in switches(at)          # torchtune offloads every block's input only
+    query = dict(at.query_params)
+    assert (query["recompute_method"], query["recompute_num_layers"]) == ("block", "8")
+    report = core_report(query)
+    assert report["recipe"] == "full recompute, Megatron's block method: the first 8 blocks of each chunk"
+    assert_overview_matches_core(at, report)

@@ -37,7 +37,8 @@ TERM_MEANING = {
     "model states": "parameters + gradients + optimizer state on the GPU (the three above, in the peak)",
     "activations": "tensors saved for backward, every in-flight micro-batch",
     "logits and loss": "the logits and their fp32 upcast / gradient for the loss",
-    "recompute (one block)": "one block rebuilt during backward under full recompute",
+    "recompute (one block)": "what backward rebuilds at once: one block under full recompute (Megatron's uniform "
+                             "method: its group of N), one block's recomputed part under op or Megatron's modules",
     "gathered parameters": "ZeRO-3 / FSDP: parameters gathered for the running unit, prefetch included",
     "persistent parameters": "ZeRO-3: small parameters kept whole on every worker",
     "gradient buckets": "gradients being reduced: DeepSpeed's buckets (twice with overlap_comm) or FSDP's unit",

@@ -58,6 +58,8 @@ LABELS = {
     "head_weight": "Head counted as layers (-1: the rule's)",
     "micro_batches": "Micro-batches per step (gradient accumulation)",
     "recompute_every": "Full recompute of one block in N",
+    "recompute_modules": "Megatron's recompute modules", "recompute_method": "Megatron's recompute method",
+    "recompute_num_layers": "Megatron's recompute layers (N)",
     "finetune": "What trains", "lora_rank": "Adapter rank (r)", "lora_targets": "Adapted modules",
     "lora_dropout": "Adapter dropout", "adapter_dtype": "Adapter dtype", "modules_to_save": "Also trained in full",
     "train_last_layers": "Train the last k blocks", "train_modules": "Also train", "base_dtype": "Frozen base dtype",
@@ -89,6 +91,16 @@ HELP = {
                  "forward again in backward (about a third more compute); one block in N only: Step details.",
     "recompute_every": "With full recompute: checkpoint the N-th, 2N-th... block of each rank and keep every "
                        "activation of the others (torchtitan's selective_ac_option = \"N\"). 1: every block.",
+    "recompute_modules": "With selective recompute: Megatron's --recompute-modules. core_attn (its default) is the "
+                         "attention-score recompute; layernorm and moe_act free the norms' and the experts' "
+                         "activation outputs (rebuilt in backward); mlp, moe, shared_experts and mla_up_proj "
+                         "keep only their inputs and re-run their matmuls. Measured on the CPU with Megatron's "
+                         "own checkpoint functions.",
+    "recompute_method": "With full recompute: Megatron's --recompute-method. uniform: groups of N blocks per "
+                        "checkpoint (one input kept per group, N blocks rebuilt at once); block: the first N blocks "
+                        "of each pipeline chunk checkpointed, the others keep everything.",
+    "recompute_num_layers": "Megatron's --recompute-num-layers N (1 with uniform: every block, zerocalc's full "
+                            "recompute). uniform needs N to divide every chunk's layers.",
     "attention": "flash / SDPA kernels save no s x s score matrix; eager attention does.",
     "activation_dtype": "auto: the compute dtype (communication dtype, else the parameters').",
     "implementation": "What the kernels save for backward: Hugging Face modules (validated within 10%) or "

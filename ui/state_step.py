@@ -9,6 +9,7 @@ from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.losses import LOSS_CHOICES
+from zerocalc.step.megatron_recompute import DEFAULT_MODULES, FULL_METHODS, RECOMPUTE_MODULES
 from zerocalc.step.op_checkpoint import OP_POLICIES, USER_POLICY_OPS, USER_POLICY_PREFIX
 from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
 from zerocalc.tables import DTYPE_BITS
@@ -34,6 +35,10 @@ def step_fields(field) -> tuple:
             field("float8_all_gather", "bool", False),
             field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES) + (OWN_POLICY,)),
             field("op_saves", "multi", ("mm/2", "attention"), USER_POLICY_OPS),
+            # Megatron's recompute (zerocalc/step/megatron_recompute.py): its selective modules, its full method
+            field("recompute_modules", "multi", (DEFAULT_MODULES,), tuple(RECOMPUTE_MODULES)),
+            field("recompute_method", "choice", "uniform", FULL_METHODS),
+            field("recompute_num_layers", "int", 1, (), *WORKLOAD_LIMITS["recompute_num_layers"]),
             # Calibrate's Set: live tensors a measurement showed beyond the estimate (issue 22)
             field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]),
             field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]))
@@ -50,11 +55,12 @@ def step_workload(state: dict) -> dict:
             "loss": state["loss"] if state["implementation"] == "huggingface" else "auto",
             "loss_chunks": state["loss_chunks"], "compile": bool(state["compile"]),
             "activation_offload": bool(state["activation_offload"]) and state["recompute"] == "full"
-            and state["recompute_every"] == 1,
+            and state["recompute_every"] == 1 and not megatron_full(state),
             "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,
             "float8": state["float8"],
             "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise",
-            "op_policy": op_policy(state), "measured_extra_bytes": state["measured_extra_bytes"],
+            "op_policy": op_policy(state), **megatron_recompute(state),
+            "measured_extra_bytes": state["measured_extra_bytes"],
             "host_memory_bytes": state["host_memory_bytes"]}
 
 
@@ -66,3 +72,16 @@ def op_policy(state: dict) -> str:
         return USER_POLICY_PREFIX + ",".join(state["op_saves"])
     return state["op_policy"]
 
+
+def megatron_full(state: dict) -> bool:
+    return state["recompute_method"] != "uniform" or state["recompute_num_layers"] != 1
+
+
+def megatron_recompute(state: dict) -> dict:
+    """Megatron's modules under selective recompute, its method under full recompute of every block (the other
+    levels keep the defaults, as op keeps torchtitan's policy)."""
+    full = state["recompute"] == "full" and state["recompute_every"] == 1
+    return {"recompute_modules": ",".join(state["recompute_modules"]) if state["recompute"] == "selective"
+            else DEFAULT_MODULES,
+            "recompute_method": state["recompute_method"] if full else "uniform",
+            "recompute_num_layers": state["recompute_num_layers"] if full else 1}

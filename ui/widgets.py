@@ -307,13 +307,20 @@ def _fields(names):
 
 
 def _recipe(box) -> None:
-    box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level).")
+    box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level; "
+                "selective and full: Megatron's modules and method here).")
     if current("recompute") == "op":
         widget("op_policy", box)
         if current("op_policy") == "own":
             widget("op_saves", box)              # torch's policy function: MUST_SAVE for the ticked ops
-    widget("compile", box)
+    if current("recompute") == "selective":
+        widget("recompute_modules", box)         # Megatron's --recompute-modules
     if current("recompute") == "full" and current("recompute_every") == 1:
+        widget("recompute_method", box)          # Megatron's --recompute-method / --recompute-num-layers
+        widget("recompute_num_layers", box)
+    widget("compile", box)
+    if current("recompute") == "full" and current("recompute_every") == 1 and current("recompute_method") == \
+            "uniform" and current("recompute_num_layers") == 1:
         widget("activation_offload", box)       # torchtune offloads only with every layer checkpointed
     widget("float8", box)
     if current("float8") == "tensorwise":
