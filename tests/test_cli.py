@@ -211,6 +211,6 @@ def test_megatron_recompute_flags_reach_the_workload_and_the_recipe_line():
     assert (out["workload"]["recompute_method"], out["workload"]["recompute_num_layers"]) == ("block", 3)
     assert out["recipe"] == "full recompute, Megatron's block method: the first 3 blocks of each chunk"
     done = cli("--model", "llama-3-8b", "--recompute", "full", "--recompute-num-layers", "5")
-    assert done.returncode == 2 and "recompute_num_layers" in done.stderr and "not of 32" in done.stderr
+    assert done.returncode == 2 and "--recompute-num-layers" in done.stderr and "not of 32" in done.stderr
     done = cli("--model", "llama-3-8b", "--recompute", "selective", "--recompute-modules", "mla_up_proj")
     assert done.returncode == 2 and "latent attention" in done.stderr and "Traceback" not in done.stderr

@@ -210,7 +210,11 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     if block:
         yield "recompute_block", stage, {}, block[0], {}, block[1]
     for kind, change in _recipe_changes(workload):                  # recipes, one at a time
-        peak = _peak(scenario, replace(workload, **change), stage)
+        try:
+            w = replace(workload, **change)
+        except FieldError:                                           # one the plan refuses (with MTP, ...)
+            continue
+        peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
             yield kind, stage, {}, change, {}, peak
     largest = max_micro_batch(scenario, workload)[stage]             # micro-batch

@@ -11,6 +11,7 @@ from ..model.finetune import FineTune
 from ..model.hf_config import architecture_from_config
 from ..model.inventory import largest_layer, param_count
 from ..model.presets import MODEL_PRESETS
+from ..scenario import FieldError
 from ..step.workload import Workload
 from ..units import format_bytes
 
@@ -67,7 +68,16 @@ def architecture_from_args(args):
         changes["tied_embeddings"] = args.tied_embeddings == "yes"
     if args.dropout is not None:
         changes.update(attn_dropout=args.dropout, resid_dropout=args.dropout, embd_dropout=args.dropout)
+    mtp = getattr(args, "mtp_layers", None)
+    if mtp is not None:                        # "config": the count the config declares (num_nextn_predict_layers)
+        changes["mtp_layers"] = arch.mtp_declared if mtp == "config" else _mtp_count(mtp)
     return replace(arch, **changes) if changes else arch
+
+
+def _mtp_count(text: str) -> int:
+    if not text.isdigit() or len(text) > 3:
+        raise FieldError("mtp_layers", text, "a whole number of MTP modules, or config")
+    return int(text)
 
 
 def layout_from_args(args) -> Layout:
@@ -102,7 +112,7 @@ FLAG_NAMES = {"loss_fusion": "cross-entropy-loss-fusion"}     # a field whose fl
 
 def workload_flags_given(args) -> list:
     return [f"--{FLAG_NAMES.get(f, f.replace('_', '-'))}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS +
-            tuple(FINETUNE_FLAGS) if getattr(args, f, None) is not None]
+            tuple(FINETUNE_FLAGS) + ("mtp_layers",) if getattr(args, f, None) is not None]
 
 
 def list_models(as_json: bool):

@@ -30,7 +30,8 @@ MOE_LIMITS = {"q_lora_rank": (0, 10**6), "kv_lora_rank": (0, 10**6), "qk_nope_di
               "qk_rope_dim": (0, 10**5), "v_head_dim": (0, 10**5), "experts": (0, 100_000),
               "experts_per_token": (0, 100_000), "expert_ffn": (0, 10**7), "shared_expert_ffn": (0, 10**8),
               "first_dense_layers": (0, 10_000), "moe_step": (1, 10_000),
-              "sliding_window": (0, 10**8), "sliding_pattern": (1, 10_000)}
+              "sliding_window": (0, 10**8), "sliding_pattern": (1, 10_000), "mtp_layers": (0, 16),
+              "mtp_declared": (0, 16)}
 # Activation functions as Hugging Face names them (config "activation_function" / "hidden_act") -> tensors of the FFN width its autograd formula saves (its output, when that is what it saves,
 # is the fc2 input or the gate product's operand anyway and counted there).
 # gelu_new (HF NewGELUActivation, 0.5x(1 + tanh(...))) saves x, tanh(.), 0.5x and 1 + tanh(.); gelu,
@@ -98,6 +99,11 @@ class Architecture:
     first_dense_layers: int = 0       # DeepSeek first_k_dense_replace
     moe_step: int = 1                 # Qwen decoder_sparse_step: layer i is MoE when (i + 1) % step == 0
     dense_layer_ids: Tuple[int, ...] = ()   # Qwen mlp_only_layers
+    # multi-token prediction (DeepSeek-V3, model/mtp.py): the MTP modules the trained model builds (Megatron
+    # --mtp-num-layers; 0 as Hugging Face's training forward and every framework by default), and how many the
+    # config declares (num_nextn_predict_layers: the checkpoint's, counted in no number)
+    mtp_layers: int = 0
+    mtp_declared: int = 0
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -167,6 +173,11 @@ class Architecture:
     @property
     def moe_layers(self) -> int:
         return layer_counts(self)["moe"]
+
+    @property
+    def mtp_kind(self) -> str:
+        """The block kind of each MTP module: the last decoder block's (Megatron builds it from that spec)."""
+        return "moe" if self.is_moe_layer(self.layers - 1) else "dense"
 
     def is_sliding_layer(self, i: int) -> bool:
         return bool(self.sliding_window) and (self.sliding_pattern == 1 or (i + 1) % self.sliding_pattern != 0)

@@ -116,14 +116,16 @@ FAMILIES = MappingProxyType({
                       kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128, experts=64,
                       expert_ffn=1407, first_dense_layers=0, norm_topk=False, n_shared_experts=2),
         traits={**_LLAMA_TRAITS, "router_fp32": True}),
-    # DeepSeek-V3: as V2 with a sigmoid router whose top-k weights are renormalised; the multi-token-prediction
-    # layer (num_nextn_predict_layers) is not built by transformers and not counted.
+    # DeepSeek-V3: as V2 with a sigmoid router whose top-k weights are renormalised. Its multi-token-prediction
+    # modules (num_nextn_predict_layers; DeepseekV3Config's num_mtp_layers, default 1) are recorded as declared:
+    # transformers' training forward does not build them, so they are counted only when a run trains them
+    # (Architecture.mtp_layers, Megatron's --mtp-num-layers: model/inventory.py _mtp).
     "deepseek_v3": _family(
-        keys={**MLA_KEYS, **ATTENTION_BIAS},
+        keys={**MLA_KEYS, **ATTENTION_BIAS, "mtp_declared": "num_nextn_predict_layers"},
         defaults=dict(vocab=129280, hidden=7168, ffn=18432, layers=61, heads=128, kv_heads=128, seq_len=4096,
                       q_lora_rank=1536, kv_lora_rank=512, qk_nope_dim=128, qk_rope_dim=64, v_head_dim=128,
                       experts=256, experts_per_token=8, expert_ffn=2048, first_dense_layers=3, norm_topk=True,
-                      n_shared_experts=1),
+                      n_shared_experts=1, mtp_declared=1),
         traits={**_LLAMA_TRAITS, "router_fp32": True, "router": "sigmoid"}),
     # gpt-oss: biases on q, k, v, o, one attention sink per head, a biased router whose top-k logits are
     # softmaxed, experts with biases, every layer MoE (intermediate_size is each expert's width).

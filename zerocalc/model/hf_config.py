@@ -93,7 +93,7 @@ FIELD_KINDS = {
     "attn_dropout": ("probability", None), "activation": ("activation", None),
     "attn_softcap": ("number or null", None), "final_softcap": ("number or null", None),
     "dense_layer_ids": ("int list or null", None), "sliding_window": ("int, null = 0", 0),
-    "sliding_pattern": ("int", 1),
+    "sliding_pattern": ("int", 1), "mtp_declared": ("int", 0),
 }
 # Every integer field's range is the core's own (architecture.py ARCH_LIMITS, MOE_LIMITS), so a config value is
 # refused here by its config key rather than later by the field's name; DeepSeek's n_shared_experts (a count of

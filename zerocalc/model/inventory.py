@@ -23,10 +23,12 @@ class ParamTensor(NamedTuple):
     name: str            # as in the module tree, one layer standing for all: "q_proj.weight"
     module: str          # the nn.Module owning it: ZeRO-3 gathers module by module
     shape: Tuple[int, ...]
-    role: str            # embedding | position | attention | mlp | norm | router | expert | shared expert | head
+    role: str            # embedding | position | attention | mlp | norm | router | expert | shared expert | head |
+                         # mtp (the multi-token-prediction projection)
     tp: str              # column (dim 0 split) | row (last dim split) | vocab (vocabulary rows) | replicated |
                          # expert-column / expert-row / expert (experts over ep, then column / row over etp)
-    place: str           # layer (every block) | first (first pipeline stage) | last (last pipeline stage)
+    place: str           # layer (every block) | first (first pipeline stage) | last (last pipeline stage) |
+                         # mtp (each multi-token-prediction module, on the last stage)
     tied: bool = False   # the output head of tied embeddings: stored once, a copy on the last stage under PP
     kind: str = "all"    # which blocks hold it: all | dense (dense-MLP blocks) | moe (mixture-of-experts blocks)
     storage: str = ""    # a fixed storage dtype ("fp32" for a router kept in fp32, "nf4" for a quantized base)
@@ -155,7 +157,28 @@ def tensors(a: "Architecture") -> Tuple[ParamTensor, ...]:
                                 "replicated", "first"))
     rows += _norm("final_norm", h, a, "last")
     rows.append(ParamTensor("lm_head.weight", "lm_head", (a.vocab, h), "head", "vocab", "last", a.tied_embeddings))
-    return tuple(rows)
+    return tuple(rows) + (_mtp(a, rows) if a.mtp_layers else ())
+
+
+def _mtp(a: "Architecture", rows: list) -> tuple:
+    """One multi-token-prediction module (place "mtp", a.mtp_layers of them on the last pipeline stage), as
+    megatron-core 0.16.1 builds it (transformer/multi_token_prediction.py MultiTokenPredictionLayer): enorm and
+    hnorm, eh_proj [h, 2h] (column-parallel), one transformer block of the last decoder block's kind, and its final
+    norm (DeepSeek-V3's shared_head.norm). The embedding and the head are the model's own (GPTModel: the output layer
+    is shared; the MTP stage builds the word embedding too, a copy tied to the first stage's, which a tied head
+    already is): the copy counts only on a last stage without the embedding, as a tied head does."""
+    h, kind = a.hidden, a.mtp_kind
+
+    def place(t):
+        return t._replace(name=f"mtp.{t.name}", module=f"mtp.{t.module}", place="mtp", kind="all")
+    out = [place(t) for t in _norm("enorm", h, a) + _norm("hnorm", h, a)
+           + _linear("eh_proj", h, 2 * h, "mtp", "column", False)]
+    out += [place(t) for t in rows if t.place == "layer" and t.kind in ("all", kind)]
+    out += [place(t) for t in _norm("final_layernorm", h, a)]
+    if not a.tied_embeddings:
+        out.append(ParamTensor("mtp.embed_tokens.weight", "mtp.embed_tokens", (a.vocab, h), "embedding", "vocab",
+                               "last", True))
+    return tuple(out)
 
 
 def _modules(a: "Architecture", place, kind=None) -> Dict[str, int]:
@@ -179,6 +202,8 @@ def model_modules(a: "Architecture") -> Dict[str, int]:
 
 
 def _instances(a: "Architecture", t: ParamTensor) -> int:
+    if t.place == "mtp":
+        return a.mtp_layers
     return layer_counts(a)[t.kind] if t.place == "layer" else 1
 
 
@@ -222,7 +247,7 @@ def small_params(a: "Architecture", threshold: int) -> int:
 def largest_layer(a: "Architecture") -> tuple:
     """(module name, parameters) of the largest single module: DeepSpeed's largest_layer_params. For fused
     experts that is every expert of a block."""
-    candidates = dict(model_modules(a))
+    candidates = {**model_modules(a), **_modules(a, ("mtp",))}
     for kind in ("dense", "moe"):
         if layer_counts(a)[kind]:
             candidates.update({k: v for k, v in layer_modules(a, kind).items() if v > candidates.get(k, -1)})

@@ -241,6 +241,8 @@ def _pipeline_classes(arch: Architecture, tp: int, pp: int, vpp: int, ep: int, e
                 instances = block_counts(arch, indices, t)
             elif t.place == "first":
                 instances = 1 if first else 0
+            elif t.place == "mtp":                      # multi-token prediction: the last stage (inventory._mtp)
+                instances = arch.mtp_layers if last else 0
             elif t.tied:
                 instances = 1 if last and not first else 0
             else:
@@ -267,7 +269,7 @@ def stored_holdings(arch: Architecture, layout: Layout, implementation: str, fin
 def _stored_holdings(arch: Architecture, vocab_rows: int, finetune: FineTune, param_dtype: str) -> Tuple[Holding, ...]:
     every = tuple(range(arch.layers))
     return tuple(Holding(t, local_elements(t, 1, vocab_rows), block_counts(arch, every, t) if t.place == "layer"
-                         else 1, group_of(t))
+                         else arch.mtp_layers if t.place == "mtp" else 1, group_of(t))
                  for t in inventory(arch, finetune, param_dtype) if not t.tied)
 
 

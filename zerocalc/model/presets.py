@@ -131,7 +131,7 @@ MODEL_PRESETS = MappingProxyType({
     "deepseek-v3": (Architecture(layers=61, hidden=7168, heads=128, kv_heads=128, ffn=18432, vocab=129280,
                                  seq_len=163840, q_lora_rank=1536, experts=256, experts_per_token=8,
                                  expert_ffn=2048, shared_expert_ffn=2048, router="sigmoid", first_dense_layers=3,
-                                 **_MLA),
+                                 mtp_declared=1, **_MLA),
                     671_000_000_000, "deepseek-ai/DeepSeek-V3 README_WEIGHTS.md: 671B main model (rounded)"),
     "gpt-oss-20b": (Architecture(layers=24, experts=32, **_GPT_OSS),
                     20_910_000_000, "gpt-oss model card (arXiv 2508.10925) Table 1: 20.91B (rounded)"),

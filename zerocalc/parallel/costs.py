@@ -87,11 +87,13 @@ def _attention_flops(workload) -> int:
 
 
 @lru_cache(maxsize=4096)     # a pure function of the holdings, met again in every report of a layout
-def _matrix_elements(holdings: tuple) -> Tuple[int, int]:
-    """Local elements of one block's weight matrices (2-D layer tensors), and of the output head."""
+def _matrix_elements(holdings: tuple) -> Tuple[int, int, int]:
+    """Local elements of one block's weight matrices (2-D layer tensors), of the output head, and of every
+    multi-token-prediction module's matrices (their instances)."""
     block = sum(h.local_elements for h in holdings if h.tensor.place == "layer" and len(h.tensor.shape) == 2)
     head = sum(h.local_elements for h in holdings if h.tensor.role == "head")
-    return block, head
+    mtp = sum(h.local_elements * h.instances for h in holdings if h.tensor.place == "mtp" and len(h.tensor.shape) == 2)
+    return block, head, mtp
 
 
 def forward_flops(workload, rank) -> int:
@@ -99,9 +101,11 @@ def forward_flops(workload, rank) -> int:
     attention matmuls, over its layers and the micro-batches of a step (Megatron-LM's model-FLOPs terms)."""
     layout = workload.layout
     tokens = workload.micro_batch * (workload.seq_len // layout.cp)
-    block, head = _matrix_elements(rank.holdings)
+    block, head, mtp = _matrix_elements(rank.holdings)
+    heads = 1 + (workload.arch.mtp_layers if rank.last else 0)         # each MTP module runs the head again
+    mtp_attention = workload.arch.mtp_layers * _attention_flops(workload) if mtp else 0
     return layout.micro_batches * (rank.layers * (2 * tokens * block + _attention_flops(workload))
-                                   + 2 * tokens * head)
+                                   + 2 * tokens * heads * head + 2 * tokens * mtp + mtp_attention)
 
 
 def recomputed_blocks(workload, layers: int, rank=None, moe: bool = False) -> int:

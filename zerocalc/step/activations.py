@@ -38,6 +38,7 @@ from .compiled import covered as compiled_covered
 from .block_checkpoint import megatron_full_blocks, split_checkpointed  # noqa: F401 (shape.py's names)
 from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
 from .moe import Routing, moe_terms, routed_pairs
+from .mtp import mtp_module_terms, mtp_terms
 from .op_checkpoint import op_saved_terms
 from .trainable import adapt, adapt_ends
 
@@ -74,6 +75,7 @@ class ActivationReport(NamedTuple):
     checkpointed: Dict[str, int] = {}
     checkpointed_layers: int = 0
     full_blocks: Dict[str, int] = {}     # under full recompute: one block's whole activations, by kind (dense, moe)
+    mtp_rebuilt: int = 0                 # what backward rebuilds of one checkpointed MTP module (the last stage's)
 
     @property
     def per_layer_total(self) -> int:
@@ -362,6 +364,15 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         head[loss_saved[1]] = loss_saved[0] * t.inside * vocab
     if a.final_softcap:
         head["logit soft-cap tanh"] = w * t.inside * vocab
+    mtp_rebuilt = 0
+    if a.mtp_layers:                       # multi-token prediction on the output end (step/mtp.py)
+        kind = a.mtp_kind
+        ckpt = recompute == "full" and every == 1 and recompute_method == "uniform"
+        norm = lambda rows: norm_bits(a, rows, w, implementation)          # noqa: E731
+        head.update(mtp_terms(a, t, w, implementation, full[kind] if recompute == "full" else blocks[kind], vocab,
+                              loss_saved, norm, ckpt))
+        if ckpt:
+            mtp_rebuilt = sum(_bytes(mtp_module_terms(a, t, w, implementation, full[kind], norm)).values())
     if tr is not None:
         embed, head = adapt_ends(embed, head, tr, a, t, w, implementation)
         if tr.frozen_blocks >= a.layers:
@@ -390,7 +401,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                             _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, kept["moe"],
                             _bytes(sliding), kept["sliding"], first_delta, frozen,
                             _bytes(checkpoint) if every > 1 or megatron_full else {}, checkpointed,
-                            full_sizes)
+                            full_sizes, mtp_rebuilt)
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

@@ -74,6 +74,8 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     if act.checkpointed:
         ckpt = sum(c.checkpointed for c in counts)
         act = act._replace(checkpointed_layers=ckpt, recompute_working=act.recompute_working if ckpt else 0)
+    if act.mtp_rebuilt and rank.last:          # the checkpointed MTP module is rebuilt on the last stage
+        act = act._replace(recompute_working=max(act.recompute_working, act.mtp_rebuilt))
     embed, head = sum(act.embed.values()) + act.first_block_delta, sum(act.head.values())
     # What one micro-batch saves on each local chunk: its own blocks (uneven stages, dense and MoE blocks mixed,
     # frozen or checkpointed ones differ chunk by chunk) and what a chunk with blocks saves once (a stage holding

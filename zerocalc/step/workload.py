@@ -195,6 +195,22 @@ class Workload:
             raise FieldError("finetune", type(self.finetune).__name__, "a FineTune")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
         self._check_megatron_recompute()
+        self._check_mtp()
+
+    def _check_mtp(self):
+        """Multi-token prediction (step/mtp.py) as modelled: Megatron's, for full training with the implementation's
+        own loss; Megatron asserts one layer per checkpoint for it under uniform full recompute."""
+        if not self.arch.mtp_layers:
+            return
+        refused = [words for words, bad in (
+            ("fine-tuning", self.finetune.mode != "full"), ("compile", self.compile),
+            ("activation offload", self.activation_offload), (f"the loss {self.loss}", self.loss != "auto"),
+            ("uniform recompute of more than 1 layer (Megatron asserts recompute_num_layers == 1 for MTP)",
+             self.recompute == "full" and self.recompute_method == "uniform" and self.recompute_num_layers > 1))
+            if bad]
+        if refused:
+            raise FieldError("mtp_layers", self.arch.mtp_layers, "0 with " + ", ".join(refused) + " (multi-token "
+                             "prediction is modelled for full training with the implementation's own loss)")
 
     def _check_megatron_recompute(self):
         """Megatron's recompute modules and full-recompute method (step/megatron_recompute.py), as it accepts them;
