@@ -98,6 +98,10 @@ VARIANTS = [
     {"model": "deepseek-v3", "workers": "8", "tp": "2", "sequence_parallel": "true", "implementation": "megatron",
      "recompute": "selective", "recompute_modules": "mla_up_proj,mlp,moe_act,shared_experts"},
     {"model": "llama-3-8b", "recompute": "full", "recompute_method": "block", "recompute_num_layers": "5"},
+    # multi-token prediction (zerocalc/step/mtp.py): its terms on the output end, kept and checkpointed
+    {"model": "deepseek-v3", "workers": "64", "ep": "64", "mtp_layers": "1"},
+    {"model": "deepseek-v3", "workers": "64", "ep": "64", "mtp_layers": "1", "implementation": "megatron",
+     "recompute": "full"},
 ]
 
 

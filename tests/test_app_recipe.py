@@ -85,3 +85,21 @@ def test_megatrons_modules_and_method_reach_the_link_and_the_core():
     report = core_report(query)
     assert report["recipe"] == "full recompute, Megatron's block method: the first 8 blocks of each chunk"
     assert_overview_matches_core(at, report)
+
+
+def test_multi_token_prediction_reaches_the_link_and_the_core():
+    # DeepSeek-V3's config declares one MTP module; the page trains none until asked (Megatron --mtp-num-layers)
+    from zerocalc.model.inventory import param_count
+    from zerocalc.model.presets import MODEL_PRESETS
+
+    at = run_app({"model": "deepseek-v3", "workers": "64", "ep": "64"}, sections=["sec_recipe"])
+    assert any("declares 1 MTP module" in c.value for c in at.caption)
+    at.number_input(key="mtp_layers").set_value(1).run()
+    query = dict(at.query_params)
+    assert query["mtp_layers"] == "1"
+    report = core_report(query)
+    arch = MODEL_PRESETS["deepseek-v3"][0]
+    from dataclasses import replace
+    assert report["params"] == param_count(replace(arch, mtp_layers=1)) > param_count(arch)
+    assert "1 multi-token prediction module" in report["recipe"]
+    assert f"recipe: {report['recipe']}" in header_text(at)

@@ -58,6 +58,7 @@ LABELS = {
     "head_weight": "Head counted as layers (-1: the rule's)",
     "micro_batches": "Micro-batches per step (gradient accumulation)",
     "recompute_every": "Full recompute of one block in N",
+    "mtp_layers": "Multi-token prediction modules trained",
     "recompute_modules": "Megatron's recompute modules", "recompute_method": "Megatron's recompute method",
     "recompute_num_layers": "Megatron's recompute layers (N)",
     "finetune": "What trains", "lora_rank": "Adapter rank (r)", "lora_targets": "Adapted modules",
@@ -96,6 +97,10 @@ HELP = {
                          "activation outputs (rebuilt in backward); mlp, moe, shared_experts and mla_up_proj "
                          "keep only their inputs and re-run their matmuls. Measured on the CPU with Megatron's "
                          "own checkpoint functions.",
+    "mtp_layers": "Megatron's --mtp-num-layers: each module (enorm, hnorm, eh_proj, one block of the last block's "
+                  "kind, a final norm) sits on the last pipeline stage with a copy of the word embedding there, and "
+                  "keeps a loss of its own over the vocabulary. 0: Hugging Face's training forward, which never "
+                  "builds them.",
     "recompute_method": "With full recompute: Megatron's --recompute-method. uniform: groups of N blocks per "
                         "checkpoint (one input kept per group, N blocks rebuilt at once); block: the first N blocks "
                         "of each pipeline chunk checkpointed, the others keep everything.",

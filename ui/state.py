@@ -69,7 +69,7 @@ VARIANT_ARCH_FIELDS = ("attn_bias", "mlp_bias", "qk_norm", "sandwich_norm", "att
                        "expert_ffn", "shared_expert_ffn", "shared_expert_gate", "router", "norm_topk",
                        "router_bias", "router_fp32", "route_weights_fp32", "expert_bias", "first_dense_layers",
                        "moe_step")
-ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS
+ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS + ("mtp_layers",)    # MTP: drawn in the Recipe section
 # Fine-tuning (zerocalc.model.finetune.FineTune): which fields each training mode reads; the others do not matter
 # for it.
 _LORA = ("lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save", "base_dtype")
@@ -104,7 +104,7 @@ FIELDS: Tuple[Field, ...] = (
     Field("shared_expert_gate", "bool", None), _c("router", ROUTERS, None),
     *(Field(n, "bool", None) for n in ("norm_topk", "router_bias", "router_fp32", "route_weights_fp32",
                                        "expert_bias")),
-    *(_i(n, *MOE_LIMITS[n], None) for n in ("first_dense_layers", "moe_step")),
+    *(_i(n, *MOE_LIMITS[n], None) for n in ("first_dense_layers", "moe_step", "mtp_layers")),
     # precision (defaults: the chosen convention's)
     _c("convention", CONVENTIONS, DEFAULT_CONVENTION),
     _c("param_dtype", DTYPES, None), _c("grad_dtype", DTYPES, None), _c("master_dtype", DTYPES + ("none",), None),

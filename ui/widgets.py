@@ -20,7 +20,8 @@ from zerocalc.units import capacity_text
 
 from .labels import HELP, LABELS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
-                    FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
+                    FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, base_architecture,
+                    default_for)
 
 CHOICE_BUTTONS = {"units", "attention", "breakdown", "recompute"}     # a few short choices: one segmented control
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
@@ -318,6 +319,11 @@ def _recipe(box) -> None:
     if current("recompute") == "full" and current("recompute_every") == 1:
         widget("recompute_method", box)          # Megatron's --recompute-method / --recompute-num-layers
         widget("recompute_num_layers", box)
+    widget("mtp_layers", box)                    # multi-token prediction (an architecture field)
+    declared = base_architecture(current("model")).mtp_declared if current("model") in MODEL_PRESETS else 0
+    if declared:
+        box.caption(f"The model's config declares {declared} MTP module{'s' if declared > 1 else ''} "
+                    "(num_nextn_predict_layers): trained by Megatron with --mtp-num-layers, never by Hugging Face.")
     widget("compile", box)
     if current("recompute") == "full" and current("recompute_every") == 1 and current("recompute_method") == \
             "uniform" and current("recompute_num_layers") == 1:

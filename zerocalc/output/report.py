@@ -43,6 +43,8 @@ def recipe_text(workload) -> str:
                                                   if workload.recompute_every > 1 else "")
              + (f" ({_policy_words(workload.op_policy)})" if workload.op_policy != "torchtitan" else "")
              + megatron_recompute_words(workload)]
+    if workload.arch.mtp_layers:
+        parts.append(f"{workload.arch.mtp_layers} multi-token prediction module{'s' * (workload.arch.mtp_layers > 1)}")
     if workload.compile:
         parts.append("torch.compile'd blocks")
     if workload.activation_offload:
