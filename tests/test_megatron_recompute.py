@@ -24,8 +24,8 @@ from zerocalc.step.activations import activations  # noqa: E402
 B, S = 2, 128
 LLAMA = dict(model_type="llama", num_hidden_layers=2, hidden_size=256, num_attention_heads=8, num_key_value_heads=2,
              intermediate_size=1024, vocab_size=1000, max_position_embeddings=S, pad_token_id=0)
-MODELS = {"llama": LLAMA, "llama4": {**LLAMA, "num_hidden_layers": 4}, "qwen3_moe": TINY["qwen3_moe"],
-          "deepseek_v2": TINY["deepseek_v2"], "deepseek_v3": TINY["deepseek_v3"]}
+MODELS = {"llama": LLAMA, "llama4": {**LLAMA, "num_hidden_layers": 4}, "llama-mha": {**LLAMA, "num_key_value_heads": 8},
+          "qwen3_moe": TINY["qwen3_moe"], "deepseek_v2": TINY["deepseek_v2"], "deepseek_v3": TINY["deepseek_v3"]}
 
 
 def predicted(model, attention="sdpa", **recompute):
@@ -70,8 +70,6 @@ def test_core_attn_is_selective_and_its_measured_differences():
         want = predicted("llama", attention, recompute="selective", recompute_modules="core_attn")[0]
         assert want == predicted("llama", attention, recompute="selective")[0]
         if attention == "eager":          # MHA here: eager GQA would also keep K, V unrepeated
-            cfg = {**LLAMA, "num_key_value_heads": 8}
-            MODELS["llama-mha"] = cfg
             want = predicted("llama-mha", attention, recompute="selective")[0]
             got = measured("llama-mha", attention, modules=("core_attn",))[0]
         else:
