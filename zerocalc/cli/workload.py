@@ -17,7 +17,8 @@ from ..units import format_bytes
 
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "op_policy",
-                  "recompute_every", "recompute_modules", "recompute_method", "recompute_num_layers", "implementation", "loss_fusion", "loss", "loss_chunks", "compile",
+                  "recompute_every", "recompute_modules", "recompute_method", "recompute_num_layers",
+                  "implementation", "loss_fusion", "loss", "loss_chunks", "compile",
                   "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "fsdp_wrap",
