@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import fields as dataclass_fields
 
 from .. import __version__
 from ..gpus import GPU_CATALOG
-from ..layout import SCHEDULES, STAGE_SPLITS, parse_stage_layers
-from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES
+from ..layout import SCHEDULES, STAGE_SPLITS
+from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TRAINABLE_MODULES
 from ..model.hf_config import ConfigError
 from ..model.hub.ids import HubError
 from ..model.inventory import largest_layer, param_count
@@ -35,7 +34,7 @@ from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
 from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
-from ..units import UNIT_CHOICES, parse_capacity, parse_count
+from ..units import UNIT_CHOICES
 from .frameworks import (
     FlagError,
     add_framework_flags,
@@ -58,78 +57,8 @@ from .workload import (
 )
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, never the usage block
-        raise UsageError(message)
-
-
-def _count(text: str) -> int:
-    try:
-        return parse_count(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _stage_layers(text: str) -> tuple:
-    try:
-        return parse_stage_layers(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _capacity(text: str) -> int:
-    try:
-        return parse_capacity(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a number above 0 and at most 100")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a probability from 0 up to (not including) 1")
-    return value
-
-
-def _targets(text: str) -> tuple:
-    items = tuple(t.strip() for t in text.split(",") if t.strip())
-    if items == ("all-linear",) or (items and all(t in TARGETS for t in items)):
-        return items
-    raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(TARGETS)}, or all-linear")
-
-
-def _names(allowed):
-    def parse(text: str) -> tuple:
-        items = tuple(t.strip() for t in text.split(",") if t.strip())
-        if not all(t in allowed for t in items):
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(allowed)}")
-        return items
-    return parse
-
-
-def _dtype_or_none(text: str):
-    if text == "none":
-        return "none"
-    if text not in DTYPE_BITS:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: none, {', '.join(DTYPE_BITS)}")
-    return text
+from .types import (UsageError, _capacity, _count, _dtype_or_none, _factor, _names, _Parser,  # noqa: F401
+                    _probability, _stage_layers, _targets)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -441,8 +370,12 @@ def _printable(text: str) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rl"]:                # an RL post-training plan: its own flags (cli/rl.py)
+        from .rl import main as rl_main
+        return rl_main(argv[1:], lambda rest: _inputs(build_parser().parse_args(rest)))
     try:
-        print(run(sys.argv[1:] if argv is None else argv))
+        print(run(argv))
     except UsageError as exc:
         print(f"zerocalc: error: {_printable(str(exc))}", file=sys.stderr)
         return 2

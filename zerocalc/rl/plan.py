@@ -54,26 +54,35 @@ class Framework(NamedTuple):
     sync: str                        # "bucket": a GPU bucket of sync_bucket_bytes plus the tensor being staged;
                                      # "module": one gathered module at a time; "tensor": one gathered tensor
     sync_bucket_bytes: int
-    sleep_level: int
+    rollout_defaults: MappingProxyType    # the Rollout fields the framework sets unless told otherwise
     source: str
 
 
 FRAMEWORKS = MappingProxyType({
     "verl": Framework(
-        "verl", (("policy", "reference"), ("critic",), ("reward",)), True, "bucket", 2048 << 20, 2,
+        "verl", (("policy", "reference"), ("critic",), ("reward",)), True, "bucket", 2048 << 20,
+        MappingProxyType({"gpu_memory_utilization": 0.5, "tp": 2, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
+                          "sleep_level": 2}),
         "verl 0.9.1: workers/engine_workers.py update_weights (resume weights, per-tensor full_tensor() export, "
         "offload the actor's parameters when param_offload, then resume the KV cache); workers/rollout/vllm_rollout/"
         "bucketed_weight_transfer.py (a torch.empty(bucket) on the GPU, update_weights_bucket_megabytes=2048); "
-        "vllm_async_server.py _resolve_sleep_level (2; 1 with LoRA adapters); third_party/vllm VLLM_SLEEP_LEVEL"),
+        "vllm_async_server.py _resolve_sleep_level (2; 1 with LoRA adapters); trainer/config/rollout/rollout.yaml "
+        "(gpu_memory_utilization 0.5, tensor_model_parallel_size 2, max_num_seqs 256, max_num_batched_tokens 8192, "
+        "free_cache_engine true)"),
     "trl": Framework(
-        "TRL", (("policy", "reference", "reward", "critic"),), False, "module", 0, 2,
+        "TRL", (("policy", "reference", "reward", "critic"),), False, "module", 0,
+        MappingProxyType({"gpu_memory_utilization": 0.3, "tp": 1, "max_num_batched_tokens": 4096, "sleep_level": 0}),
         "trl 1.16.0: generation/vllm_generation.py (colocate: LLM(distributed_executor_backend='external_launcher') "
-        "in the trainer's process, max_num_batched_tokens=4096, sleep(level=2); sync_weights wakes the weights and "
-        "loads them module by module, gathered under ZeRO-3); trainer/grpo_config.py defaults"),
+        "in the trainer's process, max_num_batched_tokens=4096, sleep(level=2) with vllm_enable_sleep_mode; "
+        "sync_weights wakes the weights and loads them module by module, gathered under ZeRO-3); "
+        "trainer/grpo_config.py (vllm_gpu_memory_utilization 0.3, vllm_tensor_parallel_size 1, "
+        "vllm_enable_sleep_mode false)"),
     "openrlhf": Framework(
-        "OpenRLHF", (("policy",), ("reference",), ("reward",), ("critic",)), True, "tensor", 0, 1,
+        "OpenRLHF", (("policy",), ("reference",), ("reward",), ("critic",)), True, "tensor", 0,
+        MappingProxyType({"gpu_memory_utilization": 0.95, "tp": 1, "sleep_level": 0}),
         "openrlhf 0.11.2: cli/train_ppo_ray.py (each model a Ray actor, vLLM engines apart; --vllm.enable_sleep, "
-        "--ds.enable_sleep, --ref.offload / --reward.offload); trainer/ray/vllm_engine.py sleep(level=1); "
+        "--ds.enable_sleep, --ref.offload / --reward.offload; --vllm.gpu_memory_utilization 0.95); "
+        "trainer/ray/vllm_engine.py sleep(level=1) with --vllm.enable_sleep; "
         "weights broadcast parameter by parameter (--vllm.sync_backend nccl)"),
 })
 FRAMEWORK_CHOICES = tuple(FRAMEWORKS)
