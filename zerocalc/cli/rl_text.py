@@ -33,6 +33,31 @@ def _engine_lines(report: dict, units: str) -> list:
     return lines
 
 
+def _solve_lines(report: dict, units: str) -> list:
+    s = report["solve"]
+    lines = [f"Longest response that fits: {s['max_response_length']:,} tokens" if s["max_response_length"] else
+             "Longest response that fits: none (the plan does not fit at 1 token)"]
+    if s["max_group_size"] is not None:
+        lines.append(f"Largest group size whose rollouts run in one wave at the longest length: {s['max_group_size']}"
+                     if s["max_group_size"] else "No group size runs in one wave at the longest length")
+    if "engine" in report:
+        u = s["min_gpu_memory_utilization"]
+        lines.append(f"Lowest {report['engine']['fraction_field']} holding one engine's share of a step at once: "
+                     + (f"{u}" if u else "none up to 1.0"))
+    rows = s["placements"]
+    if len(rows) > 1:
+        lines.append("The same GPUs, colocated or split (rollout + training GPUs):")
+        for r in rows:
+            if "refused" in r:
+                lines.append(f"  {r['placement']:9} {r['rollout_gpus']:>4} + {r['training_gpus']:<4} refused: "
+                             f"{r['refused']}")
+                continue
+            worst = "; ".join(f"{g}: {w['phase']} {_b(w['peak_bytes'], units)}" for g, w in r["worst"].items())
+            lines.append(f"  {r['placement']:9} {r['rollout_gpus']:>4} + {r['training_gpus']:<4} "
+                         f"{'fits' if r['fits'] else 'NO  '}  {r['sequences_at_once']:>7,} sequences at once; {worst}")
+    return lines
+
+
 def rl_text(report: dict, units: str = "decimal") -> str:
     models = ", ".join(f"{m['name']} ({'trains' if m['trains'] else 'frozen'}, stage {m['stage']}"
                        + (", offloaded between phases" if m["param_offload"] else "")
@@ -70,6 +95,8 @@ def rl_text(report: dict, units: str = "decimal") -> str:
                      f"{_b(host['offloaded_states_bytes_per_gpu'], units)}, sleeping engine "
                      f"{_b(host['sleeping_engine_bytes_per_gpu'], units)}), {_b(host['per_node_bytes'], units)} "
                      "per node")
+    if "solve" in report:
+        lines += [""] + _solve_lines(report, units)
     if "imported" in report:
         imp = report["imported"]
         lines += ["", f"Imported {imp['format']} config (explicit flags win):"]

@@ -11,6 +11,7 @@ from .. import __version__
 from .engines import ENGINES, SLEEP
 from .phases import RLPhases, rl_phases
 from .plan import RLPlan
+from .solve import solve_dict
 
 
 def rollout_answer(plan: RLPlan, engine) -> dict:
@@ -85,7 +86,8 @@ def verdict(result: RLPhases) -> dict:
     return {"fits": result.fits, "gpu_classes": classes, "engine_refused": refused}
 
 
-def rl_report(plan: RLPlan, result: Optional[RLPhases] = None) -> dict:
+def rl_report(plan: RLPlan, result: Optional[RLPhases] = None, answers: bool = True) -> dict:
+    """The plan's report; `answers` adds the solvers (rl/solve.py: each builds and checks whole plans)."""
     result = rl_phases(plan) if result is None else result
     out = {"zerocalc_version": __version__, "algorithm": plan.algorithm, "algorithm_source": plan.algo.source,
            "framework": plan.framework, "framework_source": plan.rules.source, "placement": plan.placement,
@@ -107,4 +109,6 @@ def rl_report(plan: RLPlan, result: Optional[RLPhases] = None) -> dict:
                           "per_gpu_bytes": host + engine_host,
                           "per_node_bytes": (host + engine_host) * min(plan.trainer.scenario.gpus_per_node,
                                                                        plan.trainer.gpus)}
+    if answers:
+        out["solve"] = solve_dict(plan)
     return out
