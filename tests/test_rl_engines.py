@@ -152,15 +152,18 @@ def test_the_full_budget_arithmetic_and_what_sleep_releases():
     arch = MODEL_PRESETS["qwen2.5-7b"][0]
     capacity = 84_942_979_072                              # H100 80GB: what torch reports
     r = Rollout(gpu_memory_utilization=0.6, tp=2, max_model_len=None)
-    m = engine_memory(r, arch, capacity, 1024 + 4096)
+    m = engine_memory(r, arch, capacity, 1024 + 4096, gpu_name="H100-SXM-80GB")
+    assert (m.max_num_seqs, m.max_num_batched_tokens) == (1024, 16384)       # vLLM's LLM-class row at >= 70 GiB
     requested = -(-capacity * 6 // 10)
     assert m.budget_bytes == requested
     assert m.available_kv_bytes == requested - m.weights_bytes - m.activation_bytes - m.non_torch_bytes - \
         CUDAGRAPH_BYTES
     assert m.kv_bytes <= m.available_kv_bytes < m.kv_bytes + m.bytes_per_block
     assert m.awake_bytes - m.context_bytes <= requested
-    assert m.concurrent(5120, 10**6) == (m.num_blocks - 1) // (5120 // 16)
-    assert m.concurrent(5120, 64) == 64
+    assert m.concurrent(5120) == min(1024, (m.num_blocks - 1) // (5120 // 16))
+    assert m._replace(max_num_seqs=64).concurrent(5120) == 64
+    a100 = engine_memory(r, arch, 85_000_000_000, 5120, gpu_name="A100-80GB")
+    assert (a100.max_num_seqs, a100.max_num_batched_tokens) == (256, 8192)
     one = m.parts("asleep", 1)
     assert one == {"engine CUDA context": m.context_bytes, "engine non-torch memory": m.non_torch_bytes}
     assert m.parts("asleep", 2) == one
@@ -196,7 +199,8 @@ def test_sglang_static_fraction_of_the_free_memory():
 
 
 def test_profile_activation_estimate_against_vllms_log():
-    """vllm-project/vllm#10511 (Llama-3-8B, one H100, max_num_batched_tokens 8192, max_num_seqs 256): "PyTorch
+    """vllm-project/vllm#10511 (Llama-3-8B, one H100, max_num_batched_tokens 8192, max_num_seqs 256; vLLM 0.6's
+    serve defaults): "PyTorch
     activation peak memory 1.26GiB". The estimate is within 10 %."""
     arch = MODEL_PRESETS["llama-3-8b"][0]
     est = profile_activation_bytes(arch, 1, "bf16", 8192, 256)

@@ -25,11 +25,11 @@ def test_longest_response_is_the_edge():
 def test_lowest_utilization_holds_one_engines_share():
     plan = _plan()
     u = min_gpu_memory_utilization(plan)
-    need = min(-(-256 * 8 // plan.engine_replicas), plan.rollout.max_num_seqs)
+    need = min(-(-256 * 8 // plan.engine_replicas), rl_phases(plan).engine.max_num_seqs)
 
     def at(fraction):
         e = rl_phases(replace(plan, rollout=replace(plan.rollout, gpu_memory_utilization=fraction))).engine
-        return e.refused is None and e.concurrent(1536, plan.rollout.max_num_seqs) >= need
+        return e.refused is None and e.concurrent(1536) >= need
 
     assert at(u) and not at(round(u - 0.01, 2))
 
@@ -38,7 +38,7 @@ def test_largest_group_runs_in_one_wave():
     plan = _plan()
     g = max_group_size(plan)
     e = rl_phases(plan).engine
-    at_once = e.concurrent(1536, plan.rollout.max_num_seqs)
+    at_once = e.concurrent(1536)
     per_engine = lambda n: -(-plan.prompts_per_step * n // plan.engine_replicas)      # noqa: E731
     assert per_engine(g) <= at_once < per_engine(g + 1)
 

@@ -133,7 +133,7 @@ def run(argv, policy_inputs) -> str:
     from .rl_imports import imported_settings
     args, rest = build_parser().parse_known_args(argv)
     settings = settings_from_args(args)
-    imported = imported_settings(args)
+    imported = imported_settings(args, rest)
     if imported is not None:
         settings = imported.merged(settings)
         rest = imported.policy_flags(rest)

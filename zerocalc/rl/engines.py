@@ -79,6 +79,21 @@ SLEEP = MappingProxyType({
 SLEEP_LEVELS = tuple(SLEEP)
 
 
+GIB = 2**30
+
+
+def batch_defaults(engine: str, capacity: int, gpu_name: str = "") -> tuple:
+    """(max_num_seqs, max_num_batched_tokens) when not given. vLLM 0.33.0 engine/arg_utils.py
+    _set_default_max_num_seqs_and_batched_tokens_args, the offline LLM class's row (RL frameworks build an LLM):
+    16384 tokens and 1024 sequences on cards of 70 GiB and more except A100s, else 8192 and 256. SGLang sizes its
+    running requests from the KV pool (no cap here) and prefills 8192-token chunks (chunked_prefill_size)."""
+    if engine == "sglang":
+        return 10**6, 8192
+    if capacity >= 70 * GIB and "a100" not in gpu_name.lower():
+        return 1024, 16384
+    return 256, 8192
+
+
 def kv_element_bytes(kv_cache_dtype: str, model_dtype: str) -> int:
     """Bytes of one stored K or V element: the model's dtype for "auto" (vLLM cache_config cache_dtype)."""
     size = KV_DTYPES[kv_cache_dtype]

@@ -106,7 +106,9 @@ def _engine(plan: RLPlan, views, processes) -> EngineMemory:
     before = 0
     if plan.placement == "colocated":
         before = sum(_idle(views).values()) + sum(_contexts(processes).values())
-    return engine_memory(rollout, policy.report.workload.arch, capacity, plan.max_model_len, before)
+    w = plan.trainer.workload
+    return engine_memory(rollout, policy.report.workload.arch, capacity, plan.max_model_len, before,
+                         w.gpu if w.gpu_memory is None else "")
 
 
 def rl_phases(plan: RLPlan) -> RLPhases:

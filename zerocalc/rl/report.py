@@ -20,8 +20,8 @@ def rollout_answer(plan: RLPlan, engine) -> dict:
     r = plan.rollout
     total = plan.prompts_per_step * plan.group_size
     per_engine = -(-total // plan.engine_replicas)
-    at_max = engine.concurrent(plan.prompt_length + plan.response_length, r.max_num_seqs)
-    at_typical = engine.concurrent(plan.typical_length, r.max_num_seqs)
+    at_max = engine.concurrent(plan.prompt_length + plan.response_length)
+    at_typical = engine.concurrent(plan.typical_length)
 
     def waves(n):
         return -(-per_engine // n) if n else None
@@ -29,7 +29,8 @@ def rollout_answer(plan: RLPlan, engine) -> dict:
     return {"sequences_per_step": total, "engines": plan.engine_replicas, "sequences_per_engine": per_engine,
             "max_length_tokens": plan.prompt_length + plan.response_length, "typical_length_tokens": plan.typical_length,
             "concurrent_at_max_length": at_max, "concurrent_at_typical_length": at_typical,
-            "limited_by": "max_num_seqs" if at_max == r.max_num_seqs else "KV cache",
+            "max_num_seqs": engine.max_num_seqs,
+            "limited_by": "max_num_seqs" if at_max == engine.max_num_seqs else "KV cache",
             "waves_at_max_length": waves(at_max), "waves_at_typical_length": waves(at_typical),
             "queues": at_max < per_engine}
 
@@ -49,7 +50,9 @@ def engine_dict(plan: RLPlan, engine) -> dict:
             "awake_bytes": engine.awake_bytes, "asleep_gpu_bytes": sum(engine.parts("asleep", r.sleep_level).values()),
             "asleep_host_bytes": engine.host_bytes(r.sleep_level), "sleep_level": r.sleep_level,
             "sleep": rule.about, "refused": engine.refused, "formulas": engine.formulas, "source": e.source,
-            "checked": e.checked, "settings": {f.name: getattr(r, f.name) for f in fields(r)}}
+            "checked": e.checked, "max_num_seqs": engine.max_num_seqs,
+            "max_num_batched_tokens": engine.max_num_batched_tokens,
+            "settings": {f.name: getattr(r, f.name) for f in fields(r)}}
 
 
 def model_dict(view) -> dict:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 from ..scenario import FieldError, require_choice, require_int
-from .engines import (ENGINE_CHOICES, ENGINES, KV_DTYPES, SLEEP, SLEEP_LEVELS, WEIGHT_DTYPES, block_size_for,
-                      bytes_per_block, engine_weight_bytes, kv_dtype_error, profile_activation_bytes)
+from .engines import (ENGINE_CHOICES, ENGINES, KV_DTYPES, SLEEP, SLEEP_LEVELS, WEIGHT_DTYPES, batch_defaults,
+                      block_size_for, bytes_per_block, engine_weight_bytes, kv_dtype_error,
+                      profile_activation_bytes)
 
 GIB = 2**30
 ROLLOUT_LIMITS = {"tp": (1, 1024), "max_num_seqs": (1, 10**6), "max_num_batched_tokens": (1, 10**8),
@@ -41,8 +42,8 @@ class Rollout:
     engine: str = "vllm"
     gpu_memory_utilization: float = 0.5       # SGLang: mem_fraction_static
     tp: int = 1
-    max_num_seqs: int = 256
-    max_num_batched_tokens: int = 8192
+    max_num_seqs: Optional[int] = None        # None: the engine's default for the card (engines.batch_defaults)
+    max_num_batched_tokens: Optional[int] = None
     max_model_len: Optional[int] = None       # None: prompt + max response (what verl and TRL pass)
     dtype: str = "bf16"
     kv_cache_dtype: str = "auto"
@@ -63,7 +64,7 @@ class Rollout:
             raise FieldError("gpu_memory_utilization", u, "a fraction above 0 and at most 1")
         for field, (lo, hi) in ROLLOUT_LIMITS.items():
             value = getattr(self, field)
-            if value is not None or field in ("tp", "max_num_seqs", "max_num_batched_tokens", "replicas"):
+            if value is not None or field in ("tp", "replicas"):
                 require_int(field, value, lo, hi)
         require_choice("dtype", self.dtype, WEIGHT_DTYPES)
         require_choice("kv_cache_dtype", self.kv_cache_dtype, KV_DTYPES)
@@ -94,6 +95,8 @@ class EngineMemory(NamedTuple):
     max_concurrency: float       # vLLM's "Maximum concurrency for max_model_len tokens per request"
     refused: Optional[str]       # why the engine would refuse to start, or None
     formulas: dict
+    max_num_seqs: int = 256      # as given, or the engine's default for the card
+    max_num_batched_tokens: int = 8192
 
     @property
     def awake_bytes(self) -> int:
@@ -124,15 +127,16 @@ class EngineMemory(NamedTuple):
         return (self.weights_bytes if rule.weights == "host" else 0) + \
             (self.cudagraph_bytes if rule.graphs == "host" else 0)
 
-    def concurrent(self, length: int, max_num_seqs: int) -> int:
+    def concurrent(self, length: int) -> int:
         """Sequences of `length` tokens the cache holds at once, at most max_num_seqs: vLLM allocates whole blocks
         as tokens arrive and holds the null block back (block_pool.py); SGLang whole pages."""
         per_seq = -(-length // self.block_size)
         usable = self.num_blocks - (1 if self.engine == "vllm" else 0)
-        return max(0, min(max_num_seqs, usable // per_seq))
+        return max(0, min(self.max_num_seqs, usable // per_seq))
 
 
-def engine_memory(rollout: Rollout, arch, capacity: int, max_model_len: int, resident_before: int = 0) -> EngineMemory:
+def engine_memory(rollout: Rollout, arch, capacity: int, max_model_len: int, resident_before: int = 0,
+                  gpu_name: str = "") -> EngineMemory:
     """One engine rank on a card of `capacity` bytes (what torch reports as its total), with `resident_before`
     bytes already held by others on the card when it starts (SGLang's fraction is of the free memory)."""
     r, e = rollout, ENGINES[rollout.engine]
@@ -140,9 +144,12 @@ def engine_memory(rollout: Rollout, arch, capacity: int, max_model_len: int, res
     if problem:
         raise FieldError("kv_cache_dtype", r.kv_cache_dtype, f"a dtype this model can use: {problem}")
     model_dtype = "bf16" if r.dtype == "fp8_e4m3" else r.dtype
+    seqs, tokens = batch_defaults(r.engine, capacity, gpu_name)
+    seqs = r.max_num_seqs or seqs
+    tokens = r.max_num_batched_tokens or tokens
     weights = engine_weight_bytes(arch, r.tp, r.dtype, e.vocab_padding)
     act = r.activation_bytes if r.activation_bytes is not None else profile_activation_bytes(
-        arch, r.tp, model_dtype, r.max_num_batched_tokens, r.max_num_seqs, e.vocab_padding)
+        arch, r.tp, model_dtype, tokens, seqs, e.vocab_padding)
     non_torch = NON_TORCH_BYTES if r.non_torch_bytes is None else r.non_torch_bytes
     graphs = (CUDAGRAPH_BYTES if r.cuda_graphs else 0) if r.cudagraph_bytes is None else r.cudagraph_bytes
     context = CONTEXT_BYTES if r.context_bytes is None else r.context_bytes
@@ -166,7 +173,7 @@ def engine_memory(rollout: Rollout, arch, capacity: int, max_model_len: int, res
         blocks = max(0, available) // per_block
         per_req = -(-max_model_len // block)
         concurrency = blocks / per_req
-        tokens = int(concurrency * max_model_len)
+        kv_tokens = int(concurrency * max_model_len)
         needed = per_req * per_block
         refused = None
         if available <= 0:
@@ -178,21 +185,22 @@ def engine_memory(rollout: Rollout, arch, capacity: int, max_model_len: int, res
             refused = (f"Free memory on device ({capacity - resident_before - context:,} bytes) on startup is less "
                        f"than desired GPU memory utilization ({r.gpu_memory_utilization}, {budget:,} bytes)")
         f["blocks"] = f"{blocks:,} = available // bytes per block = {max(0, available):,} // {per_block:,}"
-        f["KV tokens"] = (f"{tokens:,} = int(blocks / ceil(max_model_len / block) x max_model_len) = "
+        f["KV tokens"] = (f"{kv_tokens:,} = int(blocks / ceil(max_model_len / block) x max_model_len) = "
                           f"int({blocks:,} / {per_req:,} x {max_model_len:,})")
     else:
         free = capacity - resident_before - context
         budget = int(free * r.gpu_memory_utilization)
         available = budget - weights - non_torch
         cells = max(0, available) // (per_block // block)
-        tokens = cells // block * block
-        blocks = tokens // block
-        concurrency = tokens / max_model_len
+        kv_tokens = cells // block * block
+        blocks = kv_tokens // block
+        concurrency = kv_tokens / max_model_len
         refused = None if available > 0 else "Loaded weights leave no GPU memory for the KV cache (raise " \
                                              "mem_fraction_static)"
         f["static"] = f"{budget:,} = mem_fraction_static x free before the weights = {r.gpu_memory_utilization} x " \
                       f"{free:,}"
         f["available KV"] = f"{available:,} = static - weights - non-torch = {budget:,} - {weights:,} - {non_torch:,}"
-        f["KV tokens"] = f"{tokens:,} = available // cell size = {max(0, available):,} // {per_block // block:,}"
+        f["KV tokens"] = f"{kv_tokens:,} = available // cell size = {max(0, available):,} // {per_block // block:,}"
     return EngineMemory(r.engine, capacity, budget, weights, act, non_torch, graphs, context, available, block,
-                        per_block, blocks, blocks * per_block, tokens, max_model_len, concurrency, refused, f)
+                        per_block, blocks, blocks * per_block, kv_tokens, max_model_len, concurrency, refused, f,
+                        seqs, tokens)

@@ -61,7 +61,7 @@ def max_group_size(plan: RLPlan) -> Optional[int]:
     engine = rl_phases(plan).engine
     if engine is None:
         return None
-    at_once = engine.concurrent(plan.prompt_length + plan.response_length, plan.rollout.max_num_seqs)
+    at_once = engine.concurrent(plan.prompt_length + plan.response_length)
     return _largest(lambda g: _per_engine(plan, g) <= at_once, 1, 100_000)
 
 
@@ -69,7 +69,7 @@ def min_gpu_memory_utilization(plan: RLPlan) -> Optional[float]:
     """The lowest fraction, in hundredths, at which one engine holds its share of a step at the longest length."""
     if not plan.algo.rollout:
         return None
-    need = min(_per_engine(plan, plan.group_size), plan.rollout.max_num_seqs)
+    need = min(_per_engine(plan, plan.group_size), rl_phases(plan).engine.max_num_seqs)
     length = plan.prompt_length + plan.response_length
 
     def holds(hundredths: int) -> bool:
@@ -79,7 +79,7 @@ def min_gpu_memory_utilization(plan: RLPlan) -> Optional[float]:
             engine = rl_phases(p).engine
         except FieldError:
             return False
-        return engine.refused is None and engine.concurrent(length, plan.rollout.max_num_seqs) >= need
+        return engine.refused is None and engine.concurrent(length) >= need
 
     # not a bisection: a fraction too high for the card's free memory is refused at startup (request_memory)
     return next((h / 100 for h in range(1, 101) if holds(h)), None)
@@ -105,7 +105,7 @@ def placements(plan: RLPlan) -> list:
                          "refused": f"{exc.field}: {exc.allowed}"})
             continue
         engine = result.engine
-        at_once = engine.concurrent(plan.prompt_length + plan.response_length, plan.rollout.max_num_seqs) \
+        at_once = engine.concurrent(plan.prompt_length + plan.response_length) \
             if engine else 0
         rows.append({"placement": placement, "rollout_gpus": k, "training_gpus": total - k,
                      "engines": candidate.engine_replicas, "fits": result.fits,
