@@ -18,6 +18,7 @@ from zerocalc.model.inventory import counts
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.units import capacity_text
 
+from . import rl_section
 from .labels import HELP, LABELS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
                     FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, default_for)
@@ -353,6 +354,7 @@ SECTIONS = (
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
     ("sec_display", "Display", "Display: units and bars (no byte changes)", _fields(DISPLAY_FIELDS), False),
+    ("sec_rl", "RL", "RL post-training: algorithm, models, rollout engine (the RL view)", rl_section.section, True),
 )
 SECTION_PILLS = {key: pill for key, pill, *_ in SECTIONS}
 OPEN_SECTIONS = "sections"      # session key: the keys of the open sections
