@@ -7,9 +7,12 @@ Rules, each applied by one function below:
   (torch.optim.Optimizer.zero_grad(set_to_none=True), the default since PyTorch 2.0, and FSDP2 frees the
   unsharded ones after the reduce-scatter);
 - a scoring pass (log-probabilities, values, rewards) runs under torch.no_grad: autograd saves nothing, so the
-  report's saved activations give way to one block's worth alive at a time; the loss end (logits and their fp32
-  upcast), ZeRO-3 / FSDP's gathered parameters, the library workspaces and the allocator's reserve stay as the
-  report's forward phase has them (verl dp_actor.py compute_log_prob, TRL _get_per_token_logps);
+  report's saved activations give way to whichever is larger of one block's tensors (alive one block at a time)
+  and the loss end, where the blocks are done: the logits, their fp32 upcast and the fp32 log-softmax (the
+  report's forward "logits and loss" plus the log-softmax it counts as saved). ZeRO-3 / FSDP's gathered
+  parameters, the library workspaces and the allocator's reserve stay as the report's forward phase has them
+  (verl dp_actor.py compute_log_prob, TRL _get_per_token_logps). Measured on the CPU with transformers' Llama
+  (tests/measure/nograd_scoring.py): the loss end exactly, a block within 10 % above;
 - a reference that shares the policy's LoRA base holds nothing of its own (verl ref_in_actor, TRL's
   disable_adapter context): its pass reuses the policy's weights.
 """
@@ -25,8 +28,9 @@ from ..step.peak import StagePeak
 from ..tables import DTYPE_BITS, bytes_of
 from .plan import ROLE_NAMES, RLModel
 
-FORWARD_KEEPS = ("library workspaces", "logits and loss", "gathered parameters", "dequantized 4-bit weight",
-                 "float8 casts (one linear)", "measured beyond the estimate")
+FORWARD_KEEPS = frozenset({"library workspaces", "logits and loss", "gathered parameters", "dequantized 4-bit weight",
+                           "float8 casts (one linear)", "measured beyond the estimate"})
+LOSS, LOG_SOFTMAX = "logits and loss", "loss log-softmax (fp32)"
 
 
 class ModelView(NamedTuple):
@@ -68,11 +72,15 @@ class ModelView(NamedTuple):
         view = self.report.ranks[self.report.worst[self.model.stage]]
         act = view.shape.act
         parts = dict(self.idle(loaded=True))
-        parts.update({f"{self.name} {k}": v for k, v in forward.items() if k in FORWARD_KEEPS and v})
+        parts.update({f"{self.name} {k}": v for k, v in forward.items() if k in FORWARD_KEEPS - {LOSS} and v})
         # one block's whole forward (recompute_working: what full recompute rebuilds of one block; without
-        # recompute per_layer holds it already)
-        parts[f"{self.name} activations (one block, no grad)"] = max(act.per_layer_total, act.per_moe_layer_total,
-                                                                     act.recompute_working)
+        # recompute per_layer holds it already), or the loss end once the blocks are done
+        block = max(act.per_layer_total, act.per_moe_layer_total, act.recompute_working)
+        loss_end = forward.get(LOSS, 0) + act.head.get(LOG_SOFTMAX, 0)
+        if loss_end >= block:
+            parts[f"{self.name} logits and log-probs (no grad)"] = loss_end
+        else:
+            parts[f"{self.name} activations (one block, no grad)"] = block
         w = self.report.workload
         parts[f"{self.name} allocator reserve"] = reserve_bytes(sum(parts.values()), w.fragmentation_percent)
         return {k: v for k, v in parts.items() if v}
