@@ -140,3 +140,13 @@ def test_bad_plans_name_their_field(changes, field):
     with pytest.raises(FieldError) as err:
         grpo(**changes)
     assert err.value.field == field
+
+
+def test_the_trainers_allocated_figure_leaves_out_the_engine_contexts_and_reserve():
+    report = rl_report(grpo(), answers=False)
+    update = next(p for p in report["phases"] if p["name"] == "policy update")
+    peak = next(m for m in report["models"] if m["role"] == "policy")["training_peak"]["parts"]
+    assert update["trainer_allocated_bytes"] == sum(peak.values()) - peak["CUDA context"] - peak["allocator reserve"]
+    rollout = next(p for p in report["phases"] if p["name"] == "rollout")
+    assert rollout["trainer_allocated_bytes"] == sum(v for k, v in rollout["parts"].items()
+                                                     if k.startswith("policy "))

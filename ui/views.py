@@ -24,7 +24,7 @@ from .state_stages import ui_value
 from .widgets import set_fields
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "benchmarks.md")
+DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "rl.md", "benchmarks.md")
 
 
 @functools.lru_cache(maxsize=1)       # the committed ledger's summary: read once per process

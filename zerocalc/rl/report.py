@@ -72,10 +72,17 @@ def model_dict(view) -> dict:
     return out
 
 
+def trainer_tensors(parts: dict) -> int:
+    """The training processes' live tensors in a phase: what their torch.cuda.max_memory_allocated() counts (verl
+    logs it as perf/max_memory_allocated_gb), without the engine, the CUDA contexts and the allocator's reserve."""
+    return sum(v for k, v in parts.items() if not k.startswith(("engine", "CUDA context"))
+               and "CUDA context" not in k and not k.endswith("allocator reserve"))
+
+
 def phase_dict(p) -> dict:
     return {"name": p.name, "gpu": p.gpu, "parts": p.parts, "total_bytes": p.total, "capacity_bytes": p.capacity,
             "fits": p.fits, "headroom_bytes": p.capacity - p.total, "utilisation": p.total / p.capacity,
-            "about": p.about}
+            "trainer_allocated_bytes": trainer_tensors(p.parts), "about": p.about}
 
 
 def verdict(result: RLPhases) -> dict:
