@@ -131,7 +131,8 @@ def rl_phases(plan: RLPlan) -> RLPhases:
         sync = _sync_parts(plan, policy)
         if colocated:
             woken = engine.parts("weights" if level else "asleep", level)
-            add("weight sync", train_gpu, {**woken, **_idle(views, loaded=("policy",)), **sync,
+            loads = ("policy",) if plan.rules.sync_loads_params else ()
+            add("weight sync", train_gpu, {**woken, **_idle(views, loaded=loads), **sync,
                                            **_contexts(processes)},
                 f"the policy's weights copied into the woken engine ({plan.rules.name}: {plan.rules.sync} path)")
             add("rollout", train_gpu, {**engine.parts("awake"), **_idle(views), **_contexts(processes)},
@@ -141,7 +142,8 @@ def rl_phases(plan: RLPlan) -> RLPhases:
             add("weight sync", "rollout GPU", {**engine.parts("asleep", 0), **receive},
                 "the engine receives the new weights while awake (split engines do not sleep)")
             add("rollout", "rollout GPU", engine.parts("awake"), "the engine generates with its whole KV cache")
-            add("weight sync", "training GPU", {**_idle(views, loaded=("policy",)), **sync, **_contexts(processes)},
+            loads = ("policy",) if plan.rules.sync_loads_params else ()
+            add("weight sync", "training GPU", {**_idle(views, loaded=loads), **sync, **_contexts(processes)},
                 "the policy's weights sent to the rollout GPUs")
     for role in ("policy", "reference", "reward", "critic"):
         if role not in views or (role in algo.trains and not algo.rollout):     # DPO's policy: its update only

@@ -54,23 +54,25 @@ class Framework(NamedTuple):
     sync: str                        # "bucket": a GPU bucket of sync_bucket_bytes plus the tensor being staged;
                                      # "module": one gathered module at a time; "tensor": one gathered tensor
     sync_bucket_bytes: int
+    sync_loads_params: bool          # the sync brings every parameter shard back to the GPU first (else one at a time)
     rollout_defaults: MappingProxyType    # the Rollout fields the framework sets unless told otherwise
     source: str
 
 
 FRAMEWORKS = MappingProxyType({
     "verl": Framework(
-        "verl", (("policy", "reference"), ("critic",), ("reward",)), True, "bucket", 2048 << 20,
+        "verl", (("policy", "reference"), ("critic",), ("reward",)), True, "bucket", 2048 << 20, False,
         MappingProxyType({"gpu_memory_utilization": 0.5, "tp": 2, "max_num_seqs": 256, "max_num_batched_tokens": 8192,
                           "sleep_level": 2}),
-        "verl 0.9.1: workers/engine_workers.py update_weights (resume weights, per-tensor full_tensor() export, "
+        "verl 0.9.1: workers/engine_workers.py update_weights (resume weights, per-tensor full_tensor() export: "
+        "FSDP2 stages one offloaded tensor at a time, engine/fsdp/transformer_impl.py _skip_staging; "
         "offload the actor's parameters when param_offload, then resume the KV cache); workers/rollout/vllm_rollout/"
         "bucketed_weight_transfer.py (a torch.empty(bucket) on the GPU, update_weights_bucket_megabytes=2048); "
         "vllm_async_server.py _resolve_sleep_level (2; 1 with LoRA adapters); trainer/config/rollout/rollout.yaml "
         "(gpu_memory_utilization 0.5, tensor_model_parallel_size 2, max_num_seqs 256, max_num_batched_tokens 8192, "
         "free_cache_engine true)"),
     "trl": Framework(
-        "TRL", (("policy", "reference", "reward", "critic"),), False, "module", 0,
+        "TRL", (("policy", "reference", "reward", "critic"),), False, "module", 0, True,
         MappingProxyType({"gpu_memory_utilization": 0.3, "tp": 1, "max_num_batched_tokens": 4096, "sleep_level": 0}),
         "trl 1.16.0: generation/vllm_generation.py (colocate: LLM(distributed_executor_backend='external_launcher') "
         "in the trainer's process, max_num_batched_tokens=4096, sleep(level=2) with vllm_enable_sleep_mode; "
@@ -78,7 +80,7 @@ FRAMEWORKS = MappingProxyType({
         "trainer/grpo_config.py (vllm_gpu_memory_utilization 0.3, vllm_tensor_parallel_size 1, "
         "vllm_enable_sleep_mode false)"),
     "openrlhf": Framework(
-        "OpenRLHF", (("policy",), ("reference",), ("reward",), ("critic",)), True, "tensor", 0,
+        "OpenRLHF", (("policy",), ("reference",), ("reward",), ("critic",)), True, "tensor", 0, True,
         MappingProxyType({"gpu_memory_utilization": 0.95, "tp": 1, "sleep_level": 0}),
         "openrlhf 0.11.2: cli/train_ppo_ray.py (each model a Ray actor, vLLM engines apart; --vllm.enable_sleep, "
         "--ds.enable_sleep, --ref.offload / --reward.offload; --vllm.gpu_memory_utilization 0.95); "
