@@ -129,7 +129,8 @@ def test_the_rollout_answer():
     assert answer["sequences_per_step"] == 1024 and answer["engines"] == 8
     assert answer["sequences_per_engine"] == 128
     blocks_per_seq = -(-1536 // 16)
-    assert answer["concurrent_at_max_length"] == min(engine["max_num_seqs"], (engine["num_blocks"] - 1) // blocks_per_seq)
+    at_once = min(engine["max_num_seqs"], (engine["num_blocks"] - 1) // blocks_per_seq)
+    assert answer["concurrent_at_max_length"] == at_once
     assert answer["concurrent_at_typical_length"] >= answer["concurrent_at_max_length"]
     assert answer["waves_at_max_length"] == -(-128 // answer["concurrent_at_max_length"])
     assert report["verdict"]["fits"] is True

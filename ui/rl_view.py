@@ -72,7 +72,8 @@ def timeline(report: dict, unit: str) -> go.Figure:
                              customdata=sums, hovertext=detail, hoverinfo="text+name"))
     cap = report["capacity_bytes"] / scale
     fig.add_trace(go.Scatter(name="capacity", x=labels, y=[cap] * len(labels), mode="lines",
-                             line={"color": "#1F1F1F", "dash": "dash"}, customdata=[report["capacity_bytes"]] * len(labels)))
+                             line={"color": "#1F1F1F", "dash": "dash"},
+                             customdata=[report["capacity_bytes"]] * len(labels)))
     fig.update_layout(barmode="stack", height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       yaxis_title="GiB" if scale == 2**30 else "GB", legend={"orientation": "h", "y": -0.25},
                       title="Each phase's residents on one GPU, against the capacity")

@@ -27,7 +27,8 @@ def rollout_answer(plan: RLPlan, engine) -> dict:
         return -(-per_engine // n) if n else None
 
     return {"sequences_per_step": total, "engines": plan.engine_replicas, "sequences_per_engine": per_engine,
-            "max_length_tokens": plan.prompt_length + plan.response_length, "typical_length_tokens": plan.typical_length,
+            "max_length_tokens": plan.prompt_length + plan.response_length,
+            "typical_length_tokens": plan.typical_length,
             "concurrent_at_max_length": at_max, "concurrent_at_typical_length": at_typical,
             "max_num_seqs": engine.max_num_seqs,
             "limited_by": "max_num_seqs" if at_max == engine.max_num_seqs else "KV cache",
