@@ -38,6 +38,7 @@ LABELS = {
     "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
+    "grad_lifetime": "Gradients live",
     "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
     "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
@@ -127,6 +128,10 @@ HELP = {
                        "(0; the band's high end holds two: the communication streams' blocks).",
     "comm_buffers": "auto: from the convention (megatron: its grad buffer, nothing more; fsdp2: FSDP one unit at a "
                     "time; otherwise DeepSpeed's buckets), none without data parallelism unless DeepSpeed.",
+    "grad_lifetime": "step: a persistent buffer (Megatron's, DeepSpeed's) or accumulation keeps every gradient from "
+                     "the step's start; backward: zero_grad(set_to_none=True) frees them after each step, so "
+                     "backward starts with none and ends with all; auto: backward for torch's own loops (FSDP2 or "
+                     "one GPU, Hugging Face / torchtitan / torchtune) at one micro-batch per step.",
     "fsdp_wrap": "FSDP's units: each decoder block with the ends in the root, or torchtitan's (embedding, blocks, "
                  "[norm, head] kept after forward).",
     "reshard_after_forward": "FSDP2 fully_shard(reshard_after_forward=...): auto as torchtitan, off under pipeline "

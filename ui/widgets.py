@@ -29,7 +29,7 @@ SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params", "host_memory_bytes",
                   "comm_buffers", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype")
-STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
+STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation", "grad_lifetime")
 ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
                      "allocator", "allocator_units",
                      "reduce_bucket_size",

@@ -33,29 +33,15 @@ from .sweep import sweep_for, sweep_text
 from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from ..step.grad_lifetime import GRAD_LIFETIMES
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
 from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
 from ..units import UNIT_CHOICES, parse_capacity, parse_count
-from .frameworks import (
-    FlagError,
-    add_framework_flags,
-    export_from_args,
-    export_notes,
-    framework_error_message,
-    import_given,
-    import_view,
-    imported_flag,
-)
+from .frameworks import (FlagError, add_framework_flags, export_from_args, export_notes, framework_error_message,
+                         import_given, import_view, imported_flag)
 from .sources import sources_dict, sources_text
-from .workload import (
-    FLAG_NAMES,
-    ModelFlagError,
-    architecture_from_args,
-    list_gpus,
-    list_models,
-    workload_flags_given,
-    workload_from_args,
-)
+from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
+                       workload_flags_given, workload_from_args)
 
 
 class UsageError(Exception):
@@ -231,6 +217,8 @@ def _model_flags(p):
                         "buckets), megatron (none beyond its grad buffer), fsdp (one unit at a time), none; "
                         "auto (default): from the convention (megatron, fsdp2 -> fsdp, else deepspeed), none "
                         "without data parallelism unless DeepSpeed")
+    m.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, help="gradients live the whole step (a persistent "
+                   "buffer) or from backward on (set_to_none); auto: backward for torch loops at one micro-batch")
     m.add_argument("--fsdp-wrap", choices=FSDP_WRAPS,
                    help="FSDP units: blocks (default: each decoder block, the ends in the root) or torchtitan "
                         "(the embedding, each block, [norm, head] kept gathered after forward)")

@@ -22,7 +22,8 @@ from ..parallel.costs import bubble_fraction
 from ..parallel.ranks import LayoutReport, layout_report, report_for
 from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
-from ..step.buffers import describe as comm_buffers
+from ..step.buffers import describe as comm_buffers, framework
+from ..step.grad_lifetime import describe as grad_lifetime
 from ..step.losses import LOSS_NAMES
 from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
 from ..states.ledger import bytes_per_param
@@ -345,6 +346,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
                              "recompute_working": shape.act.recompute_working},
         "gpu": gpu_dict(workload),
         "comm_buffers": comm_buffers(s, workload, shape),
+        "grad_lifetime": grad_lifetime(workload, framework(s, workload, shape)),
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
     }

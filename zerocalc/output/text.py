@@ -10,7 +10,8 @@ from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, search_layouts
 from ..states.ledger import bytes_per_param
 from ..states.zero import workers_per_node
-from ..step.buffers import describe as comm_buffers
+from ..step.buffers import describe as comm_buffers, framework
+from ..step.grad_lifetime import describe as grad_lifetime
 from ..tables import CONVENTIONS
 from ..units import format_bytes, in_unit, resolve_unit
 from .report import recipe_text, group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
@@ -210,6 +211,7 @@ def peak_text(report, units) -> str:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
         lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
     lines.append(f"  communication buffers: {comm_buffers(s, workload, shape)['why']}")
+    lines.append(f"  gradients live: {grad_lifetime(workload, framework(s, workload, shape))['why']}")
     mp = workload.layout.model_parallel
     lines += ["", "Answers (the layout held):"]
     for stage in range(4):

@@ -32,6 +32,7 @@ from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
 from .losses import loss_transients
+from .grad_lifetime import first_block_bytes, lifetime
 from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .shape import StepShape, trainable_params
 from .workspaces import workspace_bytes
@@ -161,13 +162,17 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     fused_step = workload.optimizer_in_backward          # optimizer_in_backward.py: no gradient set lives
     casts = cast_transients(workload, tp_local(workload.arch, workload.layout.tp),     # float8.py
                             workload.micro_batch * (workload.seq_len // workload.layout.cp))
+    per_backward = not fused_step and lifetime(workload, comm) == "backward"     # grad_lifetime.py
     for s, gpu_bytes in stages:
+        grads = resident_gradient_bytes(scenario, s, shape) if fused_step or per_backward else 0
         if fused_step:
-            gpu_bytes -= resident_gradient_bytes(scenario, s, shape)
+            gpu_bytes -= grads
         common = (("model states", gpu_bytes), ("library workspaces", workspaces),   # step/workspaces.py
                   ("activations", shape.activation_bytes),
                   ("measured beyond the estimate", workload.measured_extra_bytes))     # Calibrate's Set
         forward = [*common, ("logits and loss", logits["forward"])]
+        if per_backward:             # forward runs before any gradient exists
+            forward[0] = ("model states", gpu_bytes - grads)
         backward = [*common, ("logits and loss", logits["backward"])]
         optimizer = [*common[:2], common[3]]           # no activations at the step; the measured extra stays
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
@@ -188,4 +193,16 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             gone = {REPLACES[part] for part, _ in kept.get(name, ()) if part in REPLACES}
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         backward += offload_parts(scenario, workload, s, shape, comm).get("backward", [])   # fsdp_offload.py
+        if per_backward and grads:
+            backward = _larger_end(backward, grads, first_block_bytes(shape))
         yield s, (forward, backward, optimizer)
+
+
+def _larger_end(backward, grads: int, first_block: int):
+    """The backward phase when gradients live from backward on (grad_lifetime.py): its start (every activation and
+    the loss's transients, no gradient yet) or its end (every gradient, the first block's saves and the working
+    sets that run with it), whichever holds more."""
+    start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
+    gone = ("activations", "logits and loss")
+    end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block)]
+    return max(start, end, key=lambda items: sum(v for _, v in items))
