@@ -163,8 +163,9 @@ HELP = {
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "
                "copies, silu and gelu fused; with op-level checkpointing the unread down-projection output is "
-               "dropped. Latent attention, sinks, soft-capping and sandwich norms keep their eager terms; CUDA "
-               "graphs and max-autotune workspaces are not counted.",
+               "dropped; LoRA blocks keep only what the adapters need. Latent attention, sinks, soft-capping, "
+               "sandwich norms, DoRA and quantized bases keep their eager terms; CUDA graphs and max-autotune "
+               "workspaces are not counted.",
     "loss_fusion": "Megatron's native fused cross entropy (off by default): its backward holds a second fp32 copy of "
                    "the softmax and a bf16 copy of the gradient.",
     "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",
