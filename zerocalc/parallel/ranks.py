@@ -14,7 +14,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..layout import check_experts
 from ..model.placement import RankClass, rank_classes, stored_holdings, stored_params
-from ..states.groups import ParamGroup, group_rows, state_rows
+from ..states.groups import ParamGroup, group_rows, once_per_optimizer, state_rows
 from ..states.ledger import LedgerEntry, build_ledger
 from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
 from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
@@ -118,6 +118,8 @@ class _Precision(NamedTuple):
     optimizer: str
     optimizer_dtype: str
     factored_dim: int
+    fallback_optimizer: str
+    optimizer_rank: int
     convention: str
 
 
@@ -139,12 +141,15 @@ def _one_copy_of(scenario: _Precision, ledger, holdings, finetune) -> Tuple[int,
     groups = {}
     for h in holdings:
         groups.setdefault(h.group, []).append(h)
+    rows = []
     for group, members in groups.items():
         n = sum(h.elements for h in members)
         one = ParamGroup(group, n, n if not group.endswith("frozen") else 0, 1, tuple(members))
-        for row in group_rows(scenario, ledger, one, finetune):
-            base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
-            out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
+        rows += [(group, row) for row in group_rows(scenario, ledger, one, finetune)]
+    kept = once_per_optimizer(tuple(row for _, row in rows))
+    for (group, _), row in zip(rows, kept):
+        base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
+        out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
     return tuple(out)
 
 

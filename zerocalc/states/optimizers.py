@@ -1,0 +1,132 @@
+"""Optimizer state that follows each tensor's shape (tables.SHAPED_OPTIMIZERS): which tensors keep each state
+(HOLDERS), how many elements it has for one tensor (SHAPES), and the sum over a parameter group's holdings.
+
+A state row applies to a tensor when every atom of its holders holds ("muon&!size<4096"). Shapes are the tensor's
+shape on its rank (placement.Holding.shape: its tensor- and expert-parallel split, before ZeRO). Without an
+architecture there are no shapes: the rows are read on an assumed square d x d hidden matrix, d the scenario's
+factored_dim (the Adafactor precedent), and say so.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Dict, Tuple
+
+from ..tables import FALLBACK_OPTIMIZERS, OPTIMIZERS, SHAPED_OPTIMIZERS, OptState
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _muon(t, shape) -> bool:
+    """Moonlight's rule (examples/toy_train.py @abaa96e): every tensor of two or more dimensions except the token
+    embedding and the output head; learned positions are an embedding too (Keller Jordan's Muon README: embeddings,
+    head and scalars go to AdamW)."""
+    return len(shape) >= 2 and t.role not in ("embedding", "head", "position")
+
+
+def _lowrank(t, shape) -> bool:
+    """GaLore / APOLLO's usual target set (galore-torch README, torchrun_main.py: modules named attn or mlp): the
+    blocks' 2-D linear weights, the router too where Hugging Face names it mlp.gate (Qwen-MoE, DeepSeek: measured).
+    3-D fused experts are not nn.Linear weights: they step as plain AdamW."""
+    return len(shape) == 2 and t.role in ("attention", "mlp", "shared expert", "router")
+
+
+def _atom(word: str) -> Callable:
+    if word.startswith("size>="):
+        n = int(word[6:])
+        return lambda t, shape: _numel(shape) >= n
+    if word.startswith("size<"):
+        n = int(word[5:])
+        return lambda t, shape: _numel(shape) < n
+    if word.startswith("ao"):              # torchao adam.py _new_buffer: numel >= 4096 and numel % block == 0
+        block = int(word[2:])
+        return lambda t, shape: _numel(shape) >= 4096 and _numel(shape) % block == 0
+    return HOLDERS[word]
+
+
+HOLDERS: Dict[str, Callable] = {"all": lambda t, shape: True, "muon": _muon, "lowrank": _lowrank}
+
+
+def holds(holders: str, t, shape) -> bool:
+    for word in holders.split("&"):
+        negate = word.startswith("!")
+        if _atom(word.lstrip("!"))(t, shape) == negate:
+            return False
+    return True
+
+
+def _rank(shape, rank: int) -> int:
+    return min(rank, min(shape))          # an SVD keeps at most min(m, n) directions
+
+
+def _svd_factor(shape, rank: int, dtype: str) -> int:
+    """GaLore's projection (galore_projector.py get_orthogonal_matrix): rank rows or columns of an SVD factor. On an
+    fp32 gradient it keeps the slice, a view that holds the whole min(m, n)^2 factor alive (measured); on any other
+    dtype the slice is copied back to that dtype (.type(original_type)), rank x min(m, n)."""
+    return min(shape) ** 2 if dtype == "fp32" else _rank(shape, rank) * min(shape)
+
+
+# Elements of one state for one tensor of `shape` (arg: the row's constant; rank: the scenario's optimizer_rank;
+# dtype: the state's).
+SHAPES: Dict[str, Callable] = {
+    "param": lambda shape, arg, rank, dtype: _numel(shape),
+    "half": lambda shape, arg, rank, dtype: -(-_numel(shape) // 2),            # two 4-bit codes per byte
+    "blocks": lambda shape, arg, rank, dtype: -(-_numel(shape) // arg),         # one scale per block of arg
+    "one": lambda shape, arg, rank, dtype: arg or 1,                            # a scalar, or a table, per tensor
+    "rank-min": lambda shape, arg, rank, dtype: _rank(shape, rank) * min(shape),    # a random projection
+    "svd-min": lambda shape, arg, rank, dtype: _svd_factor(shape, rank, dtype),     # an SVD projection
+    "rank-max": lambda shape, arg, rank, dtype: _rank(shape, rank) * max(shape),    # a projected moment
+}
+# What each shape rule scales with, for the ledger view.
+SCALES = {"param": "parameter count", "half": "parameter count", "blocks": "parameter count",
+          "one": "tensor count", "once": "one per optimizer", "rank-min": "rank x matrix dimension",
+          "svd-min": "rank x matrix dimension (fp32: the whole SVD factor)", "rank-max": "rank x matrix dimension"}
+
+
+def optimizer_states(optimizer: str, fallback: str = "adamw") -> Tuple[OptState, ...]:
+    """The state rows of an optimizer: a shaped one's own, Muon's fallback's on every tensor Muon does not take,
+    and a per-parameter one's as rows that every tensor keeps."""
+    if optimizer == "muon":
+        return SHAPED_OPTIMIZERS["muon"] + tuple(s._replace(holders="!muon") for s in _per_param(fallback))
+    if optimizer in SHAPED_OPTIMIZERS:
+        return SHAPED_OPTIMIZERS[optimizer]
+    return _per_param(optimizer)
+
+
+def _per_param(optimizer: str) -> Tuple[OptState, ...]:
+    if optimizer not in FALLBACK_OPTIMIZERS:
+        raise ValueError(optimizer)
+    return tuple(OptState(name, "all", ("fraction", per), dtype) for name, per, dtype in OPTIMIZERS[optimizer])
+
+
+def state_elements(state: OptState, holdings, rank: int, dtype: str) -> int:
+    """Elements of one state row over a group's holdings (each tensor's on its rank, times its instances)."""
+    if isinstance(state.shape, tuple):                    # a per-parameter fraction over the group, rounded up once
+        num, den = state.shape[1]
+        n = sum(h.elements for h in holdings if holds(state.holders, h.tensor, h.shape))
+        return -(-n * num // den)
+    if state.shape == "once":
+        return state.arg if any(holds(state.holders, h.tensor, h.shape) for h in holdings) else 0
+    rule = SHAPES[state.shape]
+    return sum(rule(h.shape, state.arg, rank, dtype) * h.instances for h in holdings
+               if holds(state.holders, h.tensor, h.shape))
+
+
+class _Square:
+    """An assumed hidden d x d matrix: what a params-only scenario's shaped rows are read on."""
+    role = "attention"
+
+
+def assumed_per_param(state: OptState, d: int, rank: int, dtype: str) -> Fraction:
+    """Elements per parameter of a state row on assumed square d x d hidden matrices (no architecture)."""
+    shape = (d, d)
+    if isinstance(state.shape, tuple):
+        return Fraction(*state.shape[1]) if holds(state.holders, _Square, shape) else Fraction(0)
+    if not holds(state.holders, _Square, shape) or state.shape == "once":
+        return Fraction(0)
+    return Fraction(SHAPES[state.shape](shape, state.arg, rank, dtype), d * d)
