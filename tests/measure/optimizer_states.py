@@ -49,6 +49,9 @@ def optimizers(name: str, named, rank: int = 8, fallback: str = "adamw"):
     """The optimizer(s) a run with `name` builds over the named trainable parameters."""
     params = [p for _, p in named]
     if name == "muon":
+        # torch.optim.Muon takes 2-D parameters only; a 3-D fused expert tensor is left out here (Moonlight's own
+        # Muon views it as g.view(g.size(0), -1) and keeps a zeros_like momentum: its elements, unmeasured).
+        named = [(n, p) for n, p in named if p.ndim <= 2]
         muon, rest = muon_split(named)
         out = [torch.optim.Muon(muon)] if muon else []
         if rest and fallback == "adamw":
@@ -137,4 +140,5 @@ def measure(config: dict, optimizer: str, dtype: str = "fp32", lora: dict = None
             opt.step()
     out = state_bytes(opts, [p for _, p in model.named_parameters()])
     out["shapes"] = {n: list(p.shape) for n, p in named}
+    out["unstepped"] = {n: p.numel() for n, p in named if optimizer == "muon" and p.ndim > 2}
     return out

@@ -31,9 +31,9 @@ def _muon(t, shape) -> bool:
 
 def _lowrank(t, shape) -> bool:
     """GaLore / APOLLO's usual target set (galore-torch README, torchrun_main.py: modules named attn or mlp): the
-    blocks' 2-D linear weights, the router too where Hugging Face names it mlp.gate (Qwen-MoE, DeepSeek: measured).
-    3-D fused experts are not nn.Linear weights: they step as plain AdamW."""
-    return len(shape) == 2 and t.role in ("attention", "mlp", "shared expert", "router")
+    blocks' 2-D linear weights, the router too where Hugging Face names it mlp.gate (Qwen-MoE, DeepSeek) and LoRA
+    adapters inside them (measured). 3-D fused experts are not nn.Linear weights: they step as plain AdamW."""
+    return len(shape) == 2 and t.role in ("attention", "mlp", "shared expert", "router", "adapter")
 
 
 def _atom(word: str) -> Callable:

@@ -1,0 +1,100 @@
+"""Shaped optimizer state against optimizer.state after one step on the CPU, exact to the byte
+(tests/measure/optimizer_states.py): torch.optim.Muon with its AdamW fallback (torch 2.13), GaLore (galore-torch 1.0)
+and APOLLO (apollo-torch 1.0.3), torchao's 8-bit, 4-bit and float8 AdamW (0.18.0), bitsandbytes' AdamW8bit,
+PagedAdamW8bit and PagedAdamW (0.50.2; paged ones fall back to ordinary buffers on the CPU, so their bytes are
+measured and their placement is read from get_state_buffer). Tiny Llama models with and without tied embeddings, a
+Qwen3-MoE model (fused 3-D experts, a 2-D router) and LoRA adapters, in fp32 and bf16.
+Needs torch, transformers, peft, bitsandbytes, torchao, galore-torch, apollo-torch (requirements-validation.txt).
+"""
+
+import os
+
+import pytest
+
+os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")      # torchao compiles its step per shape: minutes, same bytes
+torch = pytest.importorskip("torch", reason="torch not installed: pip install -r requirements-validation.txt")
+
+from tests.measure.moe_activations import TINY  # noqa: E402
+from tests.measure.peft_lora import llama_config  # noqa: E402
+from zerocalc import Scenario  # noqa: E402
+from zerocalc.model.finetune import FineTune  # noqa: E402
+from zerocalc.model.hf_config import architecture_from_config  # noqa: E402
+from zerocalc.model.inventory import param_count  # noqa: E402
+from zerocalc.parallel.ranks import layout_report  # noqa: E402
+from zerocalc.step.workload import Workload  # noqa: E402
+
+NEEDS = {"galore-adamw": "galore_torch", "apollo-adamw": "apollo_torch", "adamw-8bit-ao": "torchao",
+         "adamw-4bit-ao": "torchao", "adamw-fp8-ao": "torchao", "adamw-8bit-bnb": "bitsandbytes",
+         "paged-adamw-8bit": "bitsandbytes", "paged-adamw": "bitsandbytes", "muon": "torch"}
+CONFIGS = {
+    "llama": llama_config(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=1000),
+    "llama-tied": llama_config(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=1000, tie=True),
+    # 128 x 256 attention and 768 x 256 gate_up: past 4096 and past 1e5 elements (the quantized and paged sizes)
+    "llama-wide": llama_config(layers=1, hidden=256, heads=4, kv_heads=2, intermediate=384, vocab=3000),
+    "qwen3_moe": TINY["qwen3_moe"],
+}
+
+
+def _need(optimizer):
+    module = NEEDS[optimizer]
+    if os.environ.get("CI") != "true":
+        pytest.importorskip(module, reason=f"{module} not installed: pip install -r requirements-validation.txt")
+
+
+def ours(config, optimizer, dtype="fp32", rank=8, lora=None) -> dict:
+    """The optimizer-state bytes of the one rank class, by entry (no master copy: the model's own dtype)."""
+    arch = architecture_from_config(config)
+    s = Scenario(params=param_count(arch), param_dtype=dtype, grad_dtype=dtype, master_dtype=None,
+                 optimizer=optimizer, optimizer_dtype=dtype, optimizer_rank=rank)
+    ft = FineTune(mode="lora", lora_rank=lora["rank"], lora_targets=tuple(lora["target"].split(",")),
+                  adapter_dtype=dtype) if lora else FineTune()
+    report = layout_report(s, Workload(arch, micro_batch=1, seq_len=64, finetune=ft))
+    out = {}
+    for row in report.ranks[0].rows:
+        if row.entry.category == "optimizer":
+            out[row.entry.name] = out.get(row.entry.name, 0) + row.entry.nbytes(row.elements)
+    return out
+
+
+def check(config, optimizer, **kw):
+    from tests.measure.optimizer_states import measure
+    _need(optimizer)
+    measured = measure(config, optimizer, **kw)
+    mine = ours(config, optimizer, kw.get("dtype", "fp32"), kw.get("rank", 8), kw.get("lora"))
+    # Muon: a 3-D expert tensor is not stepped by torch.optim.Muon; its momentum is its elements (see measure).
+    unstepped = sum(measured["unstepped"].values()) * (4 if kw.get("dtype", "fp32") == "fp32" else 2)
+    assert sum(mine.values()) == measured["gpu"] + unstepped, (mine, measured["by_key"])
+    return measured, mine
+
+
+@pytest.mark.parametrize("optimizer", sorted(NEEDS))
+@pytest.mark.parametrize("model", ["llama", "llama-tied", "qwen3_moe"])
+def test_fp32_state_is_exact(model, optimizer):
+    check(CONFIGS[model], optimizer)
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "galore-adamw", "adamw-8bit-bnb", "paged-adamw-8bit", "adamw-4bit-ao"])
+def test_past_the_quantized_and_paged_sizes(optimizer):
+    measured, mine = check(CONFIGS["llama-wide"], optimizer)
+    if optimizer == "paged-adamw-8bit":      # 768 x 256 gate_up and the 3000 x 256 ends are paged on a GPU
+        assert mine["state1 (8-bit, paged)"] > 0 and mine["state1 (8-bit)"] > 0
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "galore-adamw", "apollo-adamw", "adamw-8bit-bnb"])
+def test_bf16_state_is_exact(optimizer):
+    # GaLore on a bf16 gradient copies rank rows of its SVD factor instead of holding the whole fp32 factor.
+    check(CONFIGS["llama"], optimizer, dtype="bf16")
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "galore-adamw", "adamw-8bit-bnb", "adamw-8bit-ao"])
+def test_lora_adapters_state_is_exact(optimizer):
+    # Only the adapters train: lora_A [r, in] and lora_B [out, r] are 2-D, so Muon takes them (Moonlight's rule).
+    check(CONFIGS["llama"], optimizer, lora={"rank": 8, "target": "q,v"})
+
+
+def test_galore_rank_moves_only_the_projected_rows():
+    _need("galore-adamw")
+    from tests.measure.optimizer_states import measure
+    for rank in (2, 16):
+        m = measure(CONFIGS["llama"], "galore-adamw", rank=rank, dtype="bf16")
+        assert sum(ours(CONFIGS["llama"], "galore-adamw", "bf16", rank).values()) == m["gpu"]
