@@ -98,3 +98,25 @@ def test_galore_rank_moves_only_the_projected_rows():
     for rank in (2, 16):
         m = measure(CONFIGS["llama"], "galore-adamw", rank=rank, dtype="bf16")
         assert sum(ours(CONFIGS["llama"], "galore-adamw", "bf16", rank).values()) == m["gpu"]
+
+
+@pytest.mark.parametrize("m, n", [(64, 32), (32, 96), (128, 128)])
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_muon_step_working_set_equals_the_allocation_trace(m, n, dtype):
+    """step/optimizer_step.py muon_items at one rank: the Nesterov update (m x n, state dtype) and Newton-Schulz
+    2 m n + 2 min(m, n)^2 in bf16, against every tensor torch.optim.Muon.step() allocates (traced)."""
+    from tests.measure.optimizer_states import muon_step_peak
+    from zerocalc.model.inventory import ParamTensor
+    from zerocalc.model.placement import Holding
+    from zerocalc.states.groups import ParamGroup
+    from zerocalc.step.optimizer_step import muon_items
+
+    t = ParamTensor("w.weight", "w", (m, n), "mlp", "column", "layer")
+    group = ParamGroup("", m * n, m * n, 1, (Holding(t, m * n, 1, "", m, (m, n)),))
+
+    class Shape:
+        groups = (group,)
+    s = Scenario(params=m * n, param_dtype=dtype, grad_dtype=dtype, master_dtype=None, optimizer="muon",
+                 optimizer_dtype=dtype)
+    ours = sum(b for _, b in muon_items(s, 0, Shape))
+    assert ours == muon_step_peak(m, n, dtype)

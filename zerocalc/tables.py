@@ -109,10 +109,11 @@ class OptState(NamedTuple):
     shape: str         # its elements per tensor (optimizers.SHAPES)
     dtype: str         # "state": the scenario's optimizer_dtype; otherwise fixed
     arg: int = 0       # the shape rule's constant: a block size, a table's length
+    place: str = "gpu"  # "unified": CUDA managed memory (bitsandbytes' paged states), on the host until touched
 
 
-def _s(name, holders, shape, dtype="state", arg=0) -> OptState:
-    return OptState(name, holders, shape, dtype, arg)
+def _s(name, holders, shape, dtype="state", arg=0, place="gpu") -> OptState:
+    return OptState(name, holders, shape, dtype, arg, place)
 
 
 def _bnb8(paged: bool) -> tuple:
@@ -123,8 +124,8 @@ def _bnb8(paged: bool) -> tuple:
     big = ("size>=100000", "size>=4096&size<100000") if paged else ("size>=4096",)
     rows = []
     for state in ("state1", "state2"):
-        rows += [_s(f"{state} (8-bit{', paged' if paged and h == big[0] else ''})", h, "param", "uint8")
-                 for h in big]
+        rows += [_s(f"{state} (8-bit{', paged' if paged and h == big[0] else ''})", h, "param", "uint8",
+                    place="unified" if paged and h == big[0] else "gpu") for h in big]
         rows.append(_s(f"{state} (fp32, under 4096)", "size<4096", "param", "fp32"))
     return tuple(rows) + (
         _s("absmax1", "size>=4096", "blocks", "fp32", 256), _s("absmax2", "size>=4096", "blocks", "fp32", 256),
@@ -171,9 +172,9 @@ SHAPED_OPTIMIZERS = MappingProxyType({
     "adamw-8bit-bnb": _bnb8(False),
     "paged-adamw-8bit": _bnb8(True),
     # bitsandbytes PagedAdamW (32-bit): two fp32 states, in unified memory from 1e5 elements (get_state_buffer).
-    "paged-adamw": (_s("state1 (paged)", "size>=100000", "param", "fp32"),
+    "paged-adamw": (_s("state1 (paged)", "size>=100000", "param", "fp32", place="unified"),
                     _s("state1", "size<100000", "param", "fp32"),
-                    _s("state2 (paged)", "size>=100000", "param", "fp32"),
+                    _s("state2 (paged)", "size>=100000", "param", "fp32", place="unified"),
                     _s("state2", "size<100000", "param", "fp32")),
 })
 # What Muon's fallback may be: optimizers whose state is per parameter (OPTIMIZERS above).
