@@ -123,3 +123,30 @@ def test_shaped_state_never_grows_with_the_stage_and_one_rank_is_one_copy(optimi
     assert totals == sorted(totals, reverse=True)
     if tp == 1:
         assert r.ranks[0].stages[0].per_worker_total == r.unique_total
+
+
+def test_cli_flags_json_and_text():
+    import json
+
+    from zerocalc.cli.main import run
+    out = json.loads(run(["--model", "llama-3.1-8b", "--workers", "8", "--convention", "megatron", "--optimizer",
+                          "muon", "--fallback-optimizer", "adamw", "--ns-dtype", "fp32", "--optimizer-dtype", "bf16",
+                          "--json"]))
+    assert out["scenario"]["optimizer"] == "muon" and out["scenario"]["ns_dtype"] == "fp32"
+    rows = {r["name"]: r for r in out["ledger"]}
+    assert rows["momentum_buffer"]["dtype"] == "bf16" and "Muon" in rows["momentum_buffer"]["kept_by"]
+    step = out["peak"][3]["phases"]["optimizer_step"]
+    assert step["Muon gathered: up_proj.weight 14,336 x 4,096 (bf16)"] == 14336 * 4096 * 2
+    assert step["Newton-Schulz 2 x 14,336 x 4,096 + 2 x 4,096^2 (fp32)"] == (2 * 14336 * 4096 + 2 * 4096**2) * 4
+    # bytes per parameter: the rows as measured on the architecture, summing to the one copy
+    assert sum(r["one_copy_bytes"] for r in out["ledger"]) == out["one_copy_bytes"]
+    text = run(["--params", "7B", "--optimizer", "galore-adamw", "--optimizer-rank", "64"])
+    assert "square 4,096 x 4,096 hidden matrices (factored_dim): give a model" in text
+
+
+def test_cli_refuses_a_bad_optimizer_option():
+    from zerocalc.cli.main import UsageError, run
+    with pytest.raises(UsageError, match="--muon-tp"):
+        run(["--params", "7B", "--optimizer", "muon", "--muon-tp", "half"])
+    with pytest.raises(UsageError, match="--optimizer-rank: got 2000000"):
+        run(["--params", "7B", "--optimizer", "galore-adamw", "--optimizer-rank", "2000000"])

@@ -8,11 +8,11 @@ from ..layout import stage_sizes
 from ..model.finetune import caveats, describe
 from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, search_layouts
-from ..states.ledger import bytes_per_param
 from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers
 from ..tables import CONVENTIONS
 from ..units import format_bytes, in_unit, resolve_unit
+from .optimizers import ledger_total
 from .report import recipe_text, group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
 
 
@@ -62,12 +62,14 @@ def render_text(report, deepspeed=None, units: str = "decimal") -> str:
         f"convention {s.convention}",
         f"  {CONVENTIONS[s.convention]['summary']}",
         "",
-        f"Ledger: {_bpp(bytes_per_param(report.ledger))} bytes per parameter" + (
+        f"Ledger: {_bpp(ledger_total(report.ledger, ledger_rows(report)))} bytes per parameter" + (
             " that trains (frozen parameters hold their stored weights only)"
             if workload is not None and workload.finetune.mode != "full" else ""),
         _table(["entry", "category", "dtype", "bytes/param", "sharded from"],
                [[r["name"], r["category"], r["dtype"], _bpp(r["bytes_per_param"]),
-                 f"stage {r['sharded_from_stage']}"] for r in ledger_rows(report)]),
+                 f"stage {r['sharded_from_stage']}" + (f"; {r['kept_by']}" if "kept_by" in r else "")]
+                for r in ledger_rows(report)]),
+        *_assumed(report),
         "",
         "Per worker and cluster-wide, persistent model state only" + ("" if auto else f" ({unit}):") +
         (":" if auto else ""),
@@ -252,3 +254,9 @@ def finetune_text(report, unit) -> list:
                                  for i, (a, b) in enumerate(zip(q["quantized_peak_bytes"], q["plain_peak_bytes"]))))
         lines += [f"  a quantized base costs extra: {r}" for r in q["reasons"]]
     return lines
+
+
+def _assumed(report) -> list:
+    notes = {r["assumed"] for r in ledger_rows(report) if "assumed" in r}
+    return [f"  optimizer state read on {n.removeprefix('no architecture: ')}: give a model for its shapes"
+            for n in sorted(notes)]

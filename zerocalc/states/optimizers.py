@@ -52,6 +52,25 @@ def _atom(word: str) -> Callable:
 HOLDERS: Dict[str, Callable] = {"all": lambda t, shape: True, "muon": _muon, "lowrank": _lowrank}
 
 
+_WORDS = {"all": "every tensor", "muon": "Muon's matrices (2-D and up, not embeddings or head)",
+          "!muon": "the fallback's tensors (embeddings, head, norms, biases)",
+          "lowrank": "projected matrices (attention, MLP, router, adapters)", "!lowrank": "every other tensor"}
+
+
+def describe(holders: str) -> str:
+    """Which tensors keep a state, in words (the ledger view)."""
+    words = []
+    for word in holders.split("&"):
+        if word in _WORDS:
+            words.append(_WORDS[word])
+        elif word.lstrip("!").startswith("ao"):
+            words.append(("not " if word.startswith("!") else "") + f"quantizable (>= 4096 elements, "
+                         f"a multiple of {word.lstrip('!')[2:]})")
+        else:
+            words.append(word.replace("size", "elements ").replace(">=", ">= ").replace("<", "< "))
+    return ", ".join(words)
+
+
 def holds(holders: str, t, shape) -> bool:
     for word in holders.split("&"):
         negate = word.startswith("!")
