@@ -150,3 +150,15 @@ def test_cli_refuses_a_bad_optimizer_option():
         run(["--params", "7B", "--optimizer", "muon", "--muon-tp", "half"])
     with pytest.raises(UsageError, match="--optimizer-rank: got 2000000"):
         run(["--params", "7B", "--optimizer", "galore-adamw", "--optimizer-rank", "2000000"])
+
+
+def test_importers_name_muon():
+    import json
+
+    from zerocalc.frameworks import import_deepspeed, import_torchtitan
+    # DeepSpeed 0.19.8 runtime/config.py MUON_OPTIMIZER = 'muon' -> MuonWithAuxAdam
+    r = import_deepspeed(json.dumps({"optimizer": {"type": "Muon"}, "zero_optimization": {"stage": 3}}), None)
+    assert r.scenario["optimizer"] == "muon" and any("MuonWithAuxAdam" in n for n in r.notes)
+    t = import_torchtitan('[optimizer]\nname = "Muon"\n', {"gpus": 8})
+    assert t.scenario["optimizer"] == "muon" and any("torch.optim.Muon" in n for n in t.notes)
+    assert import_torchtitan('[optimizer]\nname = "AdamW"\n', {"gpus": 8}).scenario["optimizer"] == "adamw"

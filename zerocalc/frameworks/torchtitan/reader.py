@@ -434,9 +434,14 @@ class _Reader(LegacyReader):
 
     def optimizer(self):
         name = self.get("optimizer", "name", "AdamW")
-        options = {"Adam": "adam", "AdamW": "adamw"}     # components/optimizer.py optimizer_classes
+        options = {"Adam": "adam", "AdamW": "adamw", "Muon": "muon"}   # components/optimizer.py optimizer_classes
         value = options[choice("optimizer.name", name, tuple(options))]
         self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
+        if value == "muon":
+            self.b.note("optimizer.name = 'Muon': torchtitan at this commit builds Adam and AdamW only "
+                        "(optimizer_classes); a build that adds Muon is read as torch.optim.Muon on Moonlight's set (2-D and up, not "
+                        "embeddings or head) with AdamW on the rest, each matrix orthogonalised whole (gathered "
+                        "from its FSDP and TP shards).")
 
     def model_notes(self):
         name = self.get("model", "name", "llama3")
