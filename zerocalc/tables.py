@@ -152,7 +152,8 @@ def _low_rank(scalar: bool) -> tuple:
     (apollo_torch 1.0.3): a projected matrix keeps its projection (rank x the smaller dimension; GaLore's SVD slice
     on an fp32 gradient holds its whole factor, states/optimizers.py _svd_factor) and both moments of the projected
     gradient (rank x the larger); APOLLO also a 0-d scaled_grad norm. Other tensors: plain AdamW."""
-    rows = [_s("projector.ortho_matrix", "lowrank", "rank-min" if scalar else "svd-min"), _s("exp_avg (projected)", "lowrank", "rank-max"),
+    rows = [_s("projector.ortho_matrix", "lowrank", "rank-min" if scalar else "svd-min"),
+            _s("exp_avg (projected)", "lowrank", "rank-max"),
             _s("exp_avg_sq (projected)", "lowrank", "rank-max")]
     if scalar:
         rows.append(_s("scaled_grad", "lowrank", "one"))

@@ -31,7 +31,7 @@ from ..common import (
     strict_int,
 )
 from .recipe import read_compile, read_float8
-from .fields import DTYPES, FIELDS, LIMIT, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
+from .fields import DTYPES, FIELDS, LIMIT, MUON_NOTE, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
 
 
@@ -438,10 +438,7 @@ class _Reader(LegacyReader):
         value = options[choice("optimizer.name", name, tuple(options))]
         self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
         if value == "muon":
-            self.b.note("optimizer.name = 'Muon': torchtitan at this commit builds Adam and AdamW only "
-                        "(optimizer_classes); a build that adds Muon is read as torch.optim.Muon on Moonlight's set (2-D and up, not "
-                        "embeddings or head) with AdamW on the rest, each matrix orthogonalised whole (gathered "
-                        "from its FSDP and TP shards).")
+            self.b.note(MUON_NOTE)
 
     def model_notes(self):
         name = self.get("model", "name", "llama3")
