@@ -80,13 +80,13 @@ def test_past_the_quantized_and_paged_sizes(optimizer):
         assert mine["state1 (8-bit, paged)"] > 0 and mine["state1 (8-bit)"] > 0
 
 
-@pytest.mark.parametrize("optimizer", ["muon", "galore-adamw", "apollo-adamw", "adamw-8bit-bnb"])
+@pytest.mark.parametrize("optimizer", sorted(NEEDS))
 def test_bf16_state_is_exact(optimizer):
     # GaLore on a bf16 gradient copies rank rows of its SVD factor instead of holding the whole fp32 factor.
     check(CONFIGS["llama"], optimizer, dtype="bf16")
 
 
-@pytest.mark.parametrize("optimizer", ["muon", "galore-adamw", "adamw-8bit-bnb", "adamw-8bit-ao"])
+@pytest.mark.parametrize("optimizer", sorted(NEEDS))
 def test_lora_adapters_state_is_exact(optimizer):
     # Only the adapters train: lora_A [r, in] and lora_B [out, r] are 2-D, so Muon takes them (Moonlight's rule).
     check(CONFIGS["llama"], optimizer, lora={"rank": 8, "target": "q,v"})
@@ -120,3 +120,9 @@ def test_muon_step_working_set_equals_the_allocation_trace(m, n, dtype):
                  optimizer_dtype=dtype)
     ours = sum(b for _, b in muon_items(s, 0, Shape))
     assert ours == muon_step_peak(m, n, dtype)
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "galore-adamw", "adamw-8bit-bnb", "adamw-4bit-ao"])
+@pytest.mark.parametrize("target", ["q,v", "all-linear"])
+def test_lora_on_a_moe_model_is_exact(optimizer, target):
+    check(CONFIGS["qwen3_moe"], optimizer, lora={"rank": 4, "target": target})
