@@ -25,7 +25,8 @@ from zerocalc.step.workload import Workload  # noqa: E402
 
 NEEDS = {"galore-adamw": "galore_torch", "apollo-adamw": "apollo_torch", "adamw-8bit-ao": "torchao",
          "adamw-4bit-ao": "torchao", "adamw-fp8-ao": "torchao", "adamw-8bit-bnb": "bitsandbytes",
-         "paged-adamw-8bit": "bitsandbytes", "paged-adamw": "bitsandbytes", "muon": "torch"}
+         "paged-adamw-8bit": "bitsandbytes", "paged-adamw": "bitsandbytes", "muon": "torch",
+         "soap": "pytorch_optimizer"}
 CONFIGS = {
     "llama": llama_config(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=1000),
     "llama-tied": llama_config(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=176, vocab=1000, tie=True),
@@ -80,7 +81,10 @@ def test_past_the_quantized_and_paged_sizes(optimizer):
         assert mine["state1 (8-bit, paged)"] > 0 and mine["state1 (8-bit)"] > 0
 
 
-@pytest.mark.parametrize("optimizer", sorted(NEEDS))
+# SOAP in bf16: the reference (nikhilvyas/SOAP @f42d296 init_preconditioner) makes GG with torch.zeros(d, d), fp32
+# whatever the gradient, and Q by eigh of that fp32 GG; pytorch-optimizer's port makes them in the gradient's dtype.
+# zerocalc follows the reference, so the port is not its measurement there.
+@pytest.mark.parametrize("optimizer", sorted(set(NEEDS) - {"soap"}))
 def test_bf16_state_is_exact(optimizer):
     # GaLore on a bf16 gradient copies rank rows of its SVD factor instead of holding the whole fp32 factor.
     check(CONFIGS["llama"], optimizer, dtype="bf16")

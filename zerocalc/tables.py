@@ -167,6 +167,12 @@ SHAPED_OPTIMIZERS = MappingProxyType({
     "muon": (_s("momentum_buffer", "muon", "param"),),
     "galore-adamw": _low_rank(False),
     "apollo-adamw": _low_rank(True),
+    # SOAP (nikhilvyas/SOAP soap.py @f42d296, defaults max_precond_dim=10000, merge_dims and precondition_1d off):
+    # Adam's two moments in the gradient's dtype, and per dimension d <= 10000 of a tensor of 2+ dimensions a
+    # preconditioner GG (torch.zeros(d, d): fp32) and its eigenbasis Q (eigh of the fp32 GG: fp32); 1-D: none.
+    "soap": (_s("exp_avg", "all", "param"), _s("exp_avg_sq", "all", "param"),
+             _s("GG (preconditioners)", "all", "gram", "fp32", 10000),
+             _s("Q (eigenbases)", "all", "gram", "fp32", 10000)),
     "adamw-8bit-ao": _torchao("uint8", "param", 256, 256),
     "adamw-4bit-ao": _torchao("uint8", "half", 128, 16),
     "adamw-fp8-ao": _torchao("fp8_e4m3", "param", 256, 0),

@@ -11,7 +11,8 @@ does not depend on the gradient's values, so random gradients stand in for a bac
 torch.tensor(0.0), on the host, unless AdamW is capturable or fused (torch/optim/adamw.py _init_group;
 torchao/optim/adam.py step), so they are not GPU memory.
 
-Versions: torch 2.13 (torch.optim.Muon), bitsandbytes 0.50.2, torchao 0.18.0, galore-torch 1.0, apollo-torch 1.0.3.
+Versions: torch 2.13 (torch.optim.Muon), bitsandbytes 0.50.2, torchao 0.18.0, galore-torch 1.0, apollo-torch 1.0.3,
+pytorch-optimizer 4.1.0 (SOAP).
 """
 
 from __future__ import annotations
@@ -70,6 +71,9 @@ def optimizers(name: str, named, rank: int = 8, fallback: str = "adamw"):
         group = dict(params=low, rank=rank, proj="random", scale_type="channel", scale=1, update_proj_gap=200,
                      proj_type="std")
         return [APOLLOAdamW([group, dict(params=rest)])]
+    if name == "soap":         # pytorch-optimizer's port keeps the reference's state (nikhilvyas/SOAP @f42d296)
+        from pytorch_optimizer import SOAP
+        return [SOAP(params)]
     if name.endswith("-ao"):
         from torchao.optim import AdamW4bit, AdamW8bit, AdamWFp8
         return [{"adamw-8bit-ao": AdamW8bit, "adamw-4bit-ao": AdamW4bit, "adamw-fp8-ao": AdamWFp8}[name](params)]
@@ -138,6 +142,8 @@ def measure(config: dict, optimizer: str, dtype: str = "fp32", lora: dict = None
         opts = optimizers(optimizer, named, rank, fallback)
         for opt in opts:
             opt.step()
+            if optimizer == "soap":       # its first step only builds the preconditioners; the second projects
+                opt.step()
     out = state_bytes(opts, [p for _, p in model.named_parameters()])
     out["shapes"] = {n: list(p.shape) for n, p in named}
     out["unstepped"] = {n: p.numel() for n, p in named if optimizer == "muon" and p.ndim > 2}

@@ -100,11 +100,14 @@ SHAPES: Dict[str, Callable] = {
     "rank-min": lambda shape, arg, rank, dtype: _rank(shape, rank) * min(shape),    # a random projection
     "svd-min": lambda shape, arg, rank, dtype: _svd_factor(shape, rank, dtype),     # an SVD projection
     "rank-max": lambda shape, arg, rank, dtype: _rank(shape, rank) * max(shape),    # a projected moment
+    # one d x d matrix per dimension d <= arg of a tensor of two or more dimensions (SOAP's GG and Q)
+    "gram": lambda shape, arg, rank, dtype: sum(d * d for d in shape if d <= arg) if len(shape) >= 2 else 0,
 }
 # What each shape rule scales with, for the ledger view.
 SCALES = {"param": "parameter count", "half": "parameter count", "blocks": "parameter count",
           "one": "tensor count", "once": "one per optimizer", "rank-min": "rank x matrix dimension",
-          "svd-min": "rank x matrix dimension (fp32: the whole SVD factor)", "rank-max": "rank x matrix dimension"}
+          "svd-min": "rank x matrix dimension (fp32: the whole SVD factor)", "rank-max": "rank x matrix dimension",
+          "gram": "each matrix dimension squared"}
 
 
 def optimizer_states(optimizer: str, fallback: str = "adamw") -> Tuple[OptState, ...]:
