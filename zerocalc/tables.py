@@ -173,6 +173,12 @@ SHAPED_OPTIMIZERS = MappingProxyType({
     "soap": (_s("exp_avg", "all", "param"), _s("exp_avg_sq", "all", "param"),
              _s("GG (preconditioners)", "all", "gram", "fp32", 10000),
              _s("Q (eigenbases)", "all", "gram", "fp32", 10000)),
+    # Adam-mini (adam_mini/adam_mini.py, adam-mini 1.1.1): m for every tensor; v one per block (states/optimizers.py
+    # mini_block): a full v for biases, vmean per head of q/k, per output row of embeddings, output, v, o, MLP and
+    # routers, one for the rest (norms).
+    "adam-mini": (_s("m", "all", "param"), _s("v (biases)", "mini-bias", "param"),
+                  _s("vmean (per head)", "mini-head", "heads"), _s("vmean (per row)", "mini-row", "rows"),
+                  _s("vmean (per tensor)", "mini-other", "one")),
     "adamw-8bit-ao": _torchao("uint8", "param", 256, 256),
     "adamw-4bit-ao": _torchao("uint8", "half", 128, 16),
     "adamw-fp8-ao": _torchao("fp8_e4m3", "param", 256, 0),

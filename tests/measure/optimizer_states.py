@@ -12,7 +12,7 @@ torch.tensor(0.0), on the host, unless AdamW is capturable or fused (torch/optim
 torchao/optim/adam.py step), so they are not GPU memory.
 
 Versions: torch 2.13 (torch.optim.Muon), bitsandbytes 0.50.2, torchao 0.18.0, galore-torch 1.0, apollo-torch 1.0.3,
-pytorch-optimizer 4.1.0 (SOAP).
+pytorch-optimizer 4.1.0 (SOAP), adam-mini 1.1.1.
 """
 
 from __future__ import annotations
@@ -46,9 +46,13 @@ def lowrank_split(named):
     return low, [p for n, p in named if id(p) not in ids]
 
 
-def optimizers(name: str, named, rank: int = 8, fallback: str = "adamw"):
+def optimizers(name: str, named, rank: int = 8, fallback: str = "adamw", config: dict = None):
     """The optimizer(s) a run with `name` builds over the named trainable parameters."""
     params = [p for _, p in named]
+    if name == "adam-mini":       # adam-mini 1.1.1, configured as its README says: the model's dim and heads
+        from adam_mini import Adam_mini
+        return [Adam_mini(named, dim=config["hidden_size"], n_heads=config["num_attention_heads"],
+                          n_kv_heads=config["num_key_value_heads"], verbose=False)]
     if name == "muon":
         # torch.optim.Muon takes 2-D parameters only; a 3-D fused expert tensor is left out here (Moonlight's own
         # Muon views it as g.view(g.size(0), -1) and keeps a zeros_like momentum: its elements, unmeasured).
@@ -139,7 +143,7 @@ def measure(config: dict, optimizer: str, dtype: str = "fp32", lora: dict = None
         p.grad = torch.randn_like(p)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        opts = optimizers(optimizer, named, rank, fallback)
+        opts = optimizers(optimizer, named, rank, fallback, config)
         for opt in opts:
             opt.step()
             if optimizer == "soap":       # its first step only builds the preconditioners; the second projects

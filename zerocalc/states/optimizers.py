@@ -12,6 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Callable, Dict, Tuple
 
+from ..scenario import FieldError
 from ..tables import FALLBACK_OPTIMIZERS, OPTIMIZERS, SHAPED_OPTIMIZERS, OptState
 
 
@@ -49,7 +50,23 @@ def _atom(word: str) -> Callable:
     return HOLDERS[word]
 
 
-HOLDERS: Dict[str, Callable] = {"all": lambda t, shape: True, "muon": _muon, "lowrank": _lowrank}
+# Adam-mini 1.1.1 (adam_mini/adam_mini.py step) classes a tensor by substrings of its Hugging Face name, in order:
+# "bias" keeps a full v; q/k projections one v per head; embeddings, output, v, o and MLP weights one per output
+# row; everything else (norms) one. Our names, prefixed as Hugging Face's modules name them, go through the same.
+_MINI = (("bias", ("bias",)), ("head", ("k_proj", "q_proj", "wq", "wk", "query", "key")),
+         ("row", ("embed", "embd", "wte", "lm_head", "output", "final_layer", "v_proj", "wv", "value", "o_proj", "wo",
+                  "attn.proj", "feed_forward", "linear", "mlp")))
+_HF_PREFIX = {"attention": "self_attn.", "mlp": "mlp.", "shared expert": "mlp.", "expert": "mlp.", "router": "mlp.gate."}
+
+
+def mini_block(t) -> str:
+    name = _HF_PREFIX.get(t.role, "") + t.name
+    return next((kind for kind, words in _MINI if any(w in name for w in words)), "other")
+
+
+HOLDERS: Dict[str, Callable] = {"all": lambda t, shape: True, "muon": _muon, "lowrank": _lowrank,
+                                **{f"mini-{kind}": (lambda kind: lambda t, shape: mini_block(t) == kind)(kind)
+                                   for kind in ("bias", "head", "row", "other")}}
 
 
 _WORDS = {"all": "every tensor", "muon": "Muon's matrices (2-D and up, not embeddings or head)",
@@ -83,6 +100,26 @@ def _rank(shape, rank: int) -> int:
     return min(rank, min(shape))          # an SVD keeps at most min(m, n) directions
 
 
+def _mini_refused(t, why: str):
+    return FieldError("optimizer", "adam-mini", f"an optimizer that steps {t.name} {tuple(t.shape)}: adam-mini "
+                      f"1.1.1 raises on it ({why}; measured)")
+
+
+def _mini_heads(t, shape) -> int:
+    """Adam-mini's m.view(-1, dim * dim // n_heads) of a q/k weight: one v per head."""
+    head = t.shape[-1] ** 2 // t.heads if t.heads else 0
+    if not head or _numel(shape) % head:
+        raise _mini_refused(t, "its elements are not whole blocks of hidden^2 / heads")
+    return _numel(shape) // head
+
+
+def _mini_rows(t, shape) -> int:
+    """Adam-mini's vmean = m[0:rows, 0:1]: one v per output row of a 2-D weight."""
+    if len(shape) != 2:
+        raise _mini_refused(t, "its per-row step views a 3-D tensor as rows x 1")
+    return shape[0]
+
+
 def _svd_factor(shape, rank: int, dtype: str) -> int:
     """GaLore's projection (galore_projector.py get_orthogonal_matrix): rank rows or columns of an SVD factor. On an
     fp32 gradient it keeps the slice, a view that holds the whole min(m, n)^2 factor alive (measured); on any other
@@ -93,21 +130,25 @@ def _svd_factor(shape, rank: int, dtype: str) -> int:
 # Elements of one state for one tensor of `shape` (arg: the row's constant; rank: the scenario's optimizer_rank;
 # dtype: the state's).
 SHAPES: Dict[str, Callable] = {
-    "param": lambda shape, arg, rank, dtype: _numel(shape),
-    "half": lambda shape, arg, rank, dtype: -(-_numel(shape) // 2),            # two 4-bit codes per byte
-    "blocks": lambda shape, arg, rank, dtype: -(-_numel(shape) // arg),         # one scale per block of arg
-    "one": lambda shape, arg, rank, dtype: arg or 1,                            # a scalar, or a table, per tensor
-    "rank-min": lambda shape, arg, rank, dtype: _rank(shape, rank) * min(shape),    # a random projection
-    "svd-min": lambda shape, arg, rank, dtype: _svd_factor(shape, rank, dtype),     # an SVD projection
-    "rank-max": lambda shape, arg, rank, dtype: _rank(shape, rank) * max(shape),    # a projected moment
+    "param": lambda t, shape, arg, rank, dtype: _numel(shape),
+    "half": lambda t, shape, arg, rank, dtype: -(-_numel(shape) // 2),            # two 4-bit codes per byte
+    "blocks": lambda t, shape, arg, rank, dtype: -(-_numel(shape) // arg),         # one scale per block of arg
+    "one": lambda t, shape, arg, rank, dtype: arg or 1,                            # a scalar, or a table, per tensor
+    "rank-min": lambda t, shape, arg, rank, dtype: _rank(shape, rank) * min(shape),    # a random projection
+    "svd-min": lambda t, shape, arg, rank, dtype: _svd_factor(shape, rank, dtype),     # an SVD projection
+    "rank-max": lambda t, shape, arg, rank, dtype: _rank(shape, rank) * max(shape),    # a projected moment
     # one d x d matrix per dimension d <= arg of a tensor of two or more dimensions (SOAP's GG and Q)
-    "gram": lambda shape, arg, rank, dtype: sum(d * d for d in shape if d <= arg) if len(shape) >= 2 else 0,
+    "gram": lambda t, shape, arg, rank, dtype: sum(d * d for d in shape if d <= arg) if len(shape) >= 2 else 0,
+    # Adam-mini's blocks: one per hidden^2 / heads elements (a head of a q/k weight [.., hidden]), one per output
+    # row (m[0:rows, 0:1]: every element but the second dimension's)
+    "heads": lambda t, shape, arg, rank, dtype: _mini_heads(t, shape),
+    "rows": lambda t, shape, arg, rank, dtype: _mini_rows(t, shape),
 }
 # What each shape rule scales with, for the ledger view.
 SCALES = {"param": "parameter count", "half": "parameter count", "blocks": "parameter count",
           "one": "tensor count", "once": "one per optimizer", "rank-min": "rank x matrix dimension",
           "svd-min": "rank x matrix dimension (fp32: the whole SVD factor)", "rank-max": "rank x matrix dimension",
-          "gram": "each matrix dimension squared"}
+          "gram": "each matrix dimension squared", "heads": "attention heads", "rows": "output rows"}
 
 
 def optimizer_states(optimizer: str, fallback: str = "adamw") -> Tuple[OptState, ...]:
@@ -135,13 +176,13 @@ def state_elements(state: OptState, holdings, rank: int, dtype: str) -> int:
     if state.shape == "once":
         return state.arg if any(holds(state.holders, h.tensor, h.shape) for h in holdings) else 0
     rule = SHAPES[state.shape]
-    return sum(rule(h.shape, state.arg, rank, dtype) * h.instances for h in holdings
+    return sum(rule(h.tensor, h.shape, state.arg, rank, dtype) * h.instances for h in holdings
                if holds(state.holders, h.tensor, h.shape))
 
 
 class _Square:
     """An assumed hidden d x d matrix: what a params-only scenario's shaped rows are read on."""
-    role = "attention"
+    role, name, heads = "mlp", "up_proj.weight", 0
 
 
 def assumed_per_param(state: OptState, d: int, rank: int, dtype: str) -> Fraction:
@@ -151,4 +192,4 @@ def assumed_per_param(state: OptState, d: int, rank: int, dtype: str) -> Fractio
         return Fraction(*state.shape[1]) if holds(state.holders, _Square, shape) else Fraction(0)
     if not holds(state.holders, _Square, shape) or state.shape == "once":
         return Fraction(0)
-    return Fraction(SHAPES[state.shape](shape, state.arg, rank, dtype), d * d)
+    return Fraction(SHAPES[state.shape](_Square, shape, state.arg, rank, dtype), d * d)
