@@ -162,3 +162,17 @@ def test_importers_name_muon():
     t = import_torchtitan('[optimizer]\nname = "Muon"\n', {"gpus": 8})
     assert t.scenario["optimizer"] == "muon" and any("torch.optim.Muon" in n for n in t.notes)
     assert import_torchtitan('[optimizer]\nname = "AdamW"\n', {"gpus": 8}).scenario["optimizer"] == "adamw"
+
+
+def test_fsdp2_pads_state_shaped_like_its_parameter_as_it_pads_adams():
+    # FSDP2 pads each tensor's dim-0 shard (placement.Holding.fsdp_shard); Muon's momentum and its fallback's
+    # moments cover every tensor once, so together they pad exactly as one Adam moment does.
+    a = MODEL_PRESETS["qwen3-0.6b"][0]
+
+    def rows(optimizer):
+        s = Scenario.from_convention("fsdp2", params=param_count(a), workers=3, optimizer=optimizer)
+        return {r.entry.name: r.sharded for r in layout_report(s, Workload(a)).ranks[0].rows
+                if r.entry.category == "optimizer"}
+    adam, muon = rows("adamw"), rows("muon")
+    assert muon["momentum_buffer"] + muon["exp_avg"] == adam["exp_avg"]
+    assert adam["exp_avg"] > -(-param_count(a) // 3)              # padding: more than an even third

@@ -14,7 +14,7 @@ from ..model.finetune import QUANT_TYPES, quantized_storage
 from ..scenario import Scenario
 from ..tables import DTYPE_BITS
 from .ledger import LedgerEntry, build_ledger
-from .optimizers import state_elements
+from .optimizers import holds, state_elements
 from .zero import StateRow
 
 
@@ -84,7 +84,11 @@ def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...
     rows = []
     for e in group_ledger(scenario, ledger, g.name):
         if e.state is not None and g.holdings:        # a shaped optimizer's state: tensor by tensor
-            rows.append(StateRow(e, state_elements(e.state, g.holdings, scenario.optimizer_rank, e.dtype), g.shard))
+            n = state_elements(e.state, g.holdings, scenario.optimizer_rank, e.dtype)
+            padded = None                             # FSDP2: a state shaped like its parameter is padded with it
+            if per_tensor is not None and e.state.shape in ("param", ("fraction", (1, 1))):
+                padded = sum(h.fsdp_shard(g.shard) for h in g.holdings if holds(e.state.holders, h.tensor, h.shape))
+            rows.append(StateRow(e, n, g.shard, padded))
             continue
         rows.append(StateRow(e, e.elements(g.grad_params if e.category == "gradients" else g.params), g.shard,
                              None if per_tensor is None or (e.category == "gradients" and g.grad_params != g.params)
