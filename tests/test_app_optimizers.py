@@ -1,7 +1,7 @@
 """The shaped optimizers in the app (issue 23): the Precision section shows the options the chosen optimizer reads,
 they reach the link and the core, and the ledger says which tensors keep each state."""
 
-from tests.app_helpers import core_report, run_app, table
+from tests.app_helpers import core_report, run_app, table, warnings_shown
 from ui.state import from_query, to_query
 
 
@@ -40,3 +40,12 @@ def test_a_link_with_optimizer_options_round_trips():
     assert from_query(to_query(state))[0] == state
     bad, warnings = from_query({"muon_tp": "half"})
     assert bad["muon_tp"] == "full" and any("muon_tp" in w for w in warnings)
+
+
+def test_an_optimizer_that_cannot_step_the_model_falls_back_with_a_warning():
+    # adam-mini 1.1.1 raises on fused 3-D experts (tests/test_optimizers_measured.py): the link's optimizer is
+    # refused by name and the default used, the rest of the view kept.
+    at = run_app({"model": "mixtral-8x7b", "optimizer": "adam-mini"})
+    shown = warnings_shown(at)
+    assert "optimizer: 'adam-mini' is not allowed here" in shown and "experts.gate_up_proj" in shown
+    assert core_report({"model": "mixtral-8x7b"})["scenario"]["optimizer"] == "adam"

@@ -418,7 +418,7 @@ def resolve(state: dict) -> Resolved:
     that do not divide the hidden size) is reset to its default with a warning naming it, and the rest is kept."""
     from zerocalc import FieldError, Scenario
     from zerocalc.model.inventory import param_count
-    from zerocalc.layout import check_experts
+    from zerocalc.parallel.ranks import check_plan
 
     state, warnings = dict(state), []
     for _ in range(len(FIELDS)):
@@ -431,7 +431,7 @@ def resolve(state: dict) -> Resolved:
             stage = "workload"
             work = None if arch is None else workload(state, arch)
             if work is not None:
-                check_experts(work.layout, arch, scenario.workers)     # checked by the report, not the Workload
+                check_plan(scenario, work)        # checked by the report, not the Workload (experts, optimizer)
             return Resolved(state, scenario, work, warnings)
         except FieldError as exc:
             name = _FROM_ARCH_ATTR.get(exc.field, exc.field) if stage == "architecture" else exc.field

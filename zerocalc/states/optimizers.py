@@ -193,3 +193,13 @@ def assumed_per_param(state: OptState, d: int, rank: int, dtype: str) -> Fractio
     if not holds(state.holders, _Square, shape) or state.shape == "once":
         return Fraction(0)
     return Fraction(SHAPES[state.shape](_Square, shape, state.arg, rank, dtype), d * d)
+
+
+def check_optimizer(optimizer: str, tensors: Callable) -> None:
+    """FieldError naming the first trainable tensor the optimizer's own code cannot step (adam-mini's blocks), so
+    that a plan is refused before any number is given. tensors(): the inventory, asked only when needed."""
+    for st in SHAPED_OPTIMIZERS.get(optimizer, ()):
+        if st.shape in ("heads", "rows"):
+            for t in tensors():
+                if t.trainable and holds(st.holders, t, t.shape):
+                    SHAPES[st.shape](t, t.shape, st.arg, 0, st.dtype)
