@@ -104,7 +104,7 @@ def test_params_only_reads_the_rows_on_assumed_square_matrices():
     assert model_states(g).stage(0).per_worker_total > 0
 
 
-@pytest.mark.parametrize("field, value", [("optimizer", "shampoo"), ("fallback_optimizer", "muon"),
+@pytest.mark.parametrize("field, value", [("optimizer", "dion"), ("fallback_optimizer", "muon"),
                                           ("ns_dtype", "fp9"), ("muon_tp", "half"), ("optimizer_rank", 0)])
 def test_bad_optimizer_fields_are_refused_by_name(field, value):
     with pytest.raises(FieldError) as e:

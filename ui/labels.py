@@ -101,8 +101,8 @@ HELP = {
     "master_dtype": "The optimizer's own copy of the weights (fp32 with mixed precision; none for pure bf16).",
     "grad_accum_dtype": "An extra gradient accumulation buffer (DeepSpeed's fp32 gradients); none: no extra.",
     "optimizer": "Adam / AdamW keep two moments per parameter; SGD with momentum one; Lion one; Adafactor "
-                 "factored moments; 8-bit Adam quantised moments. Muon, GaLore, APOLLO, SOAP, Adam-mini, torchao's and "
-                 "bitsandbytes' low-bit and paged AdamW keep state that follows each tensor's shape (the ledger "
+                 "factored moments; 8-bit Adam quantised moments. Muon, GaLore, APOLLO, Shampoo, SOAP, Adam-mini, "
+                 "torchao's and bitsandbytes' low-bit and paged AdamW keep state that follows each tensor's shape (the ledger "
                  "says which tensors keep what).",
     "optimizer_dtype": "dtype of the optimizer's moments (Muon: its momentum).",
     "fallback_optimizer": "Muon steps matrices only: embeddings, the head, norms and biases use this optimizer.",

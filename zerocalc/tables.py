@@ -167,6 +167,14 @@ SHAPED_OPTIMIZERS = MappingProxyType({
     "muon": (_s("momentum_buffer", "muon", "param"),),
     "galore-adamw": _low_rank(False),
     "apollo-adamw": _low_rank(True),
+    # Distributed Shampoo with its defaults (facebookresearch/optimizers @f6066066 distributed_shampoo.py:
+    # max_preconditioner_dim 1024, betas (0.9, 1.0), no grafting, RootInvShampooPreconditionerConfig): each tensor's
+    # dims merged up to 1024 (utils/shampoo_utils.py merge_small_dims) and cut into blocks of 1024 per dim
+    # (multi_dim_split); per block a filtered gradient in the parameter's dtype and, per block dim d, a factor
+    # matrix and its inverse root stored as fp32 triangles of d (d + 1) / 2; the step counter is a host scalar.
+    "shampoo": (_s("filtered_grad", "all", "param"),
+                _s("factor_matrices (triangles)", "all", "shampoo", "fp32", 1024),
+                _s("inv_factor_matrices (triangles)", "all", "shampoo", "fp32", 1024)),
     # SOAP (nikhilvyas/SOAP soap.py @f42d296, defaults max_precond_dim=10000, merge_dims and precondition_1d off):
     # Adam's two moments in the gradient's dtype, and per dimension d <= 10000 of a tensor of 2+ dimensions a
     # preconditioner GG (torch.zeros(d, d): fp32) and its eigenbasis Q (eigh of the fp32 GG: fp32); 1-D: none.

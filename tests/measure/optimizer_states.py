@@ -75,6 +75,11 @@ def optimizers(name: str, named, rank: int = 8, fallback: str = "adamw", config:
         group = dict(params=low, rank=rank, proj="random", scale_type="channel", scale=1, update_proj_gap=200,
                      proj_type="std")
         return [APOLLOAdamW([group, dict(params=rest)])]
+    if name == "shampoo":      # facebookresearch/optimizers' distributed_shampoo (not on PyPI: SHAMPOO_SRC)
+        import sys
+        sys.path.insert(0, os.environ.get("SHAMPOO_SRC", ""))
+        from distributed_shampoo import DistributedShampoo
+        return [DistributedShampoo(params, lr=1e-3)]
     if name == "soap":         # pytorch-optimizer's port keeps the reference's state (nikhilvyas/SOAP @f42d296)
         from pytorch_optimizer import SOAP
         return [SOAP(params)]
@@ -97,6 +102,9 @@ def _tensors(value, out):
             out.append(value)
     elif isinstance(value, (list, tuple)):
         for v in value:
+            _tensors(v, out)
+    elif isinstance(value, dict):            # Distributed Shampoo: a dict per block
+        for v in value.values():
             _tensors(v, out)
     elif hasattr(value, "__dict__") and not isinstance(value, type):
         for v in vars(value).values():

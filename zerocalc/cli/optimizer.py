@@ -14,7 +14,7 @@ def add_optimizer_flags(p, count) -> None:
     """The flags on parser p (count: the CLI's integer parser, which reads 1e3 / 4K)."""
     dtypes = list(DTYPE_BITS)
     p.add_argument("--optimizer", choices=list(OPTIMIZER_NAMES),
-                   help="muon, galore-adamw, apollo-adamw, soap, adam-mini, adamw-8bit-ao / -4bit-ao / -fp8-ao (torchao), "
+                   help="muon, galore-adamw, apollo-adamw, shampoo, soap, adam-mini, adamw-8bit-ao / -4bit-ao / -fp8-ao (torchao), "
                         "adamw-8bit-bnb, paged-adamw(-8bit) (bitsandbytes): state follows each tensor's shape")
     p.add_argument("--optimizer-dtype", choices=dtypes, help="dtype of the optimizer's state (Muon: its momentum)")
     p.add_argument("--factored-dim", type=count, help="Adafactor, and shaped optimizers without an architecture: "

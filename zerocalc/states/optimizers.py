@@ -100,6 +100,28 @@ def _rank(shape, rank: int) -> int:
     return min(rank, min(shape))          # an SVD keeps at most min(m, n) directions
 
 
+def _shampoo(shape, block: int) -> int:
+    """Elements of Distributed Shampoo's factor triangles for one tensor: its dims merged (size-1 dims dropped,
+    from the last dim backwards, while the product stays <= block: merge_small_dims), each cut into pieces of
+    block (multi_dim_split); every block keeps d (d + 1) / 2 per dim d. Summed dim by dim: a dim's pieces times
+    the number of blocks along the other dims."""
+    merged = []
+    for d in reversed([d for d in shape if d != 1] or [1]):
+        if merged and merged[-1] * d <= block:
+            merged[-1] *= d
+        else:
+            merged.append(d)
+    pieces = [[block] * (d // block) + ([d % block] if d % block else []) for d in reversed(merged)]
+    total = 0
+    for i, sizes in enumerate(pieces):
+        others = 1
+        for j, other in enumerate(pieces):
+            if j != i:
+                others *= len(other)
+        total += sum(c * (c + 1) // 2 for c in sizes) * others
+    return total
+
+
 def _mini_refused(t, why: str):
     return FieldError("optimizer", "adam-mini", f"an optimizer that steps {t.name} {tuple(t.shape)}: adam-mini "
                       f"1.1.1 raises on it ({why}; measured)")
@@ -141,6 +163,7 @@ SHAPES: Dict[str, Callable] = {
     "gram": lambda t, shape, arg, rank, dtype: sum(d * d for d in shape if d <= arg) if len(shape) >= 2 else 0,
     # Adam-mini's blocks: one per hidden^2 / heads elements (a head of a q/k weight [.., hidden]), one per output
     # row (m[0:rows, 0:1]: every element but the second dimension's)
+    "shampoo": lambda t, shape, arg, rank, dtype: _shampoo(shape, arg),
     "heads": lambda t, shape, arg, rank, dtype: _mini_heads(t, shape),
     "rows": lambda t, shape, arg, rank, dtype: _mini_rows(t, shape),
 }
@@ -148,7 +171,7 @@ SHAPES: Dict[str, Callable] = {
 SCALES = {"param": "parameter count", "half": "parameter count", "blocks": "parameter count",
           "one": "tensor count", "once": "one per optimizer", "rank-min": "rank x matrix dimension",
           "svd-min": "rank x matrix dimension (fp32: the whole SVD factor)", "rank-max": "rank x matrix dimension",
-          "gram": "each matrix dimension squared", "heads": "attention heads", "rows": "output rows"}
+          "gram": "each matrix dimension squared", "shampoo": "each block dimension squared (triangles)", "heads": "attention heads", "rows": "output rows"}
 
 
 def optimizer_states(optimizer: str, fallback: str = "adamw") -> Tuple[OptState, ...]:
