@@ -10,7 +10,7 @@ from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, search_layouts
 from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers
-from ..tables import CONVENTIONS
+from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
 from .optimizers import ledger_total
 from .report import recipe_text, group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
@@ -211,6 +211,12 @@ def peak_text(report, units) -> str:
     for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
         lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
+        if p.peak_phase != "optimizer_step" and s.optimizer in SHAPED_OPTIMIZERS:   # its own step terms, named
+            step = p.phases["optimizer_step"]
+            own = [k for k in step if k.startswith(("Muon", "Newton-Schulz", "paged"))]
+            if own:
+                lines.append(f"    its optimizer step ({format_bytes(p.phase_totals['optimizer_step'], unit)}) "
+                             "holds " + ", ".join(f"{k} {format_bytes(step[k], unit)}" for k in own))
     lines.append(f"  communication buffers: {comm_buffers(s, workload, shape)['why']}")
     mp = workload.layout.model_parallel
     lines += ["", "Answers (the layout held):"]

@@ -71,7 +71,9 @@ HOLDERS: Dict[str, Callable] = {"all": lambda t, shape: True, "muon": _muon, "lo
 
 _WORDS = {"all": "every tensor", "muon": "Muon's matrices (2-D and up, not embeddings or head)",
           "!muon": "the fallback's tensors (embeddings, head, norms, biases)",
-          "lowrank": "projected matrices (attention, MLP, router, adapters)", "!lowrank": "every other tensor"}
+          "lowrank": "projected matrices (attention, MLP, router, adapters)", "!lowrank": "every other tensor",
+          "mini-bias": "biases", "mini-head": "q and k weights (per head)",
+          "mini-row": "embeddings, head, v, o, MLP and router weights (per row)", "mini-other": "norms and the rest"}
 
 
 def describe(holders: str) -> str:
