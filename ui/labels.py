@@ -24,6 +24,8 @@ LABELS = {
     "grad_dtype": "Gradients dtype", "master_dtype": "Master copy dtype",
     "grad_accum_dtype": "Extra gradient buffer", "optimizer": "Optimizer",
     "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype",
+    "fallback_optimizer": "Muon's fallback optimizer", "ns_dtype": "Newton-Schulz dtype",
+    "muon_tp": "Muon under tensor parallelism", "optimizer_rank": "Projection rank (GaLore / APOLLO)",
     "workers": "Data-parallel workers (dp)", "shard_group": "Shard group (0: all workers)",
     "gpus_per_node": "Workers per node", "offload_optimizer": "Offload optimizer",
     "offload_params": "Offload parameters (ZeRO-3)",
@@ -100,8 +102,15 @@ HELP = {
     "master_dtype": "The optimizer's own copy of the weights (fp32 with mixed precision; none for pure bf16).",
     "grad_accum_dtype": "An extra gradient accumulation buffer (DeepSpeed's fp32 gradients); none: no extra.",
     "optimizer": "Adam / AdamW keep two moments per parameter; SGD with momentum one; Lion one; Adafactor "
-                 "factored moments; 8-bit Adam quantised moments.",
-    "optimizer_dtype": "dtype of the optimizer's moments.",
+                 "factored moments; 8-bit Adam quantised moments. Muon, GaLore, APOLLO, Shampoo, SOAP, Adam-mini, "
+                 "torchao's and bitsandbytes' low-bit and paged AdamW keep state that follows each tensor's shape (the ledger "
+                 "says which tensors keep what).",
+    "optimizer_dtype": "dtype of the optimizer's moments (Muon: its momentum).",
+    "fallback_optimizer": "Muon steps matrices only: embeddings, the head, norms and biases use this optimizer.",
+    "ns_dtype": "dtype Muon's Newton-Schulz iteration runs in (torch.optim.Muon: bf16).",
+    "muon_tp": "full: each matrix is gathered whole over tensor parallelism and orthogonalised (Moonlight, "
+               "Dion); local: each rank orthogonalises its own shard.",
+    "optimizer_rank": "GaLore / APOLLO: the rank of the projected gradient and its moments.",
     "comm_dtype": "dtype gradients and gathered parameters travel in (FSDP mixed precision); none: their own.",
     "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ, MiCS): state split within groups of this "
                    "size and replicated across groups.",

@@ -30,6 +30,7 @@ from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
 from .experts import experts_dict
+from .optimizers import ledger_total, shaped_row
 
 
 def _policy_words(policy: str) -> str:
@@ -100,9 +101,13 @@ def _exact(value: Fraction) -> str:
 def ledger_rows(report: ModelStatesReport) -> list:
     """One row per ledger entry: bytes per parameter, and the first stage that shards it."""
     rows = []
-    for (head, first), unique in zip(_ledger_heads(tuple(report.ledger)), report.unique_by_entry):
+    for (head, first), unique, entry in zip(_ledger_heads(tuple(report.ledger)), report.unique_by_entry,
+                                            report.ledger):
         row = dict(head)
         row["one_copy_bytes"], row["sharded_from_stage"] = unique, first
+        if entry.state is not None:          # a shaped optimizer's state (output/optimizers.py)
+            row.update(shaped_row(report, entry, unique, isinstance(report, LayoutReport) and
+                                  max(1, trainable_counts(report)["trainable_params"])))
         rows.append(row)
     return rows
 
@@ -394,6 +399,8 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
                 sequences: bool = False) -> dict:
     """The report as plain data; `sequences` adds solve.max_seq_len (its search costs more than the others)."""
     s = report.scenario
+    ledger = ledger_rows(report)
+    per_param = ledger_total(report.ledger, ledger)
     out = {
         "zerocalc_version": __version__,
         "convention": s.convention,
@@ -403,10 +410,10 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
         "shard_group": s.group,
         "gpus_per_node": s.gpus_per_node,
         "scenario": plain(s),
-        "bytes_per_param": float(bytes_per_param(report.ledger)),
-        "bytes_per_param_exact": _exact(bytes_per_param(report.ledger)),
+        "bytes_per_param": float(per_param),
+        "bytes_per_param_exact": _exact(per_param),
         "one_copy_bytes": report.unique_total,
-        "ledger": ledger_rows(report),
+        "ledger": ledger,
         "ledger_cells": ledger_cells(report),
         "stages": stage_rows(report),
     }
