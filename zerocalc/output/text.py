@@ -14,7 +14,8 @@ from ..step.grad_lifetime import describe as grad_lifetime
 from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
 from .optimizers import ledger_total
-from .report import recipe_text, group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
+from .groups import group_bytes, group_label, group_ledgers, trainable_counts
+from .report import ledger_rows, recipe_text
 
 
 def recompute_text(workload) -> str:
