@@ -112,7 +112,8 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
         sweep_panel(resolved, report, unit, sweep_of)
     step_timeline(report, unit, stage)
     if "comm_buffers" in report:
-        st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ".")
+        st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ". Gradients live "
+                   + escape_markdown(report["grad_lifetime"]["why"]) + ".")
     if ranges:
         st.markdown("**Assumption ranges** (each alone, the others at their point values):")
         table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)

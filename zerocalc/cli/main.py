@@ -28,33 +28,20 @@ from ..step.float8 import FLOAT8_RECIPES
 from ..step.op_checkpoint import USER_POLICY_OPS
 from ..answers.sweep import AXES
 from .advice import advice_dict, advice_text
+from .optimizer import OPTIMIZER_FIELDS, add_optimizer_flags
 from .sweep import sweep_for, sweep_text
 from ..step.losses import LOSS_CHOICES
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from ..step.grad_lifetime import GRAD_LIFETIMES
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
-from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
+from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS
 from ..units import UNIT_CHOICES
-from .frameworks import (
-    FlagError,
-    add_framework_flags,
-    export_from_args,
-    export_notes,
-    framework_error_message,
-    import_given,
-    import_view,
-    imported_flag,
-)
+from .frameworks import (FlagError, add_framework_flags, export_from_args, export_notes, framework_error_message,
+                         import_given, import_view, imported_flag)
 from .sources import sources_dict, sources_text
-from .workload import (
-    FLAG_NAMES,
-    ModelFlagError,
-    architecture_from_args,
-    list_gpus,
-    list_models,
-    workload_flags_given,
-    workload_from_args,
-)
+from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
+                       workload_flags_given, workload_from_args)
 
 
 from .types import (UsageError, _capacity, _count, _dtype_or_none, _factor, _names, _Parser,  # noqa: F401
@@ -76,11 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}")
     p.add_argument("--grad-accum-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}",
                    help="an extra gradient accumulation buffer (DeepSpeed keeps an fp32 one)")
-    p.add_argument("--optimizer", choices=list(OPTIMIZERS))
-    p.add_argument("--optimizer-dtype", choices=dtypes)
+    add_optimizer_flags(p, _count)
     p.add_argument("--comm-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}",
                    help="dtype tensors are communicated in (none: their own)")
-    p.add_argument("--factored-dim", type=_count, help="Adafactor: side of the assumed square matrices (4096)")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--offload-params", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--gpus-per-node", type=_count, help="default 8")
@@ -160,6 +145,8 @@ def _model_flags(p):
                         "buckets), megatron (none beyond its grad buffer), fsdp (one unit at a time), none; "
                         "auto (default): from the convention (megatron, fsdp2 -> fsdp, else deepspeed), none "
                         "without data parallelism unless DeepSpeed")
+    m.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, help="gradients live the whole step (a persistent "
+                   "buffer) or from backward on (set_to_none); auto: backward for torch loops at one micro-batch")
     m.add_argument("--fsdp-wrap", choices=FSDP_WRAPS,
                    help="FSDP units: blocks (default: each decoder block, the ends in the root) or torchtitan "
                         "(the embedding, each block, [norm, head] kept gathered after forward)")
@@ -241,8 +228,8 @@ def _flag(field: str) -> str:
 def scenario_from_args(args, params: int) -> Scenario:
     """The convention's ledger, then only the flags the user gave ("none" means no such tensor)."""
     given = {}
-    for field in ("param_dtype", "grad_dtype", "optimizer", "optimizer_dtype", "factored_dim", "shard_group",
-                  "master_dtype", "grad_accum_dtype", "comm_dtype"):
+    for field in ("param_dtype", "grad_dtype", *OPTIMIZER_FIELDS, "shard_group", "master_dtype",
+                  "grad_accum_dtype", "comm_dtype"):
         value = getattr(args, field)
         if value is not None:
             given[field] = None if value == "none" else value
