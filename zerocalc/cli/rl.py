@@ -55,7 +55,8 @@ def _fraction(text: str) -> float:
 
 def build_parser() -> _Parser:
     p = _Parser(prog="python -m zerocalc rl", description="An RL post-training plan's memory, phase by phase. "
-                "Every other flag describes the policy, as `python -m zerocalc` takes it.", add_help=True)
+                "Every other flag describes the policy, as `python -m zerocalc` takes it.", add_help=True,
+                allow_abbrev=False)      # a policy flag (--gpu) must never read as an abbreviated RL one
     p.add_argument("--algorithm", choices=ALGORITHM_CHOICES, help=f"default {DEFAULTS['algorithm']}")
     p.add_argument("--framework", choices=FRAMEWORK_CHOICES, help="whose residency rules and weight sync "
                    f"(default {DEFAULTS['framework']})")
