@@ -17,7 +17,7 @@ from zerocalc.units import UNIT_BYTES, format_bytes
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
-        "Framework configs", "How to read it")
+        "Framework configs", "RL", "How to read it")
 SECTIONS = ("sec_load", "sec_arch", "sec_precision", "sec_cluster", "sec_parallel", "sec_recipe", "sec_step",
             "sec_assumptions", "sec_display")
 

@@ -38,7 +38,7 @@ def test_offloading_needs_every_block_checkpointed():
 
 
 def test_the_optimizer_in_backward_frees_the_gradient_set():
-    base, shape = peak()
+    base, shape = peak(grad_lifetime="step")         # a gradient set kept for the whole step, against none
     fused, _ = peak(optimizer_in_backward=True)
     grads = 2 * sum(g.params for g in shape.groups)              # bf16 gradients of every parameter
     one = 2 * shape.largest_layer_params

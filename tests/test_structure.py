@@ -21,6 +21,7 @@ LAYERS = (
     ("zerocalc.step",),
     ("zerocalc.parallel",),
     ("zerocalc.answers", "zerocalc.frameworks"),
+    ("zerocalc.rl",),              # RL plans: each model's report from the layers below, engines, phases, configs
     ("zerocalc.output",),
     ("zerocalc.cli",),
 )

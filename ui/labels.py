@@ -24,6 +24,8 @@ LABELS = {
     "grad_dtype": "Gradients dtype", "master_dtype": "Master copy dtype",
     "grad_accum_dtype": "Extra gradient buffer", "optimizer": "Optimizer",
     "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype",
+    "fallback_optimizer": "Muon's fallback optimizer", "ns_dtype": "Newton-Schulz dtype",
+    "muon_tp": "Muon under tensor parallelism", "optimizer_rank": "Projection rank (GaLore / APOLLO)",
     "workers": "Data-parallel workers (dp)", "shard_group": "Shard group (0: all workers)",
     "gpus_per_node": "Workers per node", "offload_optimizer": "Offload optimizer",
     "offload_params": "Offload parameters (ZeRO-3)",
@@ -38,6 +40,7 @@ LABELS = {
     "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
+    "grad_lifetime": "Gradients live",
     "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
     "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
@@ -116,8 +119,15 @@ HELP = {
     "master_dtype": "The optimizer's own copy of the weights (fp32 with mixed precision; none for pure bf16).",
     "grad_accum_dtype": "An extra gradient accumulation buffer (DeepSpeed's fp32 gradients); none: no extra.",
     "optimizer": "Adam / AdamW keep two moments per parameter; SGD with momentum one; Lion one; Adafactor "
-                 "factored moments; 8-bit Adam quantised moments.",
-    "optimizer_dtype": "dtype of the optimizer's moments.",
+                 "factored moments; 8-bit Adam quantised moments. Muon, GaLore, APOLLO, Shampoo, SOAP, Adam-mini, "
+                 "torchao's and bitsandbytes' low-bit and paged AdamW keep state that follows each tensor's shape (the ledger "
+                 "says which tensors keep what).",
+    "optimizer_dtype": "dtype of the optimizer's moments (Muon: its momentum).",
+    "fallback_optimizer": "Muon steps matrices only: embeddings, the head, norms and biases use this optimizer.",
+    "ns_dtype": "dtype Muon's Newton-Schulz iteration runs in (torch.optim.Muon: bf16).",
+    "muon_tp": "full: each matrix is gathered whole over tensor parallelism and orthogonalised (Moonlight, "
+               "Dion); local: each rank orthogonalises its own shard.",
+    "optimizer_rank": "GaLore / APOLLO: the rank of the projected gradient and its moments.",
     "comm_dtype": "dtype gradients and gathered parameters travel in (FSDP mixed precision); none: their own.",
     "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ, MiCS): state split within groups of this "
                    "size and replicated across groups.",
@@ -144,6 +154,10 @@ HELP = {
                        "(0; the band's high end holds two: the communication streams' blocks).",
     "comm_buffers": "auto: from the convention (megatron: its grad buffer, nothing more; fsdp2: FSDP one unit at a "
                     "time; otherwise DeepSpeed's buckets), none without data parallelism unless DeepSpeed.",
+    "grad_lifetime": "step: a persistent buffer (Megatron's, DeepSpeed's) or accumulation keeps every gradient from "
+                     "the step's start; backward: zero_grad(set_to_none=True) frees them after each step, so "
+                     "backward starts with none and ends with all; auto: backward for torch's own loops (FSDP2 or "
+                     "one GPU, Hugging Face / torchtitan / torchtune) at one micro-batch per step.",
     "fsdp_wrap": "FSDP's units: each decoder block with the ends in the root, or torchtitan's (embedding, blocks, "
                  "[norm, head] kept after forward).",
     "reshard_after_forward": "FSDP2 fully_shard(reshard_after_forward=...): auto as torchtitan, off under pipeline "
@@ -175,8 +189,9 @@ HELP = {
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "
                "copies, silu and gelu fused; with op-level checkpointing the unread down-projection output is "
-               "dropped. Latent attention, sinks, soft-capping and sandwich norms keep their eager terms; CUDA "
-               "graphs and max-autotune workspaces are not counted.",
+               "dropped; LoRA blocks keep only what the adapters need. Latent attention, sinks, soft-capping, "
+               "sandwich norms, DoRA and quantized bases keep their eager terms; CUDA graphs and max-autotune "
+               "workspaces are not counted.",
     "loss_fusion": "Megatron's native fused cross entropy (off by default): its backward holds a second fp32 copy of "
                    "the softmax and a bf16 copy of the gradient.",
     "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",

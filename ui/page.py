@@ -10,7 +10,7 @@ import streamlit as st
 
 from zerocalc.model.presets import MODEL_PRESETS
 
-from . import calibration, compare, compute, finetune, imports, panels, share, views, widgets
+from . import calibration, compare, compute, finetune, imports, panels, rl_view, share, views, widgets
 from .share import PLAN_A, TABS
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
@@ -72,6 +72,8 @@ def render() -> None:
         calibration.panel(resolved, unit)
     elif view == "Framework configs":
         imports.exports_tab(resolved)
+    elif view == "RL":
+        rl_view.panel(resolved, unit)
     elif view == "How to read it":
         views.about_tab(report, unit)
 

@@ -16,6 +16,8 @@ import streamlit as st
 from zerocalc.units import capacity_text, parse_capacity, parse_count
 
 from .labels import LABELS
+from .rl_section import seed as rl_seed, values as rl_values
+from .rl_state import RL_PREFIX, from_query as rl_from_query, to_query as rl_to_query
 from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
 from .state_stages import LIST_HINT, layers_from_text, layers_text
 from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed
@@ -23,7 +25,7 @@ from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, se
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
 TABS = ("Overview", "Model states", "Peak and step", "Layouts and ranks", "Compare", "Calibrate",
-        "Framework configs", "How to read it")
+        "Framework configs", "RL", "How to read it")
 VIEW = "view"                # the link's parameter for the open view (?view=compare), and the session key "tab"
 VIEW_SLUGS = {name.lower().replace(" ", "-"): name for name in TABS}
 
@@ -37,6 +39,8 @@ def split_query(query: dict):
     are not fields)."""
     view, plan, unknown = {}, {}, []
     for key, values in query.items():
+        if str(key).startswith(RL_PREFIX):               # the RL plan's settings: parsed by rl_state
+            continue
         if str(key).startswith(A_PREFIX):
             name = str(key)[len(A_PREFIX):]
             if name in FIELD:
@@ -75,7 +79,10 @@ def start_session() -> list:
     if plan is not None:
         st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
         warnings += plan_warnings
-    return view_warnings + resolved.warnings + warnings
+    rl_values, rl_warnings = rl_from_query({str(k)[len(RL_PREFIX):]: v for k, v in _query().items()
+                                            if str(k).startswith(RL_PREFIX)})
+    rl_seed(rl_values)
+    return view_warnings + resolved.warnings + warnings + rl_warnings
 
 
 # The fields typed as text: (field, its text box, when the box is drawn, how it parses, allowed, the value shown).
@@ -123,6 +130,7 @@ def link_params(state: dict, plan_a: dict = None) -> dict:
         a = to_query(canonical(plan_a))
         params[A_PREFIX + "model"] = a.pop("model", plan_a["model"])
         params.update({A_PREFIX + k: v for k, v in a.items()})
+    params.update(rl_to_query(rl_values()))              # the RL plan's settings that differ from their defaults
     return params
 
 

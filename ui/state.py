@@ -22,9 +22,10 @@ from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from .state_stages import STAGE_NAMES, parse_ints, stage_fields, stage_layout
 from .state_step import step_fields, step_workload
+from .state_optimizer import OPTIMIZER_OPTION_FIELDS, optimizer_fields
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
-from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
+from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZER_NAMES
 from zerocalc.units import parse_capacity, parse_count
 from zerocalc.step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 
@@ -108,8 +109,8 @@ FIELDS: Tuple[Field, ...] = (
     # precision (defaults: the chosen convention's)
     _c("convention", CONVENTIONS, DEFAULT_CONVENTION),
     _c("param_dtype", DTYPES, None), _c("grad_dtype", DTYPES, None), _c("master_dtype", DTYPES + ("none",), None),
-    _c("grad_accum_dtype", DTYPES + ("none",), None), _c("optimizer", OPTIMIZERS, None),
-    _c("optimizer_dtype", DTYPES, None), _c("comm_dtype", DTYPES + ("none",), None),
+    _c("grad_accum_dtype", DTYPES + ("none",), None), _c("optimizer", OPTIMIZER_NAMES, None),
+    _c("optimizer_dtype", DTYPES, None), _c("comm_dtype", DTYPES + ("none",), None), *optimizer_fields(Field),
     # parallelism and offload
     _i("workers", 1, 1_048_576, 8), _i("shard_group", 0, 1_048_576, 0), _i("gpus_per_node", 1, 1024, 8),
     _c("offload_optimizer", OFFLOAD_TARGETS, "none"), _c("offload_params", OFFLOAD_TARGETS, "none"),
@@ -342,9 +343,8 @@ def architecture(state: dict) -> Optional[Architecture]:
 
 def scenario_fields(state: dict, params: int) -> dict:
     return dict(params=params, workers=state["workers"], shard_group=state["shard_group"] or None,
-                gpus_per_node=state["gpus_per_node"], offload_optimizer=state["offload_optimizer"],
-                offload_params=state["offload_params"], convention=state["convention"],
-                **{n: _none(state[n]) for n in PRECISION_FIELDS})
+                **{n: state[n] for n in ("gpus_per_node", "offload_optimizer", "offload_params", "convention",
+                                         *OPTIMIZER_OPTION_FIELDS)}, **{n: _none(state[n]) for n in PRECISION_FIELDS})
 
 
 LAYOUT_FIELDS = ("tp", "pp", "schedule", "vpp", "cp", "sequence_parallel", "loss_parallel", "vocab_divisor", "ep",
@@ -418,7 +418,7 @@ def resolve(state: dict) -> Resolved:
     that do not divide the hidden size) is reset to its default with a warning naming it, and the rest is kept."""
     from zerocalc import FieldError, Scenario
     from zerocalc.model.inventory import param_count
-    from zerocalc.layout import check_experts
+    from zerocalc.parallel.ranks import check_plan
 
     state, warnings = dict(state), []
     for _ in range(len(FIELDS)):
@@ -431,7 +431,7 @@ def resolve(state: dict) -> Resolved:
             stage = "workload"
             work = None if arch is None else workload(state, arch)
             if work is not None:
-                check_experts(work.layout, arch, scenario.workers)     # checked by the report, not the Workload
+                check_plan(scenario, work)        # checked by the report, not the Workload (experts, optimizer)
             return Resolved(state, scenario, work, warnings)
         except FieldError as exc:
             name = _FROM_ARCH_ATTR.get(exc.field, exc.field) if stage == "architecture" else exc.field

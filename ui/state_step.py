@@ -8,6 +8,7 @@ from __future__ import annotations
 from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
+from zerocalc.step.grad_lifetime import GRAD_LIFETIMES
 from zerocalc.step.losses import LOSS_CHOICES
 from zerocalc.step.megatron_recompute import DEFAULT_MODULES, FULL_METHODS, RECOMPUTE_MODULES
 from zerocalc.step.op_checkpoint import OP_POLICIES, USER_POLICY_OPS, USER_POLICY_PREFIX
@@ -22,6 +23,7 @@ def step_fields(field) -> tuple:
     units_lo, units_hi = WORKLOAD_LIMITS["allocator_units"]
     return (field("comm_buffers", "choice", "auto", COMM_BUFFERS), field("fsdp_wrap", "choice", "blocks", FSDP_WRAPS),
             field("reshard_after_forward", "choice", "auto", RESHARD_CHOICES),
+            field("grad_lifetime", "choice", "auto", GRAD_LIFETIMES),
             field("reduce_dtype", "choice", "auto", ("auto",) + tuple(DTYPE_BITS)),
             field("allocator", "choice", DEFAULT_ALLOCATOR, tuple(ALLOCATORS)),
             field("allocator_units", "int", 0, (), units_lo, units_hi),
@@ -47,7 +49,7 @@ def step_fields(field) -> tuple:
 def step_workload(state: dict) -> dict:
     """The Workload keywords of those fields (Megatron's loss fusion only under the megatron implementation)."""
     return {"comm_buffers": state["comm_buffers"], "fsdp_wrap": state["fsdp_wrap"],
-            "reshard_after_forward": state["reshard_after_forward"],
+            "reshard_after_forward": state["reshard_after_forward"], "grad_lifetime": state["grad_lifetime"],
             "reduce_dtype": None if state["reduce_dtype"] == "auto" else state["reduce_dtype"],
             "allocator": state["allocator"], "allocator_units": state["allocator_units"],
             "workspace_bytes": None if state["workspace_bytes"] < 0 else state["workspace_bytes"],

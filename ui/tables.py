@@ -84,6 +84,9 @@ def ledger_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
             f"{STAGE_LABELS[stage]} per worker": f"{per} × {width} = {in_unit(c['bytes'], unit)} {unit}",
             "where": c["location"],
         })
+    if any("kept_by" in e for e in report["ledger"]):    # a shaped optimizer: which tensors keep each state
+        for row, c in zip(rows, cells):
+            row["kept by"] = sharded.get(c["entry"].rpartition(": ")[2], {}).get("kept_by", "every tensor")
     total = report["stages"][stage]["per_worker_total_bytes"]
     rows.append({"entry": "total", "category": "", "dtype": "", "bytes/param": f"{report['bytes_per_param']:g}",
                  "sharded from": "", f"{STAGE_LABELS[stage]} per worker": f"{in_unit(total, unit)} {unit}",

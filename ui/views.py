@@ -24,7 +24,7 @@ from .state_stages import ui_value
 from .widgets import set_fields
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "benchmarks.md")
+DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "rl.md", "benchmarks.md")
 
 
 @functools.lru_cache(maxsize=1)       # the committed ledger's summary: read once per process
@@ -112,7 +112,8 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
         sweep_panel(resolved, report, unit, sweep_of)
     step_timeline(report, unit, stage)
     if "comm_buffers" in report:
-        st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ".")
+        st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ". Gradients live "
+                   + escape_markdown(report["grad_lifetime"]["why"]) + ".")
     if ranges:
         st.markdown("**Assumption ranges** (each alone, the others at their point values):")
         table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)

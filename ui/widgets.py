@@ -18,7 +18,9 @@ from zerocalc.model.inventory import counts
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.units import capacity_text
 
+from . import rl_section
 from .labels import HELP, LABELS
+from .state_optimizer import OPTIMIZER_OPTIONS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
                     FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, base_architecture,
                     default_for)
@@ -30,7 +32,7 @@ SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params", "host_memory_bytes",
                   "comm_buffers", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype")
-STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation")
+STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation", "grad_lifetime")
 ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
                      "allocator", "allocator_units",
                      "reduce_bucket_size",
@@ -307,6 +309,12 @@ def _fields(names):
     return draw
 
 
+def _precision(box) -> None:
+    _fields(("convention",) + PRECISION_FIELDS)(box)
+    for name in OPTIMIZER_OPTIONS.get(current("optimizer"), ()):      # what the chosen optimizer reads
+        widget(name, box)
+
+
 def _recipe(box) -> None:
     box.caption("The checkpointing policy is the sidebar's Activation recompute (op: torchtitan's op-level; "
                 "selective and full: Megatron's modules and method here).")
@@ -357,8 +365,7 @@ def _step(box) -> None:
 SECTIONS = (
     ("sec_load", "Load a config", "Load a config.json, a Hub model or a training config", None, False),
     ("sec_arch", "Architecture", "Architecture", _architecture, True),
-    ("sec_precision", "Precision", "Convention, precision and optimizer", _fields(("convention",) + PRECISION_FIELDS),
-     False),
+    ("sec_precision", "Precision", "Convention, precision and optimizer", _precision, False),
     ("sec_cluster", "Sharding", "Sharding, nodes and offload", _fields(CLUSTER_FIELDS), False),
     ("sec_parallel", "Parallelism", "Model parallelism (tp, pp, cp, ep)", _parallel, True),
     ("sec_recipe", "Recipe", "Recipe: compile, float8, offload, optimizer in backward, loss", _recipe, True),
@@ -366,6 +373,7 @@ SECTIONS = (
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
     ("sec_display", "Display", "Display: units and bars (no byte changes)", _fields(DISPLAY_FIELDS), False),
+    ("sec_rl", "RL", "RL post-training: algorithm, models, rollout engine (the RL view)", rl_section.section, True),
 )
 SECTION_PILLS = {key: pill for key, pill, *_ in SECTIONS}
 OPEN_SECTIONS = "sections"      # session key: the keys of the open sections

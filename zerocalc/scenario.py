@@ -8,7 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 from typing import Optional
 
-from .tables import CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_FACTORED_DIM, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
+from .tables import (CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_FACTORED_DIM, DTYPE_BITS, FALLBACK_OPTIMIZERS, MUON_TP,
+                     OFFLOAD_TARGETS, OPTIMIZER_NAMES)
 
 # Integer ranges, shared by the validation below, the CLI and the UI's widgets.
 INT_LIMITS = {
@@ -17,6 +18,7 @@ INT_LIMITS = {
     "shard_group": (1, 10**7),
     "gpus_per_node": (1, 1024),
     "factored_dim": (1, 10**7),
+    "optimizer_rank": (1, 10**6),
 }
 
 
@@ -120,6 +122,13 @@ class Scenario:
     gpus_per_node: int = 8
     factored_dim: int = DEFAULT_FACTORED_DIM   # Adafactor only: side of the assumed square weight matrices
     convention: str = DEFAULT_CONVENTION       # label of the preset these fields started from
+    # Shaped optimizers (tables.SHAPED_OPTIMIZERS): Muon's optimizer for the tensors it does not take, the dtype its
+    # Newton-Schulz iteration runs in (torch.optim.Muon: bf16), whether it orthogonalises the whole matrix or each
+    # tensor-parallel shard; GaLore / APOLLO's projection rank.
+    fallback_optimizer: str = "adamw"
+    ns_dtype: str = "bf16"
+    muon_tp: str = "full"
+    optimizer_rank: int = 128
 
     def __post_init__(self):
         validate(self)
@@ -153,7 +162,7 @@ def _check_int(s: Scenario, field: str) -> None:
 
 def validate(s: Scenario) -> None:
     """Raise FieldError for the first bad field, in declaration order."""
-    for field in ("params", "workers", "gpus_per_node", "factored_dim"):
+    for field in ("params", "workers", "gpus_per_node", "factored_dim", "optimizer_rank"):
         _check_int(s, field)
     if s.shard_group is not None:
         _check_int(s, "shard_group")
@@ -167,7 +176,10 @@ def validate(s: Scenario) -> None:
         if value not in DTYPE_BITS:
             extra = ["none"] if field in OPTIONAL_DTYPE_FIELDS else []
             raise FieldError(field, value, _choices(list(DTYPE_BITS) + extra))
-    require_choice("optimizer", s.optimizer, OPTIMIZERS)
+    require_choice("optimizer", s.optimizer, OPTIMIZER_NAMES)
+    require_choice("fallback_optimizer", s.fallback_optimizer, FALLBACK_OPTIMIZERS)
+    require_choice("ns_dtype", s.ns_dtype, DTYPE_BITS)
+    require_choice("muon_tp", s.muon_tp, MUON_TP)
     for field in ("offload_optimizer", "offload_params"):
         require_choice(field, getattr(s, field), OFFLOAD_TARGETS)
     require_choice("convention", s.convention, CONVENTIONS)

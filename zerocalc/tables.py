@@ -7,6 +7,7 @@ One small function in `ledger.py` and `model_states.py` applies these tables, as
 from __future__ import annotations
 
 from types import MappingProxyType
+from typing import NamedTuple
 
 # --- dtypes: storage width in bits (exact integers; 4-bit types are half a byte per element) ---------------
 # tf32 is a compute mode of fp32 tensor cores: its tensors are stored in 32-bit containers (NVIDIA A100 whitepaper).
@@ -92,6 +93,117 @@ OPTIMIZERS = MappingProxyType({
         ("absmax2 (per 256 block)", (1, 256), "fp32"),
     ),
 })
+
+# --- optimizers whose state follows each tensor's shape (2025-26) -----------------------------------------------
+# One row per state tensor: (name in optimizer.state, which tensors keep it, its shape rule, dtype, the rule's
+# constant). Holders and shape rules are named in states/optimizers.py (HOLDERS, SHAPES): "muon" is Moonlight's
+# rule, "size>=4096" a size threshold, "ao256" torchao's quantizable tensors; "param" the parameter's elements,
+# "blocks" one per `arg` elements, "rank-max" rank x the larger dimension... dtype "state" is the scenario's
+# optimizer_dtype. Every row was checked against optimizer.state after a step on the CPU (tests/measure/
+# optimizer_states.py) unless its source says "code".
+
+
+class OptState(NamedTuple):
+    name: str
+    holders: str       # which parameter tensors keep it: atoms joined by "&", "!" negates (optimizers.HOLDERS)
+    shape: str         # its elements per tensor (optimizers.SHAPES)
+    dtype: str         # "state": the scenario's optimizer_dtype; otherwise fixed
+    arg: int = 0       # the shape rule's constant: a block size, a table's length
+    place: str = "gpu"  # "unified": CUDA managed memory (bitsandbytes' paged states), on the host until touched
+
+
+def _s(name, holders, shape, dtype="state", arg=0, place="gpu") -> OptState:
+    return OptState(name, holders, shape, dtype, arg, place)
+
+
+def _bnb8(paged: bool) -> tuple:
+    """bitsandbytes Optimizer2State (bitsandbytes/optim/optimizer.py, 0.50.2): tensors under min_8bit_size (4096)
+    keep two fp32 states; the others two uint8 states, an fp32 absmax per 256 elements each and the optimizer's two
+    shared 256-entry quantization maps. Paged ones allocate a state of 1e5 elements or more in unified memory
+    (get_state_buffer: `p.numel() < 1e5` stays on the device)."""
+    big = ("size>=100000", "size>=4096&size<100000") if paged else ("size>=4096",)
+    rows = []
+    for state in ("state1", "state2"):
+        rows += [_s(f"{state} (8-bit{', paged' if paged and h == big[0] else ''})", h, "param", "uint8",
+                    place="unified" if paged and h == big[0] else "gpu") for h in big]
+        rows.append(_s(f"{state} (fp32, under 4096)", "size<4096", "param", "fp32"))
+    return tuple(rows) + (
+        _s("absmax1", "size>=4096", "blocks", "fp32", 256), _s("absmax2", "size>=4096", "blocks", "fp32", 256),
+        _s("qmap1", "size>=4096", "once", "fp32", 256), _s("qmap2", "size>=4096", "once", "fp32", 256))
+
+
+def _torchao(codes: str, shape: str, block: int, qmap: int) -> tuple:
+    """torchao.optim AdamW8bit / AdamW4bit / AdamWFp8 (torchao/optim/adam.py _new_buffer, 0.18.0): a tensor of at
+    least 4096 elements that the block size divides keeps each moment as codes + one fp32 scale per block (+ its own
+    fp32 qmap for 8- and 4-bit); any other keeps it as zeros_like(p). Its step is torch.tensor(0.0): a host scalar,
+    as torch.optim.AdamW's is unless capturable or fused, so not GPU state (the existing rows leave it out too)."""
+    quant, rest = f"ao{block}", f"!ao{block}"
+    rows = []
+    for state in ("exp_avg", "exp_avg_sq"):
+        rows += [_s(f"{state}.codes", quant, shape, codes), _s(f"{state}.scale", quant, "blocks", "fp32", block)]
+        if qmap:
+            rows.append(_s(f"{state}.qmap", quant, "one", "fp32", qmap))
+        rows.append(_s(state, rest, "param"))
+    return tuple(rows)
+
+
+def _low_rank(scalar: bool) -> tuple:
+    """GaLore (galore_torch/galore_projector.py, GaLoreProjector proj_type "std", galore-torch 1.0) and APOLLO
+    (apollo_torch 1.0.3): a projected matrix keeps its projection (rank x the smaller dimension; GaLore's SVD slice
+    on an fp32 gradient holds its whole factor, states/optimizers.py _svd_factor) and both moments of the projected
+    gradient (rank x the larger); APOLLO also a 0-d scaled_grad norm. Other tensors: plain AdamW."""
+    rows = [_s("projector.ortho_matrix", "lowrank", "rank-min" if scalar else "svd-min"),
+            _s("exp_avg (projected)", "lowrank", "rank-max"),
+            _s("exp_avg_sq (projected)", "lowrank", "rank-max")]
+    if scalar:
+        rows.append(_s("scaled_grad", "lowrank", "one"))
+    return tuple(rows) + (_s("exp_avg", "!lowrank", "param"), _s("exp_avg_sq", "!lowrank", "param"))
+
+
+SHAPED_OPTIMIZERS = MappingProxyType({
+    # torch.optim.Muon (torch 2.13 torch/optim/_muon.py: one momentum_buffer, zeros_like(p)) on the tensors of
+    # Moonlight's rule (MoonshotAI/Moonlight examples/toy_train.py @abaa96e, get_optimizer: ndim >= 2 and not
+    # embed_tokens / lm_head); every other tensor steps with the fallback optimizer (Scenario.fallback_optimizer).
+    "muon": (_s("momentum_buffer", "muon", "param"),),
+    "galore-adamw": _low_rank(False),
+    "apollo-adamw": _low_rank(True),
+    # Distributed Shampoo with its defaults (facebookresearch/optimizers @f6066066 distributed_shampoo.py:
+    # max_preconditioner_dim 1024, betas (0.9, 1.0), no grafting, RootInvShampooPreconditionerConfig): each tensor's
+    # dims merged up to 1024 (utils/shampoo_utils.py merge_small_dims) and cut into blocks of 1024 per dim
+    # (multi_dim_split); per block a filtered gradient in the parameter's dtype and, per block dim d, a factor
+    # matrix and its inverse root stored as fp32 triangles of d (d + 1) / 2; the step counter is a host scalar.
+    "shampoo": (_s("filtered_grad", "all", "param"),
+                _s("factor_matrices (triangles)", "all", "shampoo", "fp32", 1024),
+                _s("inv_factor_matrices (triangles)", "all", "shampoo", "fp32", 1024)),
+    # SOAP (nikhilvyas/SOAP soap.py @f42d296, defaults max_precond_dim=10000, merge_dims and precondition_1d off):
+    # Adam's two moments in the gradient's dtype, and per dimension d <= 10000 of a tensor of 2+ dimensions a
+    # preconditioner GG (torch.zeros(d, d): fp32) and its eigenbasis Q (eigh of the fp32 GG: fp32); 1-D: none.
+    "soap": (_s("exp_avg", "all", "param"), _s("exp_avg_sq", "all", "param"),
+             _s("GG (preconditioners)", "all", "gram", "fp32", 10000),
+             _s("Q (eigenbases)", "all", "gram", "fp32", 10000)),
+    # Adam-mini (adam_mini/adam_mini.py, adam-mini 1.1.1): m for every tensor; v one per block (states/optimizers.py
+    # mini_block): a full v for biases, vmean per head of q/k, per output row of embeddings, output, v, o, MLP and
+    # routers, one for the rest (norms).
+    "adam-mini": (_s("m", "all", "param"), _s("v (biases)", "mini-bias", "param"),
+                  _s("vmean (per head)", "mini-head", "heads"), _s("vmean (per row)", "mini-row", "rows"),
+                  _s("vmean (per tensor)", "mini-other", "one")),
+    "adamw-8bit-ao": _torchao("uint8", "param", 256, 256),
+    "adamw-4bit-ao": _torchao("uint8", "half", 128, 16),
+    "adamw-fp8-ao": _torchao("fp8_e4m3", "param", 256, 0),
+    "adamw-8bit-bnb": _bnb8(False),
+    "paged-adamw-8bit": _bnb8(True),
+    # bitsandbytes PagedAdamW (32-bit): two fp32 states, in unified memory from 1e5 elements (get_state_buffer).
+    "paged-adamw": (_s("state1 (paged)", "size>=100000", "param", "fp32", place="unified"),
+                    _s("state1", "size<100000", "param", "fp32"),
+                    _s("state2 (paged)", "size>=100000", "param", "fp32", place="unified"),
+                    _s("state2", "size<100000", "param", "fp32")),
+})
+# What Muon's fallback may be: optimizers whose state is per parameter (OPTIMIZERS above).
+FALLBACK_OPTIMIZERS = ("adamw", "adam", "lion", "sgd-momentum", "sgd", "adam-8bit")
+# Which tensors Newton-Schulz orthogonalises under tensor parallelism: the whole matrix gathered over TP (Moonlight's
+# distributed Muon, Dion) or each rank's shard alone (an implementation that steps DTensor local shards).
+MUON_TP = ("full", "local")
+OPTIMIZER_NAMES = tuple(OPTIMIZERS) + tuple(SHAPED_OPTIMIZERS)
 
 # --- accounting conventions: named presets of the precision fields of a Scenario ---------------------------
 # Keys are Scenario field names. grad_accum_dtype is an extra gradient buffer (None: not kept).

@@ -73,7 +73,9 @@ def ledger_cells(report) -> List[dict]:
             entry = row.entry
             divisor = row.divisor if entry.category in PARTITIONED[r.stage] else 1
             cells.append({"entry": entry.name, "category": entry.category, "stage": r.stage, "dtype": entry.dtype,
-                          "params": row.elements * entry.den // entry.num, "elements": row.elements,
+                          # a shaped optimizer's state follows shapes, not a parameter count
+                          "params": None if entry.state is not None else row.elements * entry.den // entry.num,
+                          "elements": row.elements,
                           "bits": entry.bits, "divisor": divisor, "bytes": r.per_worker_by_entry[i],
                           "location": r.entry_location[i]})
         per_stage.append(cells)

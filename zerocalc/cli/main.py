@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import fields as dataclass_fields
 
 from .. import __version__
 from ..gpus import GPU_CATALOG
-from ..layout import SCHEDULES, STAGE_SPLITS, parse_stage_layers
-from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES
+from ..layout import SCHEDULES, STAGE_SPLITS
+from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TRAINABLE_MODULES
 from ..model.hf_config import ConfigError
 from ..model.hub.ids import HubError
 from ..model.inventory import largest_layer, param_count
@@ -28,106 +27,23 @@ from ..step.activations import ATTENTION, IMPLEMENTATIONS
 from ..answers.sweep import AXES
 from .advice import advice_dict, advice_text
 from .recipe_flags import add_recipe_flags
+from .optimizer import OPTIMIZER_FIELDS, add_optimizer_flags
 from .sweep import sweep_for, sweep_text
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from ..step.grad_lifetime import GRAD_LIFETIMES
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
-from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZERS
-from ..units import UNIT_CHOICES, parse_capacity, parse_count
-from .frameworks import (
-    FlagError,
-    add_framework_flags,
-    export_from_args,
-    export_notes,
-    framework_error_message,
-    import_given,
-    import_view,
-    imported_flag,
-)
+from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS
+from ..units import UNIT_CHOICES
+from .frameworks import (FlagError, add_framework_flags, export_from_args, export_notes, framework_error_message,
+                         import_given, import_view, imported_flag)
 from .sources import sources_dict, sources_text
-from .workload import (
-    FLAG_NAMES,
-    ModelFlagError,
-    architecture_from_args,
-    list_gpus,
-    list_models,
-    workload_flags_given,
-    workload_from_args,
-)
+from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
+                       workload_flags_given, workload_from_args)
 
 
-class UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, never the usage block
-        raise UsageError(message)
-
-
-def _count(text: str) -> int:
-    try:
-        return parse_count(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _stage_layers(text: str) -> tuple:
-    try:
-        return parse_stage_layers(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _capacity(text: str) -> int:
-    try:
-        return parse_capacity(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _factor(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or not 0 < value <= 100:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a number above 0 and at most 100")
-    return value
-
-
-def _probability(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value) or not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: a probability from 0 up to (not including) 1")
-    return value
-
-
-def _targets(text: str) -> tuple:
-    items = tuple(t.strip() for t in text.split(",") if t.strip())
-    if items == ("all-linear",) or (items and all(t in TARGETS for t in items)):
-        return items
-    raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(TARGETS)}, or all-linear")
-
-
-def _names(allowed):
-    def parse(text: str) -> tuple:
-        items = tuple(t.strip() for t in text.split(",") if t.strip())
-        if not all(t in allowed for t in items):
-            raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(allowed)}")
-        return items
-    return parse
-
-
-def _dtype_or_none(text: str):
-    if text == "none":
-        return "none"
-    if text not in DTYPE_BITS:
-        raise argparse.ArgumentTypeError(f"got {text!r}; allowed: none, {', '.join(DTYPE_BITS)}")
-    return text
+from .types import (UsageError, _capacity, _count, _dtype_or_none, _factor, _names, _Parser,  # noqa: F401
+                    _probability, _stage_layers, _targets)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -145,11 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}")
     p.add_argument("--grad-accum-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}",
                    help="an extra gradient accumulation buffer (DeepSpeed keeps an fp32 one)")
-    p.add_argument("--optimizer", choices=list(OPTIMIZERS))
-    p.add_argument("--optimizer-dtype", choices=dtypes)
+    add_optimizer_flags(p, _count)
     p.add_argument("--comm-dtype", type=_dtype_or_none, metavar="{none," + ",".join(dtypes) + "}",
                    help="dtype tensors are communicated in (none: their own)")
-    p.add_argument("--factored-dim", type=_count, help="Adafactor: side of the assumed square matrices (4096)")
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--offload-params", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--gpus-per-node", type=_count, help="default 8")
@@ -204,6 +118,8 @@ def _model_flags(p):
                         "buckets), megatron (none beyond its grad buffer), fsdp (one unit at a time), none; "
                         "auto (default): from the convention (megatron, fsdp2 -> fsdp, else deepspeed), none "
                         "without data parallelism unless DeepSpeed")
+    m.add_argument("--grad-lifetime", choices=GRAD_LIFETIMES, help="gradients live the whole step (a persistent "
+                   "buffer) or from backward on (set_to_none); auto: backward for torch loops at one micro-batch")
     m.add_argument("--fsdp-wrap", choices=FSDP_WRAPS,
                    help="FSDP units: blocks (default: each decoder block, the ends in the root) or torchtitan "
                         "(the embedding, each block, [norm, head] kept gathered after forward)")
@@ -285,8 +201,8 @@ def _flag(field: str) -> str:
 def scenario_from_args(args, params: int) -> Scenario:
     """The convention's ledger, then only the flags the user gave ("none" means no such tensor)."""
     given = {}
-    for field in ("param_dtype", "grad_dtype", "optimizer", "optimizer_dtype", "factored_dim", "shard_group",
-                  "master_dtype", "grad_accum_dtype", "comm_dtype"):
+    for field in ("param_dtype", "grad_dtype", *OPTIMIZER_FIELDS, "shard_group", "master_dtype",
+                  "grad_accum_dtype", "comm_dtype"):
         value = getattr(args, field)
         if value is not None:
             given[field] = None if value == "none" else value
@@ -414,8 +330,12 @@ def _printable(text: str) -> str:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["rl"]:                # an RL post-training plan: its own flags (cli/rl.py)
+        from .rl import main as rl_main
+        return rl_main(argv[1:], lambda rest: _inputs(build_parser().parse_args(rest)))
     try:
-        print(run(sys.argv[1:] if argv is None else argv))
+        print(run(argv))
     except UsageError as exc:
         print(f"zerocalc: error: {_printable(str(exc))}", file=sys.stderr)
         return 2

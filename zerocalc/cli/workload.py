@@ -21,7 +21,7 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "implementation", "loss_fusion", "loss", "loss_chunks", "compile",
                   "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
-                  "param_persistence_threshold", "overlap_comm", "comm_buffers", "fsdp_wrap",
+                  "param_persistence_threshold", "overlap_comm", "comm_buffers", "grad_lifetime", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype",
                   "cuda_context_bytes", "workspace_bytes", "fragmentation_percent",
                   "allocator", "allocator_units", "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent")

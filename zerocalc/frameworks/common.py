@@ -230,6 +230,7 @@ class Builder:
         self.stage: Optional[int] = None
         self.auto, self.ignored, self.notes, self.sources = [], [], [], {}
         self.ignored_names, self.ignored_more = set(), 0     # a set: a file of 100,000 keys costs linear time
+        self.noted = set()
 
     def set(self, part: str, name: str, value, source: str) -> None:
         self.parts[part][name] = value
@@ -251,7 +252,8 @@ class Builder:
             self.ignored_more += 1
 
     def note(self, text: str) -> None:
-        if text not in self.notes:
+        if text not in self.noted:                  # a set: membership in constant time, whatever a file holds
+            self.noted.add(text)
             self.notes.append(text)
 
     def build(self) -> ImportedConfig:

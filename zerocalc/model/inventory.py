@@ -35,6 +35,7 @@ class ParamTensor(NamedTuple):
     trainable: bool = True
     first_layer: int = 0           # block tensors: the row applies to blocks first_layer <= i < stop_layer
     stop_layer: int = 1 << 30      # (fine-tuning the last k blocks splits a tensor's rows at L - k)
+    heads: int = 0       # q/k projection weights: the model's query heads (Adam-mini's blocks of hidden^2 / heads)
 
     @property
     def elements(self) -> int:
@@ -89,6 +90,7 @@ def _attention(a: "Architecture") -> list:
         rows = []
         for name, out in (("q_proj", q), ("k_proj", kv), ("v_proj", kv)):
             rows += _linear(name, out, h, "attention", "column", qkv_b)
+        rows = [r._replace(heads=a.heads) if r.name in ("q_proj.weight", "k_proj.weight") else r for r in rows]
     if a.qk_norm == "head":
         rows += _norm("q_norm", a.d_head, a) + _norm("k_norm", a.d_head, a)
     elif a.qk_norm == "full":

@@ -51,6 +51,7 @@ class Holding(NamedTuple):
     instances: int           # how many of it the rank holds (its blocks of the tensor's kind, for block tensors)
     group: str = ""          # group_of(tensor)
     rows: int = 1            # its first dimension on this rank (FSDP2 shards tensor by tensor along it)
+    shape: Tuple[int, ...] = ()   # its shape on this rank (shape-rule optimizer state reads it)
 
     def fsdp_shard(self, ranks: int) -> int:
         """Elements of one rank's FSDP2 shard of every instance: dim 0 split in torch.chunk order and padded
@@ -252,7 +253,7 @@ def _pipeline_classes(arch: Architecture, tp: int, pp: int, vpp: int, ep: int, e
                 n = 1
                 for d in shape:
                     n *= d
-                held.append(Holding(t, n, instances, group_of(t), shape[0]))
+                held.append(Holding(t, n, instances, group_of(t), shape[0], shape))
         classes.append(RankClass(_stage_name(tuple(ranks), pp), tuple(ranks), chunks[r], first, last,
                                  len(ranks), tuple(held), ranges[r]))
     return tuple(classes)
@@ -268,9 +269,13 @@ def stored_holdings(arch: Architecture, layout: Layout, implementation: str, fin
 @lru_cache(maxsize=1024)     # keyed by the padded vocabulary, the only part of the layout one copy depends on
 def _stored_holdings(arch: Architecture, vocab_rows: int, finetune: FineTune, param_dtype: str) -> Tuple[Holding, ...]:
     every = tuple(range(arch.layers))
-    return tuple(Holding(t, local_elements(t, 1, vocab_rows), block_counts(arch, every, t) if t.place == "layer"
-                         else arch.mtp_layers if t.place == "mtp" else 1, group_of(t))
-                 for t in inventory(arch, finetune, param_dtype) if not t.tied)
+    out = []
+    for t in inventory(arch, finetune, param_dtype):
+        if not t.tied:
+            shape = local_shape(t, 1, vocab_rows)
+            count = block_counts(arch, every, t) if t.place == "layer" else arch.mtp_layers if t.place == "mtp" else 1
+            out.append(Holding(t, local_elements(t, 1, vocab_rows), count, group_of(t), shape[0], shape))
+    return tuple(out)
 
 
 def stored_groups(arch: Architecture, layout: Layout, implementation: str, finetune: FineTune = FULL,

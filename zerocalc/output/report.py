@@ -17,19 +17,20 @@ from ..answers.solve import solve
 from ..model.finetune import caveats, describe
 from ..model.inventory import counts, largest_layer
 from ..layout import stage_sizes
-from ..model.placement import stored_holdings
 from ..parallel.costs import bubble_fraction
 from ..parallel.ranks import LayoutReport, layout_report, report_for
 from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
-from ..step.buffers import describe as comm_buffers
+from ..step.buffers import describe as comm_buffers, framework
+from ..step.grad_lifetime import describe as grad_lifetime
 from ..step.losses import LOSS_NAMES
 from ..step.megatron_recompute import megatron_recompute_words
 from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
-from ..states.ledger import bytes_per_param
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
 from .experts import experts_dict
+from .groups import group_bytes, group_ledgers, trainable_counts
+from .optimizers import ledger_total, shaped_row
 
 
 def _policy_words(policy: str) -> str:
@@ -104,9 +105,13 @@ def _exact(value: Fraction) -> str:
 def ledger_rows(report: ModelStatesReport) -> list:
     """One row per ledger entry: bytes per parameter, and the first stage that shards it."""
     rows = []
-    for (head, first), unique in zip(_ledger_heads(tuple(report.ledger)), report.unique_by_entry):
+    for (head, first), unique, entry in zip(_ledger_heads(tuple(report.ledger)), report.unique_by_entry,
+                                            report.ledger):
         row = dict(head)
         row["one_copy_bytes"], row["sharded_from_stage"] = unique, first
+        if entry.state is not None:          # a shaped optimizer's state (output/optimizers.py)
+            row.update(shaped_row(report, entry, unique, isinstance(report, LayoutReport) and
+                                  max(1, trainable_counts(report)["trainable_params"])))
         rows.append(row)
     return rows
 
@@ -157,15 +162,6 @@ def stage_rows(report) -> list:
             row["communication_bytes_by_kind"] = report.ranks[i].communication[s]
             row["per_worker_group_bytes"] = group_bytes(row["per_worker_entry_bytes"])
     return rows
-
-
-def group_bytes(entry_bytes: dict) -> dict:
-    """Per-entry bytes summed by parameter group (the entry names' "group: " prefix; "dense" for the rest)."""
-    out = {}
-    for name, nbytes in entry_bytes.items():
-        group = name.split(": ", 1)[0] if ": " in name else "dense"
-        out[group] = out.get(group, 0) + nbytes
-    return out
 
 
 def deepspeed_dict(view: DeepSpeedView) -> dict:
@@ -246,52 +242,6 @@ def host_memory(report: LayoutReport) -> list:
     return rows
 
 
-def group_label(group: str) -> str:
-    """A group_bytes key for people: "nf4, frozen" -> "frozen (nf4)", "fp32" -> "trained (fp32)"."""
-    parts = [] if group in ("", "dense") else group.split(", ")
-    words = ["frozen" if "frozen" in parts else "trained"] + (["experts"] if "experts" in parts else [])
-    dtypes = [p for p in parts if p not in ("frozen", "experts")]
-    return " ".join(words) + (f" ({dtypes[0]})" if dtypes else "")
-
-
-def group_ledgers(report: LayoutReport) -> dict:
-    """Which ledger entries each parameter group keeps, in bytes per parameter of that group (None: the entry
-    vanishes), for the rank class holding the most parameters: how frozen weights drop their gradient, master copy
-    and optimizer state, and what a quantized base stores instead of its weights."""
-    view = max(report.ranks, key=lambda v: v.shape.params)
-    names = [e.name for e in report.ledger]
-    groups = []
-    for g in view.shape.groups:
-        kept = {}            # entry -> bytes of the group: over one common divisor, so summed as integers
-        for row in view.rows:
-            group, _, entry = row.entry.name.rpartition(": ")
-            if group != g.name:
-                continue
-            key = entry if entry in names else "parameters"       # a quantized weight's parts are its parameters
-            kept[key] = kept.get(key, 0) + row.entry.nbytes(row.elements)
-        # int / int is correctly rounded: the same float as the exact Fraction's
-        per = max(1, g.params)
-        groups.append({"group": g.name or "dense", "label": group_label(g.name), "params": g.params,
-                       "trainable": not g.name.endswith("frozen"),
-                       "bytes_per_param": {n: (kept[n] / per if n in kept else None) for n in names},
-                       "total_bytes_per_param": sum(kept.values()) / per})
-    return {"rank": view.rank.name, "entries": names, "groups": groups}
-
-
-def trainable_counts(report: LayoutReport) -> dict:
-    """Stored parameters that train and that do not (adapters and trained copies included), one copy each."""
-    w, s = report.workload, report.scenario
-    return dict(_holding_counts(stored_holdings(w.arch, w.layout, w.implementation, w.finetune, s.param_dtype)))
-
-
-@lru_cache(maxsize=256)      # one copy of the model does not depend on the workers (handed out as a copy)
-def _holding_counts(held) -> dict:
-    trainable = sum(h.elements for h in held if h.tensor.trainable)
-    adapters = sum(h.elements for h in held if h.tensor.role == "adapter")
-    return {"trainable_params": trainable, "frozen_params": sum(h.elements for h in held) - trainable,
-            "adapter_params": adapters}
-
-
 def _activation_rank(report: LayoutReport):
     """The rank class holding the most activations: what the top-level activation fields describe."""
     return max(report.ranks, key=lambda v: v.shape.activation_bytes)
@@ -350,6 +300,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
                              "recompute_working": shape.act.recompute_working},
         "gpu": gpu_dict(workload),
         "comm_buffers": comm_buffers(s, workload, shape),
+        "grad_lifetime": grad_lifetime(workload, framework(s, workload, shape)),
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
     }
@@ -397,6 +348,8 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
                 sequences: bool = False) -> dict:
     """The report as plain data; `sequences` adds solve.max_seq_len (its search costs more than the others)."""
     s = report.scenario
+    ledger = ledger_rows(report)
+    per_param = ledger_total(report.ledger, ledger)
     out = {
         "zerocalc_version": __version__,
         "convention": s.convention,
@@ -406,10 +359,10 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
         "shard_group": s.group,
         "gpus_per_node": s.gpus_per_node,
         "scenario": plain(s),
-        "bytes_per_param": float(bytes_per_param(report.ledger)),
-        "bytes_per_param_exact": _exact(bytes_per_param(report.ledger)),
+        "bytes_per_param": float(per_param),
+        "bytes_per_param_exact": _exact(per_param),
         "one_copy_bytes": report.unique_total,
-        "ledger": ledger_rows(report),
+        "ledger": ledger,
         "ledger_cells": ledger_cells(report),
         "stages": stage_rows(report),
     }

@@ -8,12 +8,14 @@ from ..layout import stage_sizes
 from ..model.finetune import caveats, describe
 from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, search_layouts
-from ..states.ledger import bytes_per_param
 from ..states.zero import workers_per_node
-from ..step.buffers import describe as comm_buffers
-from ..tables import CONVENTIONS
+from ..step.buffers import describe as comm_buffers, framework
+from ..step.grad_lifetime import describe as grad_lifetime
+from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
-from .report import recipe_text, group_bytes, group_label, group_ledgers, ledger_rows, trainable_counts
+from .optimizers import ledger_total
+from .groups import group_bytes, group_label, group_ledgers, trainable_counts
+from .report import ledger_rows, recipe_text
 
 
 def recompute_text(workload) -> str:
@@ -66,12 +68,14 @@ def render_text(report, deepspeed=None, units: str = "decimal") -> str:
         f"convention {s.convention}",
         f"  {CONVENTIONS[s.convention]['summary']}",
         "",
-        f"Ledger: {_bpp(bytes_per_param(report.ledger))} bytes per parameter" + (
+        f"Ledger: {_bpp(ledger_total(report.ledger, ledger_rows(report)))} bytes per parameter" + (
             " that trains (frozen parameters hold their stored weights only)"
             if workload is not None and workload.finetune.mode != "full" else ""),
         _table(["entry", "category", "dtype", "bytes/param", "sharded from"],
                [[r["name"], r["category"], r["dtype"], _bpp(r["bytes_per_param"]),
-                 f"stage {r['sharded_from_stage']}"] for r in ledger_rows(report)]),
+                 f"stage {r['sharded_from_stage']}" + (f"; {r['kept_by']}" if "kept_by" in r else "")]
+                for r in ledger_rows(report)]),
+        *_assumed(report),
         "",
         "Per worker and cluster-wide, persistent model state only" + ("" if auto else f" ({unit}):") +
         (":" if auto else ""),
@@ -213,7 +217,14 @@ def peak_text(report, units) -> str:
     for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
         lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
+        if p.peak_phase != "optimizer_step" and s.optimizer in SHAPED_OPTIMIZERS:   # its own step terms, named
+            step = p.phases["optimizer_step"]
+            own = [k for k in step if k.startswith(("Muon", "Newton-Schulz", "paged"))]
+            if own:
+                lines.append(f"    its optimizer step ({format_bytes(p.phase_totals['optimizer_step'], unit)}) "
+                             "holds " + ", ".join(f"{k} {format_bytes(step[k], unit)}" for k in own))
     lines.append(f"  communication buffers: {comm_buffers(s, workload, shape)['why']}")
+    lines.append(f"  gradients live: {grad_lifetime(workload, framework(s, workload, shape))['why']}")
     mp = workload.layout.model_parallel
     lines += ["", "Answers (the layout held):"]
     for stage in range(4):
@@ -256,3 +267,9 @@ def finetune_text(report, unit) -> list:
                                  for i, (a, b) in enumerate(zip(q["quantized_peak_bytes"], q["plain_peak_bytes"]))))
         lines += [f"  a quantized base costs extra: {r}" for r in q["reasons"]]
     return lines
+
+
+def _assumed(report) -> list:
+    notes = {r["assumed"] for r in ledger_rows(report) if "assumed" in r}
+    return [f"  optimizer state read on {n.removeprefix('no architecture: ')}: give a model for its shapes"
+            for n in sorted(notes)]

@@ -13,9 +13,10 @@ from operator import attrgetter
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..layout import check_experts
-from ..model.placement import RankClass, rank_classes, stored_holdings, stored_params
-from ..states.groups import ParamGroup, group_rows, state_rows
+from ..model.placement import RankClass, inventory, rank_classes, stored_holdings, stored_params
+from ..states.groups import ParamGroup, group_rows, once_per_optimizer, state_rows
 from ..states.ledger import LedgerEntry, build_ledger
+from ..states.optimizers import check_optimizer
 from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
 from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
 from ..step.shape import StepShape, param_groups, rank_shape
@@ -69,10 +70,18 @@ def _rank_view(scenario, workload, rank: RankClass, ledger, unique_total: int) -
     return RankView(rank, shape, stages, peaks, comm, recompute_flops(workload, rank), rows)
 
 
+def check_plan(scenario, workload) -> None:
+    """FieldError for a plan the frameworks refuse: experts that do not split over ep, an optimizer that cannot step
+    one of the trained tensors (states/optimizers.py check_optimizer)."""
+    check_experts(workload.layout, workload.arch, scenario.workers)
+    w = workload
+    check_optimizer(scenario.optimizer, lambda: inventory(w.arch, w.finetune, scenario.param_dtype))
+
+
 @lru_cache(maxsize=256)
 def layout_report(scenario, workload) -> LayoutReport:
     """Every rank class of the workload's layout, and the worst one per ZeRO stage (largest peak)."""
-    check_experts(workload.layout, workload.arch, scenario.workers)
+    check_plan(scenario, workload)
     ledger = build_ledger(scenario)
     unique_by_entry = _one_copy(scenario, workload, ledger)
     unique_total = sum(unique_by_entry)
@@ -94,7 +103,7 @@ def fitting_stages(scenario, workload) -> Tuple[int, ...]:
     """The ZeRO stages at which layout_report(scenario, workload) fits, without the rest of its report (no
     communication, cluster totals or one-copy sums): every rank has the same capacity, so the worst rank fits
     exactly when every rank does. The layout search asks this of settings it may never list."""
-    check_experts(workload.layout, workload.arch, scenario.workers)
+    check_plan(scenario, workload)
     ledger = build_ledger(scenario)
     classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation,
                            workload.finetune, scenario.param_dtype)
@@ -118,6 +127,8 @@ class _Precision(NamedTuple):
     optimizer: str
     optimizer_dtype: str
     factored_dim: int
+    fallback_optimizer: str
+    optimizer_rank: int
     convention: str
 
 
@@ -139,12 +150,15 @@ def _one_copy_of(scenario: _Precision, ledger, holdings, finetune) -> Tuple[int,
     groups = {}
     for h in holdings:
         groups.setdefault(h.group, []).append(h)
+    rows = []
     for group, members in groups.items():
         n = sum(h.elements for h in members)
         one = ParamGroup(group, n, n if not group.endswith("frozen") else 0, 1, tuple(members))
-        for row in group_rows(scenario, ledger, one, finetune):
-            base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
-            out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
+        rows += [(group, row) for row in group_rows(scenario, ledger, one, finetune)]
+    kept = once_per_optimizer(tuple(row for _, row in rows))
+    for (group, _), row in zip(rows, kept):
+        base = row.entry.name.split(": ", 1)[1] if group else row.entry.name
+        out[names.index(base) if base in names else names.index("parameters")] += row_bytes(row, 0)
     return tuple(out)
 
 

@@ -14,6 +14,7 @@ from ..model.finetune import QUANT_TYPES, quantized_storage
 from ..scenario import Scenario
 from ..tables import DTYPE_BITS
 from .ledger import LedgerEntry, build_ledger
+from .optimizers import holds, state_elements
 from .zero import StateRow
 
 
@@ -28,7 +29,7 @@ class ParamGroup(NamedTuple):
 
 # The scenario fields a ledger is built from (ledger.build_ledger): all that group_ledger reads of the scenario.
 _LEDGER_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer", "optimizer_dtype",
-                  "factored_dim")
+                  "factored_dim", "fallback_optimizer", "optimizer_rank")
 
 
 _ledger_fields = attrgetter(*_LEDGER_FIELDS)     # scenario -> the tuple of those fields
@@ -80,10 +81,19 @@ def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...
     per_tensor = None
     if scenario.convention == "fsdp2" and g.holdings:      # FSDP2 pads each tensor's dim-0 shard
         per_tensor = sum(h.fsdp_shard(g.shard) for h in g.holdings)
-    return tuple(StateRow(e, e.elements(g.grad_params if e.category == "gradients" else g.params), g.shard,
-                          None if per_tensor is None or (e.category == "gradients" and g.grad_params != g.params)
-                          else e.elements(per_tensor))
-                 for e in group_ledger(scenario, ledger, g.name))
+    rows = []
+    for e in group_ledger(scenario, ledger, g.name):
+        if e.state is not None and g.holdings:        # a shaped optimizer's state: tensor by tensor
+            n = state_elements(e.state, g.holdings, scenario.optimizer_rank, e.dtype)
+            padded = None                             # FSDP2: a state shaped like its parameter is padded with it
+            if per_tensor is not None and e.state.shape in ("param", ("fraction", (1, 1))):
+                padded = sum(h.fsdp_shard(g.shard) for h in g.holdings if holds(e.state.holders, h.tensor, h.shape))
+            rows.append(StateRow(e, n, g.shard, padded))
+            continue
+        rows.append(StateRow(e, e.elements(g.grad_params if e.category == "gradients" else g.params), g.shard,
+                             None if per_tensor is None or (e.category == "gradients" and g.grad_params != g.params)
+                             else e.elements(per_tensor)))
+    return tuple(rows)
 
 
 @lru_cache(maxsize=256)
@@ -100,4 +110,18 @@ def _quantized_entries(group: str, holdings: tuple, finetune) -> Tuple[Tuple[Led
 
 def state_rows(scenario, ledger, shape, finetune=None) -> Tuple[StateRow, ...]:
     """The ledger applied to each of one rank's parameter groups (gradients where DTensor keeps more of them)."""
-    return tuple(row for g in shape.groups for row in group_rows(scenario, ledger, g, finetune))
+    return once_per_optimizer(tuple(row for g in shape.groups for row in group_rows(scenario, ledger, g, finetune)))
+
+
+def once_per_optimizer(rows) -> Tuple[StateRow, ...]:
+    """A state the optimizer keeps once whatever its tensors (bitsandbytes' shared quantization maps, shape rule
+    "once") counted in the first group that holds it: one optimizer steps every group of a rank (measured)."""
+    seen, out = set(), []
+    for row in rows:
+        state = row.entry.state
+        if state is not None and state.shape == "once" and row.elements:
+            if state.name in seen:
+                row = row._replace(elements=0)
+            seen.add(state.name)
+        out.append(row)
+    return tuple(out)

@@ -11,7 +11,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import NamedTuple, Optional, Tuple
 
-from ..tables import DTYPE_BITS, OPTIMIZERS
+from ..tables import DTYPE_BITS, OPTIMIZERS, SHAPED_OPTIMIZERS, OptState
+from .optimizers import assumed_per_param, optimizer_states
 
 
 class LedgerEntry(NamedTuple):
@@ -22,6 +23,7 @@ class LedgerEntry(NamedTuple):
     num: int            # elements per parameter = num / den
     den: int
     bits: int
+    state: Optional[OptState] = None    # a shaped optimizer's row: its elements follow each tensor's shape
 
     @property
     def bytes_per_param(self) -> Fraction:
@@ -41,7 +43,8 @@ def _entry(name, category, dtype, source, per_param=(1, 1)) -> LedgerEntry:
 
 @lru_cache(maxsize=1024)
 def _build(param_dtype: str, grad_dtype: str, master_dtype: Optional[str], grad_accum_dtype: Optional[str],
-           optimizer: str, optimizer_dtype: str, factored_dim: int) -> Tuple[LedgerEntry, ...]:
+           optimizer: str, optimizer_dtype: str, factored_dim: int, fallback: str = "adamw",
+           rank: int = 128) -> Tuple[LedgerEntry, ...]:
     entries = [
         _entry("parameters", "parameters", param_dtype, "param_dtype"),
         _entry("gradients", "gradients", grad_dtype, "grad_dtype"),
@@ -50,6 +53,15 @@ def _build(param_dtype: str, grad_dtype: str, master_dtype: Optional[str], grad_
         entries.append(_entry("gradient accumulation buffer", "gradients", grad_accum_dtype, "grad_accum_dtype"))
     if master_dtype is not None:
         entries.append(_entry("master parameters", "optimizer", master_dtype, "master_dtype"))
+    if optimizer in SHAPED_OPTIMIZERS:
+        # Per parameter only on assumed square factored_dim matrices; with an architecture each group's rows follow
+        # its tensors' shapes (states/groups.py).
+        for st in optimizer_states(optimizer, fallback):
+            dtype, source = (optimizer_dtype, "optimizer_dtype") if st.dtype == "state" else (st.dtype, "optimizer")
+            per = assumed_per_param(st, factored_dim, rank, dtype)
+            entries.append(LedgerEntry(st.name, "optimizer", dtype, source, per.numerator, per.denominator,
+                                       DTYPE_BITS[dtype], st))
+        return tuple(entries)
     for name, per_param, dtype in OPTIMIZERS[optimizer]:
         if per_param == "factored":
             per_param = (2, factored_dim)
@@ -64,7 +76,7 @@ def build_ledger(scenario) -> Tuple[LedgerEntry, ...]:
     """The persistent state entries a scenario's precision fields and optimizer imply."""
     s = scenario
     return _build(s.param_dtype, s.grad_dtype, s.master_dtype, s.grad_accum_dtype, s.optimizer,
-                  s.optimizer_dtype, s.factored_dim)
+                  s.optimizer_dtype, s.factored_dim, s.fallback_optimizer, s.optimizer_rank)
 
 
 def bytes_per_param(ledger) -> Fraction:

@@ -112,32 +112,39 @@ def row_bytes(row: StateRow, stage: int) -> int:
 
 def gpu_bytes_by_stage(scenario, rows) -> Tuple[int, ...]:
     """Per stage, stage_results' gpu_bytes alone: the rows' bytes a rank keeps on its GPU."""
-    sizes = [(row.entry.category, *row_sizes(row)) for row in rows]
+    sizes = [(row.entry.category, *row_sizes(row), _paged(row)) for row in rows]
     out = []
     for stage in STAGES:
         where, partitioned = _placement(scenario, stage), PARTITIONED[stage]
-        out.append(sum(split if category in partitioned else whole for category, whole, split in sizes
-                       if where[category] == "gpu"))
+        out.append(sum(split if category in partitioned else whole for category, whole, split, paged in sizes
+                       if where[category] == "gpu" and not paged))
     return tuple(out)
+
+
+def _paged(row: StateRow) -> bool:
+    """A state in CUDA managed memory (bitsandbytes' paged optimizers): on the host until the step touches it,
+    so counted as host memory here and paged in one tensor at a time at the step (step/optimizer_step.py)."""
+    return row.entry.state is not None and row.entry.state.place == "unified"
 
 
 def stage_results(scenario, rows, copies: int, unique_total: int, comm=(0, 0, 0, 0)) -> Tuple[StageResult, ...]:
     """The seed's loop over (entry, elements, divisor) rows: per stage, bytes per rank by category and entry,
     where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything). comm: the
     communication bytes per step at each stage, worked out by the caller (no callback into a higher layer)."""
-    sizes = [(row.entry.category, *row_sizes(row)) for row in rows]     # worked out once for the four stages
+    sizes = [(row.entry.category, *row_sizes(row), _paged(row)) for row in rows]   # once for the four stages
     stages = []
     for stage in STAGES:
         where, partitioned = _placement(scenario, stage), PARTITIONED[stage]
         by_category = dict.fromkeys(CATEGORIES, 0)
         by_location = {"gpu": 0, "cpu": 0, "nvme": 0}
         by_entry, locations = [], []
-        for category, whole, split in sizes:
+        for category, whole, split, paged in sizes:
             nbytes = split if category in partitioned else whole
+            place = "cpu" if paged and where[category] == "gpu" else where[category]
             by_entry.append(nbytes)
-            locations.append(where[category])
+            locations.append(place)
             by_category[category] += nbytes
-            by_location[where[category]] += nbytes
+            by_location[place] += nbytes
         total = sum(by_entry)
         stages.append(StageResult(stage, by_category, tuple(by_entry), tuple(locations), total,
                                   by_location["gpu"], by_location["cpu"], by_location["nvme"],

@@ -33,7 +33,7 @@ from typing import Dict, NamedTuple
 
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
 from ..tables import INDEX_BITS, STAT_BITS
-from .compiled import compiled_op_terms, compiled_terms
+from .compiled import compiled_adapter_terms, compiled_op_terms, compiled_terms, covered_adapters
 from .compiled import covered as compiled_covered
 from .block_checkpoint import megatron_full_blocks, split_checkpointed  # noqa: F401 (shape.py's names)
 from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
@@ -312,11 +312,21 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
     pairs = routed_pairs(t.outside, a.experts_per_token, moe or Routing()) if a.experts else 0
     compile_blocks = compiled and hf and tr is None and compiled_covered(local)     # measured kinds (compiled.py)
-    if compile_blocks:
+    compile_adapters = compiled and hf and covered_adapters(local, tr) and recompute != "op"
+    if compile_adapters:                      # compiled LoRA blocks (compiled.py): no op policy under fine-tuning
+        full = {"dense": compiled_adapter_terms(local, t, w, attention, tr, _scores(local, t, w, hf))}
+    elif compile_blocks:
         full = {k: compiled_terms(local, t, w, attention, k, pairs, _scores(local, t, w, hf)) for k in kinds}
     else:
         full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
-    if recompute == "op":
+    if compile_adapters and recompute == "full" and every == 1:
+        blocks = {"dense": checkpoint}
+    elif compile_adapters:
+        blocks = full if recompute != "selective" else {"dense": compiled_adapter_terms(local, t, w, attention, tr)}
+        first = compiled_adapter_terms(local, t, w, attention, tr, {} if recompute == "selective" else
+                                       _scores(local, t, w, hf), first=True)
+        first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks["dense"]).values())
+    elif recompute == "op":
         blocks = {k: op_saved_terms(local, t, w, attention, k, pairs, tp, sequence_parallel,
                                     moe.ep if moe is not None else 1, op_policy) for k in kinds}
         if compile_blocks:

@@ -17,7 +17,19 @@ partitioner's own list), for Llama-type (RMSNorm, gated SiLU, rotary, GQA), Qwen
 Under op-level checkpointing the policy's saves stand, but the block's last matmul output (the down projection),
 which backward never reads, is dropped by the partitioner. Latent attention, attention sinks, soft-capping and
 sandwich norms were not measured: those blocks keep their eager terms (compiled_terms returns None).
-Not covered: CUDA graphs (mode="reduce-overhead") and max-autotune's workspaces.
+LoRA blocks (peft 0.21.2 adapters on a frozen base; torchtune's LoRALinear at bd2a0fc7 runs the same operations,
+read from modules/peft/lora.py, not measured), measured the
+same way on Llama-type blocks with adapters on every subset of q, k, v, o, gate, up and down, in bf16 and fp32, at
+two sizes: the frozen weights' gradients are never needed, so the partitioner keeps the full-training saves less
+the inputs only a frozen weight read (the input norm's output unless q, k or v carries an adapter, the
+post-attention norm's output unless gate or up does, the product the down projection reads unless down does),
+those inputs in the adapters' dtype where an adapter reads them, an fp32 adapter on o its cast of the attention
+output, and each adapter's rank-r intermediate (lora_A's output). In the first block, whose input needs no
+gradient, backward stops at the first adapter: neither the block's input nor its input norm's statistics are
+kept, nor what only the positions before that adapter need (adapters on o and down alone: no q, k, v or
+log-sum-exp).
+Not covered: CUDA graphs (mode="reduce-overhead") and max-autotune's workspaces; compiled DoRA, adapter dropout,
+quantized bases and fine-tuned MoE blocks keep their eager terms.
 """
 
 from __future__ import annotations
@@ -94,3 +106,47 @@ def compiled_op_terms(op_terms: Dict[str, int]) -> Dict[str, int]:
     """The op-level policy's saves under compile: the block's last matmul output, unread by backward, dropped."""
     last = [name for name in op_terms if name.endswith("down projection output")]
     return {k: v for k, v in op_terms.items() if k not in last[-1:]}
+
+
+def covered_adapters(a: Architecture, tr) -> bool:
+    """LoRA blocks measured under compile: Llama-type dense blocks (RMSNorm, rotary, separate q/k/v, gated MLP), a
+    frozen base, plain adapters (no DoRA, no dropout, no 8-bit base, no MoE adapters), every block reached."""
+    return (tr is not None and bool(tr.adapted) and not tr.trained and not tr.norms and not tr.dora
+            and not tr.dropout and not tr.saves_base_inputs and not tr.moe_adapted and not tr.frozen_blocks
+            and covered(a) and not a.experts and not a.fused_qkv and a.gated_mlp and a.positions == "rotary"
+            and a.qk_norm == "none" and a.norm == "rmsnorm")
+
+
+# Where each compiled term sits in a block's forward order (trainable.MODULE_POSITION): a term is kept in the first
+# block only when backward reaches it there, that is when a module at or before its position carries an adapter.
+_ADAPTER_TERM_POSITION = {"block input": 0, "input norm statistics": 0, "q, k, v": 1, "attention logsumexp": 1,
+                          "attention out-projection output": 2, "post-attention norm statistics": 2,
+                          "mlp gate and up": 3}
+
+
+def compiled_adapter_terms(a: Architecture, t, w: int, attention: str, tr,
+                           scores: Optional[Dict[str, int]] = None, first: bool = False) -> Dict[str, int]:
+    """Bits one compiled LoRA block saves (covered_adapters; module docstring), from the full-training terms;
+    `first`: the first block, which backward enters only as far as its first adapter."""
+    terms = compiled_terms(a, t, w, attention, "dense", 0, scores)
+    T, f, bits, adapted = t.inside, a.ffn, tr.adapter_bits, tr.adapted
+    for norm, readers in (("input norm output", {"q", "k", "v"}), ("post-attention norm output", {"gate", "up"})):
+        if adapted & readers:
+            terms[norm] = bits * t.outside * a.hidden         # what the adapters' lora_A read, in their dtype
+        else:
+            del terms[norm]                                   # only the frozen weights' gradients read it
+    del terms["mlp gate, up and product"]
+    terms["mlp gate and up"] = 2 * w * T * f
+    if "down" in adapted:
+        terms["mlp product (down adapter input)"] = bits * T * f
+    if "o" in adapted and bits != w:
+        terms["attention output (o adapter's cast)"] = bits * T * a.q_size
+    terms["adapters' rank-r intermediates"] = bits * T * tr.rank * len(adapted)
+    if first:
+        reached = {name for name, position in _ADAPTER_TERM_POSITION.items() if tr.needs_gradient(position, True)}
+        attention_core = "q, k, v" in reached
+        terms = {k: v for k, v in terms.items() if k in reached or k not in _ADAPTER_TERM_POSITION
+                 and (attention_core or k not in (scores or {}))}
+        if not (attention_core or "o" in adapted):
+            terms.pop("attention output", None)               # read by attention's backward or o's adapter only
+    return terms

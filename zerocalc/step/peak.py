@@ -10,7 +10,9 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
   block rebuilt;
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
-  updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters.
+  updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
+  optimizer's own working set (step/optimizer_step.py: Muon's gathered matrix and Newton-Schulz iteration, paged
+  states paged in).
 Gathered parameters and gradient buckets follow the framework (Workload.comm_buffers, step/buffers.py): DeepSpeed's
 fixed-size buckets and ZeRO-3 prefetch; nothing beyond the ledger for Megatron's DDP (it reduces in its grad
 buffer); FSDP's per-unit all-gather, unsharded gradient and reduce-scatter input; nothing without data parallelism.
@@ -32,7 +34,9 @@ from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
 from .losses import loss_transients
+from .grad_lifetime import first_block_bytes, lifetime
 from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
+from .optimizer_step import optimizer_step_items
 from .shape import StepShape, trainable_params
 from .workspaces import workspace_bytes
 
@@ -161,13 +165,17 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     fused_step = workload.optimizer_in_backward          # optimizer_in_backward.py: no gradient set lives
     casts = cast_transients(workload, tp_local(workload.arch, workload.layout.tp),     # float8.py
                             workload.micro_batch * (workload.seq_len // workload.layout.cp))
+    per_backward = not fused_step and lifetime(workload, comm) == "backward"     # grad_lifetime.py
     for s, gpu_bytes in stages:
+        grads = resident_gradient_bytes(scenario, s, shape) if fused_step or per_backward else 0
         if fused_step:
-            gpu_bytes -= resident_gradient_bytes(scenario, s, shape)
+            gpu_bytes -= grads
         common = (("model states", gpu_bytes), ("library workspaces", workspaces),   # step/workspaces.py
                   ("activations", shape.activation_bytes),
                   ("measured beyond the estimate", workload.measured_extra_bytes))     # Calibrate's Set
         forward = [*common, ("logits and loss", logits["forward"])]
+        if per_backward:             # forward runs before any gradient exists
+            forward[0] = ("model states", gpu_bytes - grads)
         backward = [*common, ("logits and loss", logits["backward"])]
         optimizer = [*common[:2], common[3]]           # no activations at the step; the measured extra stays
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
@@ -181,6 +189,7 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         backward.append(("float8 casts (one linear)", casts["backward"]))
         backward.append(("dequantized 4-bit weight", shape.dequantized))
         optimizer.append(("fp32 gradient copy", 0 if fused_step else _fp32_grad_copy(scenario, s, shape)))
+        optimizer += optimizer_step_items(scenario, s, shape)      # Muon's gather, paged states (optimizer_step.py)
         if fused_step:
             backward.append(("one gradient (optimizer in backward)", one_gradient_bytes(scenario, shape)))
         kept = kept_parts(workload, s, shape, comm)          # FSDP2 under PP: the stage unsharded (fsdp_pipeline.py)
@@ -188,4 +197,16 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             gone = {REPLACES[part] for part, _ in kept.get(name, ()) if part in REPLACES}
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         backward += offload_parts(scenario, workload, s, shape, comm).get("backward", [])   # fsdp_offload.py
+        if per_backward and grads:
+            backward = _larger_end(backward, grads, first_block_bytes(shape))
         yield s, (forward, backward, optimizer)
+
+
+def _larger_end(backward, grads: int, first_block: int):
+    """The backward phase when gradients live from backward on (grad_lifetime.py): its start (every activation and
+    the loss's transients, no gradient yet) or its end (every gradient, the first block's saves and the working
+    sets that run with it), whichever holds more."""
+    start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
+    gone = ("activations", "logits and loss")
+    end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block)]
+    return max(start, end, key=lambda items: sum(v for _, v in items))

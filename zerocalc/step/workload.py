@@ -23,6 +23,7 @@ from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
 from .float8 import FLOAT8_RECIPES
+from .grad_lifetime import GRAD_LIFETIMES
 from .megatron_recompute import DEFAULT_MODULES, FULL_METHODS, check_modules, modules_text, uniform_misfit
 from .op_checkpoint import op_rule
 from .losses import LOSS_CHOICES
@@ -92,6 +93,10 @@ class Workload:
     # all-gather of the linear weights (enable_fsdp_float8_all_gather, tensorwise only)
     float8: str = "none"
     float8_all_gather: bool = False
+    # When the gradient set lives (step/grad_lifetime.py): step (a persistent buffer, or accumulation) | backward
+    # (zero_grad(set_to_none=True): none at backward's start) | auto (backward for torch's own loops at one
+    # micro-batch per step)
+    grad_lifetime: str = "auto"
     reduce_bucket_size: int = 500_000_000
     allgather_bucket_size: int = 500_000_000
     prefetch_bucket_size: int = 50_000_000
@@ -154,7 +159,8 @@ class Workload:
         for field, options in (("attention", ATTENTION), ("recompute", RECOMPUTE),
                                ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES),
                                ("reshard_after_forward", RESHARD_CHOICES), ("comm_buffers", COMM_BUFFERS),
-                               ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS), ("loss", LOSS_CHOICES)):
+                               ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS), ("loss", LOSS_CHOICES),
+                               ("grad_lifetime", GRAD_LIFETIMES)):
             require_choice(field, getattr(self, field), options)
         if self.recompute_every > 1 and self.recompute != "full":
             raise FieldError("recompute_every", self.recompute_every, "1 unless recompute is full")

@@ -367,10 +367,16 @@ class _Reader(BatchReader, PrecisionReader):
             return
         name = S.OPTIMIZER_NAMES.get(str(kind).lower())
         if name is None:
-            self.b.ignore(self.name("optimizer.type"), f"{kind!r} has no zerocalc ledger (adam, adamw, lion); "
-                                                       "the view's optimizer is kept")
+            self.b.ignore(self.name("optimizer.type"), f"{kind!r} has no zerocalc ledger (adam, adamw, lion, "
+                                                       "muon); the view's optimizer is kept")
             return
         self.b.set("scenario", "optimizer", name, self.name("optimizer.type"))
+        if name == "muon":
+            self.b.note("optimizer.type muon: DeepSpeed's MuonWithAuxAdam steps the parameters the model tags "
+                        "use_muon with Muon and the rest with Adam; zerocalc tags Moonlight's set (2-D and up, not "
+                        "embeddings or head). DeepSpeed 0.19.8 keeps a Muon matrix that spans ZeRO partitions whole "
+                        "on each of them (stage_1_and_2.py muon_copy_ranks) and gathers in buffers of 64 MiB: "
+                        "zerocalc shards its momentum evenly and counts the gather of the largest matrix.")
 
     def activation_checkpointing(self):
         """The top-level block configures deepspeed.checkpointing (runtime/activation_checkpointing/config.py,

@@ -107,8 +107,10 @@ GRAD_ACCUM_DTYPES = MappingProxyType({
 })
 
 # runtime/config.py DEEPSPEED_OPTIMIZERS -> zerocalc optimizer. Adam runs as AdamW by default (ADAM_W_MODE_DEFAULT
-# = True); both keep the same two fp32 moments. The others have no zerocalc ledger.
-OPTIMIZER_NAMES = MappingProxyType({"adam": "adam", "adamw": "adamw", "lion": "lion"})
+# = True); both keep the same two fp32 moments. "muon" (MUON_OPTIMIZER) builds runtime/zero/muon/muon_optimizer.py
+# MuonWithAuxAdam: Muon on the parameters tagged use_muon, Adam on the rest (engine.py _muon_param_groups). The
+# others have no zerocalc ledger.
+OPTIMIZER_NAMES = MappingProxyType({"adam": "adam", "adamw": "adamw", "lion": "lion", "muon": "muon"})
 
 
 def check_value(key: str, value, kind):

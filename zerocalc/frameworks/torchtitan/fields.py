@@ -33,3 +33,9 @@ SCHEDULES = {"1f1b": "1f1b", "interleaved1f1b": "interleaved", "gpipe": "gpipe",
              "pipelineschedulesingle": None, "pipelineschedulemulti": None}
 SINGLE_STAGE = ("1f1b", "gpipe", "pipelineschedulesingle")
 LIMIT = 10**6
+
+# optimizer.name = "Muon": torchtitan at the pinned commit builds Adam and AdamW only (components/optimizer.py
+# optimizer_classes); a build that adds Muon is read as torch.optim.Muon with an AdamW fallback.
+MUON_NOTE = ("optimizer.name = 'Muon': torchtitan at this commit builds Adam and AdamW only (optimizer_classes); a "
+             "build that adds Muon is read as torch.optim.Muon on Moonlight's set (2-D and up, not embeddings or "
+             "head) with AdamW on the rest, each matrix orthogonalised whole (gathered from its FSDP and TP shards).")

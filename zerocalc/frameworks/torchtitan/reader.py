@@ -31,7 +31,7 @@ from ..common import (
     strict_int,
 )
 from .recipe import read_compile, read_float8
-from .fields import DTYPES, FIELDS, LIMIT, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
+from .fields import DTYPES, FIELDS, LIMIT, MUON_NOTE, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
 
 
@@ -434,9 +434,11 @@ class _Reader(LegacyReader):
 
     def optimizer(self):
         name = self.get("optimizer", "name", "AdamW")
-        options = {"Adam": "adam", "AdamW": "adamw"}     # components/optimizer.py optimizer_classes
+        options = {"Adam": "adam", "AdamW": "adamw", "Muon": "muon"}   # components/optimizer.py optimizer_classes
         value = options[choice("optimizer.name", name, tuple(options))]
         self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
+        if value == "muon":
+            self.b.note(MUON_NOTE)
 
     def model_notes(self):
         name = self.get("model", "name", "llama3")

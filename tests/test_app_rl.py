@@ -1,0 +1,68 @@
+"""The RL view and its sidebar section (ui/rl_view.py, rl_section.py, rl_state.py) with AppTest: the page's plan is
+the policy, the chart and tables draw the core's RL report (zerocalc/rl/report.py) for the same link, the link
+carries the RL settings, and a bad one falls back with a warning naming it."""
+
+from tests.app_helpers import dataframe_with, figure, open_sections, run_app, traces, warnings_shown
+from ui.rl_state import from_query, settings_of
+from ui.state import from_query as state_from_query, resolve
+from zerocalc.rl.build import build_plan
+from zerocalc.rl.report import rl_report
+
+QUERY = {"model": "qwen2.5-0.5b", "workers": "8", "view": "rl", "rl.reference": "same", "rl.critic": "same",
+         "rl.algorithm": "ppo", "rl.gpu_memory_utilization": "0.6", "rl.rollout_tp": "2"}
+
+
+def core(query: dict) -> dict:
+    page = {k: [v] for k, v in query.items() if not k.startswith("rl.") and k != "view"}
+    state, _ = state_from_query(page)
+    resolved = resolve(state)
+    values, _ = from_query({k[3:]: [v] for k, v in query.items() if k.startswith("rl.")})
+    return rl_report(build_plan(resolved.scenario, resolved.workload, settings_of(values, resolved.state["stage"])))
+
+
+def test_the_view_draws_the_cores_rl_report():
+    at = run_app(QUERY)
+    report = core(QUERY)
+    fig = figure(at, "fig_rl_timeline")
+    bars = traces(fig)
+    assert bars["capacity"]["customdata"][0] == report["capacity_bytes"]
+    for i, phase in enumerate(report["phases"]):
+        total = sum(t["customdata"][i] for name, t in bars.items() if name != "capacity")
+        assert total == phase["total_bytes"], phase["name"]
+    phases = dataframe_with(at, "largest resident")
+    assert phases["phase"].tolist() == [p["name"] for p in report["phases"]]
+    worst = report["verdict"]["gpu_classes"][0]
+    assert at.metric[0].label == f"every GPU: worst phase, {worst['worst_phase']}"
+    text = " ".join(m.value for m in at.markdown)
+    assert f"{report['engine']['kv_tokens']:,} tokens" in text
+    assert f"{report['solve']['max_response_length']:,} tokens" in text
+
+
+def test_the_link_carries_the_rl_settings_and_refuses_bad_ones():
+    at = run_app({**QUERY, "rl.group_size": "lots", "rl.nonsense": "1"})
+    shown = warnings_shown(at)
+    assert "rl.group_size='lots'" in shown and "rl.nonsense is not an RL setting" in shown
+    params = dict(at.query_params)
+    assert params["rl.algorithm"] == "ppo" and params["rl.critic"] == "same" and "rl.group_size" not in params
+    assert params["rl.gpu_memory_utilization"] == "0.6"
+
+
+def test_the_sidebar_section_changes_the_plan():
+    at = run_app(QUERY)
+    open_sections(at, "sec_rl")
+    at.number_input(key="rl_group_size").set_value(4).run()
+    at.selectbox(key="rl_engine").set_value("sglang").run()
+    assert not at.exception
+    params = dict(at.query_params)
+    assert params["rl.group_size"] == "4" and params["rl.engine"] == "sglang"
+    report = core(params)
+    assert report["engine"]["engine"] == "SGLang" and report["group_size"] == 4
+    assert dataframe_with(at, "largest resident")["peak"].tolist()[-1].split()[0] == \
+        f"{report['phases'][-1]['total_bytes'] / 1e9:.2f}"
+
+
+def test_a_refused_plan_says_which_setting():
+    at = run_app({"model": "qwen2.5-0.5b", "view": "rl", "rl.algorithm": "ppo"})      # PPO without a critic
+    assert any("Critic" in i.value or "critic" in i.value for i in at.info)
+    at = run_app({"model": "params-only", "params": "7B", "view": "rl"})
+    assert any("architecture" in i.value for i in at.info)

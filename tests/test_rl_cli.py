@@ -1,0 +1,70 @@
+"""python -m zerocalc rl, run as a user would: the policy's training peak is what `python -m zerocalc` prints for
+the same flags; JSON keys; bad input exits 2 with one line naming the flag."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zerocalc.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICY = ["--model", "qwen2.5-0.5b", "--gpus", "8", "--convention", "fsdp2", "--micro-batch", "2",
+          "--recompute", "full"]
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "zerocalc", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+
+
+def run_json(capsys, *args):
+    assert main(["rl", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_policy_peak_is_todays_cli_for_the_same_flags(capsys):
+    rl = run_json(capsys, *POLICY, "--prompt-length", "256", "--response-length", "768", "--stage", "2")
+    assert main([*POLICY, "--seq-len", "1024", "--json"]) == 0
+    today = json.loads(capsys.readouterr().out)
+    policy = next(m for m in rl["models"] if m["role"] == "policy")
+    assert policy["training_peak"]["peak_bytes"] == today["peak"][2]["peak_bytes"]
+    assert policy["training_peak"]["parts"] == today["peak"][2]["phases"][today["peak"][2]["peak_phase"]]
+    assert policy["seq_len"] == 1024
+
+
+def test_json_keys_and_framework_defaults(capsys):
+    out = run_json(capsys, *POLICY, "--reference", "same", "--reference-offload")
+    assert {"verdict", "phases", "models", "engine", "rollout", "host_memory"} <= set(out)
+    assert out["engine"]["settings"]["gpu_memory_utilization"] == 0.5       # verl rollout.yaml
+    assert out["engine"]["settings"]["tp"] == 2 and out["engine"]["sleep_level"] == 2
+    assert [p["name"] for p in out["phases"]] == ["weight sync", "rollout", "policy log-probs",
+                                                  "reference log-probs", "policy update"]
+    trl = run_json(capsys, *POLICY, "--framework", "trl")
+    assert trl["engine"]["settings"]["gpu_memory_utilization"] == 0.3 and trl["engine"]["sleep_level"] == 0
+    mine = run_json(capsys, *POLICY, "--framework", "trl", "--gpu-memory-utilization", "0.45", "--sleep-level", "2")
+    assert mine["engine"]["fraction"] == 0.45 and mine["engine"]["sleep_level"] == 2
+
+
+def test_text_names_the_worst_phase():
+    done = cli("rl", *POLICY, "--algorithm", "ppo", "--critic", "same", "--placement", "split", "--rollout-gpus", "4")
+    assert done.returncode == 0, done.stderr
+    assert "Worst phase on rollout GPU: rollout" in done.stdout
+    assert "Worst phase on training GPU:" in done.stdout and "critic update" in done.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "8"], "the policy needs a model"),
+    (POLICY + ["--gpu-memory-utilization", "0"], "--gpu-memory-utilization"),
+    (POLICY + ["--seq-len", "100"], "--seq-len"),
+    (POLICY + ["--critic", "nope", "--algorithm", "ppo"], "--critic: got 'nope'"),
+    (POLICY + ["--algorithm", "ppo"], "--critic"),
+    (POLICY + ["--rollout-tp", "3"], "--rollout.tp"),
+    (POLICY + ["--kv-cache-dtype", "fp8_ds_mla"], "--kv-cache-dtype"),
+])
+def test_bad_input_is_one_line(capsys, args, message):
+    assert main(["rl", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("zerocalc rl: error:") and message in err and "\n" not in err

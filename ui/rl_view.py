@@ -1,0 +1,148 @@
+"""The RL view and its sidebar section: the page's plan as the policy of an RL post-training plan, every phase's
+residents stacked against the capacity, the worst phase per GPU class, the engine's KV cache and the rollout
+answer, the solvers. Every byte comes from zerocalc/rl (each model through today's report); this module draws.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import streamlit as st
+
+from zerocalc.rl.build import build_plan
+from zerocalc.rl.report import rl_report
+from zerocalc.scenario import FieldError
+from zerocalc.units import UNIT_BYTES, format_bytes, percent_text
+
+from .compute import _key, _PerState
+from .panels import chart, table_with_csv
+from .rl_section import values
+from .rl_state import RL_FIELD, RL_FIELDS, settings_of
+
+# one colour per resident kind (Tableau 20, as the page's terms)
+GROUPS = (("engine KV cache", "#E15759"), ("engine weights", "#4E79A7"), ("engine", "#A0CBE8"),
+          ("weight-sync", "#F1CE63"), ("policy", "#59A14F"), ("reference", "#B07AA1"), ("reward model", "#FF9D9A"),
+          ("critic", "#F28E2B"), ("CUDA context", "#79706E"))
+
+
+def _rl_key(vals: dict) -> tuple:
+    return tuple(vals[f.name] for f in RL_FIELDS)
+
+
+@_PerState
+def _report(key, rl_key, _args) -> dict:
+    resolved, settings = _args
+    plan = build_plan(resolved.scenario, resolved.workload, settings)
+    return rl_report(plan)
+
+
+def report_of(resolved, vals: dict):
+    """(the RL report, None) or (None, the refusal naming its field)."""
+    if resolved.workload is None:
+        return None, "An RL plan needs an architecture: pick a model (a bare parameter count has no shape)."
+    try:
+        return _report(_key(resolved), _rl_key(vals), (resolved, settings_of(vals, resolved.state["stage"]))), None
+    except FieldError as exc:
+        label = RL_FIELD[exc.field].label if exc.field in RL_FIELD else exc.field
+        return None, f"{label}: got {exc.value!r}; allowed: {exc.allowed}"
+
+
+def _group(part: str) -> str:
+    for name, _ in GROUPS:
+        if part.startswith(name) or (name == "CUDA context" and "CUDA context" in part):
+            return name
+    return part.split(" ")[0]
+
+
+def timeline(report: dict, unit: str) -> go.Figure:
+    """Each phase a stacked bar of its residents (grouped by owner), the capacity a line: one chart per step."""
+    phases = report["phases"]
+    labels = [f"{p['name']}<br>({p['gpu']})" for p in phases]
+    scale = UNIT_BYTES["GiB" if unit in ("binary", "GiB") else "GB"]
+    fig = go.Figure()
+    for name, colour in GROUPS:
+        sums = [sum(v for k, v in p["parts"].items() if _group(k) == name) for p in phases]
+        if not any(sums):
+            continue
+        detail = ["<br>".join(f"{k}: {format_bytes(v, unit)}" for k, v in p["parts"].items() if _group(k) == name)
+                  for p in phases]
+        fig.add_trace(go.Bar(name=name, x=labels, y=[s / scale for s in sums], marker_color=colour,
+                             customdata=sums, hovertext=detail, hoverinfo="text+name"))
+    cap = report["capacity_bytes"] / scale
+    fig.add_trace(go.Scatter(name="capacity", x=labels, y=[cap] * len(labels), mode="lines",
+                             line={"color": "#1F1F1F", "dash": "dash"},
+                             customdata=[report["capacity_bytes"]] * len(labels)))
+    fig.update_layout(barmode="stack", height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      yaxis_title="GiB" if scale == 2**30 else "GB", legend={"orientation": "h", "y": -0.25},
+                      title="Each phase's residents on one GPU, against the capacity")
+    return fig
+
+
+def _phase_table(report: dict, unit: str) -> pd.DataFrame:
+    return pd.DataFrame([{"phase": p["name"], "GPU": p["gpu"], "peak": format_bytes(p["total_bytes"], unit),
+                          "capacity": format_bytes(p["capacity_bytes"], unit),
+                          "used": percent_text(p["total_bytes"], p["capacity_bytes"]),
+                          "fits": "yes" if p["fits"] else "NO", "largest resident":
+                          max(p["parts"], key=p["parts"].get), "what runs": p["about"]} for p in report["phases"]])
+
+
+def _engine_lines(report: dict, unit: str) -> list:
+    e, r = report["engine"], report["rollout"]
+    b = lambda n: format_bytes(n, unit)          # noqa: E731
+    return [f"{e['engine']} {e['release']}: {e['fraction_field']} {e['fraction']} -> {b(e['budget_bytes'])}; "
+            f"weights {b(e['weights_bytes'])}, activation peak {b(e['activation_bytes'])} (estimated), CUDA graphs "
+            f"{b(e['cudagraph_bytes'])}, non-torch {b(e['non_torch_bytes'])}.",
+            f"KV cache {b(e['kv_bytes'])}: {e['num_blocks']:,} blocks of {e['block_size']} tokens = "
+            f"**{e['kv_tokens']:,} tokens** ({e['bytes_per_token']:,} bytes per token on one rank).",
+            f"**{r['concurrent_at_max_length']:,} sequences at once** at {r['max_length_tokens']:,} tokens "
+            f"({r['concurrent_at_typical_length']:,} at {r['typical_length_tokens']:,}), limited by {r['limited_by']}; "
+            f"a step's {r['sequences_per_engine']:,} per engine run in {r['waves_at_max_length'] or '-'} wave(s) at "
+            "the longest" + (": the engine queues or preempts." if r["queues"] else "."),
+            f"Asleep (level {e['sleep_level']}): {b(e['asleep_gpu_bytes'])} on the GPU, {b(e['asleep_host_bytes'])} "
+            "in host memory." + (f" It would refuse to start: {e['refused']}." if e["refused"] else "")]
+
+
+def _solve_lines(report: dict) -> list:
+    s = report["solve"]
+    lines = [f"Longest response that fits: **{s['max_response_length']:,} tokens**." if s["max_response_length"]
+             else "No response length fits."]
+    if s["max_group_size"] is not None:
+        lines.append(f"Largest group size whose rollouts run in one wave: {s['max_group_size']}.")
+    if s["min_gpu_memory_utilization"] is not None:
+        lines.append(f"Lowest gpu_memory_utilization holding one engine's share of a step at once: "
+                     f"{s['min_gpu_memory_utilization']}.")
+    return lines
+
+
+def panel(resolved, unit: str) -> None:
+    vals = values()
+    report, problem = report_of(resolved, vals)
+    if problem:
+        st.info(problem + " Set the plan under \"RL\" in the sidebar.")
+        return
+    st.caption("The page's plan is the policy (its model, GPUs, stage, micro-batch and recompute), trained on "
+               f"{report['prompt_length']:,} + {report['response_length']:,}-token sequences; set the rest of the "
+               "RL plan under \"RL\" in the sidebar.")
+    cols = st.columns(max(1, len(report["verdict"]["gpu_classes"])))
+    for col, c in zip(cols, report["verdict"]["gpu_classes"]):
+        col.metric(f"{c['gpu']}: worst phase, {c['worst_phase']}", format_bytes(c["peak_bytes"], unit),
+                   f"{format_bytes(c['headroom_bytes'], unit)} headroom" if c["fits"] else
+                   f"{format_bytes(-c['headroom_bytes'], unit)} over", delta_color="normal" if c["fits"] else "inverse")
+    chart(timeline(report, unit), "fig_rl_timeline")
+    table_with_csv(_phase_table(report, unit), "rl_phases", None)
+    if "engine" in report:
+        st.markdown("**The rollout engine**")
+        for line in _engine_lines(report, unit):
+            st.markdown(f"- {line}")
+    st.markdown("**Planning answers**")
+    for line in _solve_lines(report):
+        st.markdown(f"- {line}")
+    rows = [{"placement": r["placement"], "rollout GPUs": r["rollout_gpus"], "training GPUs": r["training_gpus"],
+             "fits": ("yes" if r.get("fits") else "NO") if "refused" not in r else r["refused"],
+             "sequences at once": r.get("sequences_at_once", 0)} for r in report["solve"]["placements"]]
+    table_with_csv(pd.DataFrame(rows), "rl_placements", None)
+    st.download_button("JSON: the RL plan's report", lambda: json.dumps(report, indent=2).encode("utf-8"),
+                       file_name=f"zerocalc-{report['zerocalc_version']}-rl-report.json", mime="application/json",
+                       key="json_rl_report", on_click="ignore")

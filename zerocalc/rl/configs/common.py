@@ -1,0 +1,158 @@
+"""What the RL config importers share: the result (settings for rl/build.py, the policy's flags for today's CLI,
+what was read, every key ignored with its reason, notes), the tokenizers of a run script's arguments, our small
+scalar rule for Hydra override values, and the match of a Hugging Face model id to a preset.
+
+Configs are data: read, never executed; a shell script's variables ($HOME) and substitutions stay text.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Dict, List
+
+from ...frameworks.common import FrameworkConfigError, decode_text
+from ...model.presets import MODEL_PRESETS
+
+MAX_LISTED = 80
+KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+@dataclass
+class ImportedRL:
+    format: str
+    settings: Dict = field(default_factory=dict)      # rl/build.py keys; "rollout" a dict of Rollout fields
+    policy: Dict[str, str] = field(default_factory=dict)   # today's flags for the policy: "--gpus" -> "8"
+    read: Dict[str, object] = field(default_factory=dict)  # key -> value, as the file gives them
+    ignored: List[dict] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    def set(self, key: str, value) -> None:
+        if key.startswith("rollout."):
+            self.settings.setdefault("rollout", {})[key[8:]] = value
+        else:
+            self.settings[key] = value
+
+    def ignore(self, key: str, reason: str) -> None:
+        self.ignored.append({"key": key, "reason": reason})
+
+    def merged(self, explicit: dict) -> dict:
+        """The imported settings with every explicit one winning (the rollout's field by field)."""
+        out = {**self.settings, **{k: v for k, v in explicit.items() if k != "rollout"}}
+        rollout = {**self.settings.get("rollout", {}), **explicit.get("rollout", {})}
+        if rollout:
+            out["rollout"] = rollout
+        return out
+
+    def policy_flags(self, rest: list) -> list:
+        """Today's flags for the policy: the ones given win; a model named on the command line replaces the
+        imported one whichever way it is named."""
+        given = {a.split("=")[0] for a in rest if a.startswith("--")}
+        model_given = bool(given & {"--model", "--config", "--hub", "--layers"})
+        extra = []
+        for flag, value in self.policy.items():
+            if flag in given or (flag == "--model" and model_given):
+                continue
+            extra += [flag] if value is None else [flag, str(value)]
+        return list(rest) + extra
+
+    def to_dict(self) -> dict:
+        return {"format": self.format, "set": {k: v for k, v in self.read.items()},
+                "policy_flags": dict(self.policy), "ignored_keys": self.ignored[:MAX_LISTED],
+                "ignored_more": max(0, len(self.ignored) - MAX_LISTED), "notes": list(self.notes)}
+
+
+def scalar(text: str):
+    """A Hydra override's value by our small rule: true / false, null, an integer, a number, a quoted string
+    unquoted; anything else (a list, ${...}, $HOME/...) stays text."""
+    t = text.strip()
+    low = t.lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low in ("null", "none", "~"):
+        return None
+    if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
+        return t[1:-1]
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        return float(t)
+    except ValueError:
+        return t
+
+
+def script_tokens(source, what: str) -> list:
+    """A run script's words after its line continuations and comments go (shlex, POSIX rules); the launcher
+    words before the first flag or override are dropped by the caller."""
+    text = decode_text(source, what)
+    lines = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        lines.append(line.rstrip().rstrip("\\"))
+    try:
+        return shlex.split(" ".join(lines), comments=True)
+    except ValueError as exc:
+        raise FrameworkConfigError("config", str(exc), f"a {what} whose quotes are closed") from None
+
+
+def flatten(data, prefix: str = "") -> dict:
+    """A nested mapping as dotted keys (lists and scalars are values)."""
+    out = {}
+    for key, value in data.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, name + "."))
+        else:
+            out[name] = value
+    return out
+
+
+def preset_for(model_id) -> str:
+    """The preset a Hugging Face id names ("OpenRLHF/Llama-3-8b-sft-mixture" -> llama-3-8b): the longest preset
+    name its lowercased repository name starts with, followed by the end or a dash; "" when none."""
+    if not isinstance(model_id, str):
+        return ""
+    name = model_id.rstrip("/").rsplit("/", 1)[-1].lower()
+    for preset in sorted(MODEL_PRESETS, key=len, reverse=True):
+        if name == preset or name.startswith(preset + "-"):
+            return preset
+    return ""
+
+
+def model_flags(imported: ImportedRL, key: str, model_id) -> None:
+    """The policy's architecture from a model id: a preset when the name matches one, else a note."""
+    preset = preset_for(model_id)
+    if preset:
+        imported.policy["--model"] = preset
+        imported.notes.append(f"{key} = {model_id}: the {preset} preset, matched by name (give --model, --config "
+                              "or --hub to use another architecture)")
+    else:
+        imported.notes.append(f"{key} = {model_id}: no preset matches its name; give the architecture with "
+                              "--model, --config (its config.json) or --hub")
+
+
+def positive_int(key: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise FrameworkConfigError(key, value, "a positive integer")
+    return value
+
+
+def fraction(key: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise FrameworkConfigError(key, value, "a fraction above 0 and at most 1")
+    return float(value)
+
+
+def flag(key: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise FrameworkConfigError(key, value, "true or false")
+    return value
+
+
+def is_key(word: str) -> bool:
+    return bool(KEY.match(word))

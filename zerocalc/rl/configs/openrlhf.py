@@ -1,0 +1,141 @@
+"""OpenRLHF's train_ppo_ray flags as data: a run script (examples/scripts/train_*_ray_*.sh) or a text list of
+flags, never executed. Flag names and defaults from openrlhf 0.11.2 (cli/train_ppo_ray.py: dotted names such as
+--vllm.gpu_memory_utilization, default 0.95), with the underscore names of earlier releases (--colocate_all_models,
+--vllm_enable_sleep, --deepspeed_enable_sleep, ...) read as the same flags. Which models exist follows
+train_ppo_ray.py: a reference when algo.kl.init_coef > 0 (default 0.01); a critic when the advantage estimator is
+gae (the default), loaded from the first reward model or else the actor; a reward model unless it is remote.
+"""
+
+from __future__ import annotations
+
+from ...frameworks.common import FrameworkConfigError
+from .common import ImportedRL, fraction, model_flags, positive_int, preset_for, scalar, script_tokens
+
+# earlier releases' flag -> the 0.11.2 name (the same setting)
+LEGACY = {"colocate_all_models": "train.colocate_all", "vllm_enable_sleep": "vllm.enable_sleep",
+          "deepspeed_enable_sleep": "ds.enable_sleep", "vllm_gpu_memory_utilization": "vllm.gpu_memory_utilization",
+          "vllm_num_engines": "vllm.num_engines", "vllm_tensor_parallel_size": "vllm.tensor_parallel_size",
+          "enforce_eager": "vllm.enforce_eager", "zero_stage": "ds.zero_stage", "adam_offload": "ds.adam_offload",
+          "micro_train_batch_size": "train.micro_batch_size", "micro_rollout_batch_size": "rollout.micro_batch_size",
+          "rollout_batch_size": "rollout.batch_size", "n_samples_per_prompt": "rollout.n_samples_per_prompt",
+          "prompt_max_len": "data.prompt_max_len", "generate_max_len": "rollout.max_new_tokens",
+          "pretrain": "actor.model_name_or_path", "reward_pretrain": "reward.model_name_or_path",
+          "critic_pretrain": "critic.model_name_or_path", "remote_rm_url": "reward.remote_url",
+          "gradient_checkpointing": "actor.gradient_checkpointing_enable", "init_kl_coef": "algo.kl.init_coef",
+          "advantage_estimator": "algo.advantage.estimator", "actor_num_nodes": "actor.num_nodes",
+          "actor_num_gpus_per_node": "actor.num_gpus_per_node", "ref_reward_offload": "ref.offload",
+          "param_dtype": "ds.param_dtype", "use_kl_loss": "algo.kl.use_loss"}
+NO_EFFECT = ("save_path", "ckpt_path", "save_hf_ckpt", "train_batch_size", "max_epochs", "max_samples",
+             "actor_learning_rate", "critic_learning_rate", "prompt_data", "input_key", "apply_chat_template",
+             "normalize_reward", "vllm_sync_backend", "gamma", "kl_estimator", "packing_samples")
+
+
+def _flags(source) -> dict:
+    """--flag value / --flag (a switch) -> value, in the 0.11.2 names; the launcher words before the first flag
+    are not read."""
+    words = script_tokens(source, "OpenRLHF flag list")
+    out, i = {}, 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("--"):
+            i += 1
+            continue
+        name, _, inline = word[2:].partition("=")
+        values = []
+        j = i + 1
+        while j < len(words) and not words[j].startswith("--"):
+            values.append(words[j])
+            j += 1
+        value = scalar(inline) if inline else (True if not values else scalar(values[0]) if len(values) == 1
+                                               else [scalar(v) for v in values])
+        out[LEGACY.get(name, name)] = value
+        i = j
+    return out
+
+
+def read_openrlhf(source) -> ImportedRL:
+    items = _flags(source)
+    imp = ImportedRL("openrlhf")
+    used = set()
+
+    def get(key, default=None):
+        if key in items:
+            used.add(key)
+            imp.read[key] = items[key]
+            return items[key]
+        return default
+
+    estimator = get("algo.advantage.estimator", "gae")
+    imp.set("algorithm", "ppo" if estimator == "gae" else "grpo")
+    imp.set("framework", "openrlhf")
+    actor = get("actor.model_name_or_path")
+    if actor is not None:
+        model_flags(imp, "actor.model_name_or_path", actor)
+    gpus = positive_int("actor.num_gpus_per_node", get("actor.num_gpus_per_node", 8)) * \
+        positive_int("actor.num_nodes", get("actor.num_nodes", 1))
+    imp.policy["--gpus"] = str(gpus)
+    imp.policy["--convention"] = "deepspeed"
+    imp.notes.append("DeepSpeed bf16 (OpenRLHF's engine): bf16 parameters and gradients, fp32 gradient "
+                     "accumulation, master copy and Adam moments (the deepspeed convention, 20 bytes per parameter)")
+    stage = get("ds.zero_stage", 2)
+    if stage not in (0, 1, 2, 3):
+        raise FrameworkConfigError("ds.zero_stage", stage, "0, 1, 2 or 3")
+    imp.set("policy_stage", stage)
+    if get("ds.adam_offload") is True:
+        imp.policy["--offload-optimizer"] = "cpu"
+    imp.policy["--micro-batch"] = str(positive_int("train.micro_batch_size", get("train.micro_batch_size", 1)))
+    imp.policy["--recompute"] = "full" if get("actor.gradient_checkpointing_enable") is True else "none"
+    prompt = get("data.prompt_max_len")
+    response = get("rollout.max_new_tokens")
+    total = get("data.max_len")
+    if prompt is not None:
+        imp.set("prompt_length", positive_int("prompt_max_len", prompt))
+    if response is not None:
+        imp.set("response_length", positive_int("generate_max_len", response))
+    elif total is not None and prompt is not None:
+        imp.set("response_length", positive_int("data.max_len", total) - prompt)
+    imp.set("prompts_per_step", positive_int("rollout.batch_size", get("rollout.batch_size", 1024)))
+    imp.set("group_size", positive_int("rollout.n_samples_per_prompt", get("rollout.n_samples_per_prompt", 1)))
+    sleep = get("ds.enable_sleep") is True
+    imp.set("policy_param_offload", sleep)
+    imp.set("policy_optimizer_offload", sleep)
+    kl = get("algo.kl.init_coef", 0.01)
+    get("algo.kl.use_loss")
+    if isinstance(kl, (int, float)) and kl > 0:
+        imp.set("reference", "same")
+        imp.set("reference_offload", get("ref.offload") is True)
+    reward = get("reward.model_name_or_path")
+    remote = get("reward.remote_url")
+    if reward is not None and remote is None:
+        first = str(reward).split(",")[0]
+        imp.set("reward", preset_for(first) or "same")
+        imp.set("reward_offload", get("ref.offload") is True or get("reward.offload") is True)
+    if estimator == "gae":
+        critic = get("critic.model_name_or_path") or (str(reward).split(",")[0] if reward and not remote else actor)
+        imp.set("critic", preset_for(critic) or "same")
+        imp.set("critic_param_offload", sleep)
+        imp.set("critic_optimizer_offload", sleep)
+    _rollout(imp, get, gpus)
+    for key in items:
+        if key not in used:
+            imp.ignore(key, "paths, data, logging or a loss setting: no memory effect" if key in NO_EFFECT else
+                       "not read: no memory rule for it yet")
+    return imp
+
+
+def _rollout(imp: ImportedRL, get, gpus: int) -> None:
+    engines = get("vllm.num_engines")
+    tp = positive_int("vllm.tensor_parallel_size", get("vllm.tensor_parallel_size", 1))
+    imp.set("rollout.tp", tp)
+    colocate = get("train.colocate_all") is True
+    imp.set("placement", "colocated" if colocate else "split")
+    if not colocate and engines:
+        imp.set("rollout_gpus", positive_int("vllm.num_engines", engines) * tp)
+    elif colocate and engines and positive_int("vllm.num_engines", engines) * tp != gpus:
+        raise FrameworkConfigError("vllm.num_engines", engines, f"num_engines x tensor_parallel_size = the actor's "
+                                   f"GPUs ({gpus}) with colocate_all (train_ppo_ray.py asserts it)")
+    imp.set("rollout.gpu_memory_utilization", fraction("vllm.gpu_memory_utilization",
+                                                       get("vllm.gpu_memory_utilization", 0.95)))
+    imp.set("rollout.sleep_level", 1 if get("vllm.enable_sleep") is True and colocate else 0)
+    if get("vllm.enforce_eager") is True:
+        imp.set("rollout.cuda_graphs", False)

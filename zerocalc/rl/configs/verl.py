@@ -1,0 +1,173 @@
+"""verl's config as data: its Hydra YAML (a mapping with verl's keys: a saved or printed config) or a run script's
+key=value overrides (examples/*/run_*.sh), never executed. Keys and defaults from verl 0.9.1
+(trainer/config/_generated_ppo_trainer.yaml, rollout/rollout.yaml, workers/engine_workers.py); which models exist
+follows verl's trainer (ray_trainer.py: a reference when use_kl_loss or use_kl_in_reward, a critic when the
+advantage estimator is gae; a LoRA actor carries its reference, ref_in_actor).
+
+Interpolations are resolved by our small rule only for ${key} and ${oc.select:key,default}; others are listed as
+unread. Every key not read is listed with its reason.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ...frameworks.accelerate.document import load_yaml
+from ...frameworks.common import FrameworkConfigError
+from .common import ImportedRL, flag, flatten, fraction, is_key, model_flags, positive_int, preset_for, scalar, \
+    script_tokens
+
+ACTOR, ROLLOUT, REF = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "actor_rollout_ref.ref."
+CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk",
+               "gpg", "rloo_vectorized", "grpo_vectorized", "optimal_token_baseline", "tir_optimal_token_baseline")
+DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "float32": "fp32", "fp32": "fp32"}
+INTERPOLATION = re.compile(r"^\$\{(?:oc\.select:)?([A-Za-z0-9_.]+)(?:,(.*))?\}$")
+# keys read, each with what it sets (the rest of the rules below say how)
+ROLLOUT_KEYS = {"gpu_memory_utilization": "gpu_memory_utilization", "tensor_model_parallel_size": "tp",
+                "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
+                "max_model_len": "max_model_len"}
+
+
+def _items(source) -> dict:
+    """Dotted key -> value, from a YAML mapping or from a script's overrides (the last given wins, as Hydra)."""
+    tokens = script_tokens(source, "verl run script or YAML")
+    overrides = [t for t in tokens if "=" in t and is_key(t.split("=", 1)[0].lstrip("+~"))]
+    if overrides:
+        return {t.split("=", 1)[0].lstrip("+~"): scalar(t.split("=", 1)[1]) for t in overrides}
+    data = load_yaml(source)
+    if not isinstance(data, dict):
+        raise FrameworkConfigError("config", type(data).__name__, "verl's config: a YAML mapping, or key=value "
+                                   "overrides as a run script passes them")
+    return flatten(data)
+
+
+def _resolve(items: dict, imported: ImportedRL) -> dict:
+    out = {}
+    for key, value in items.items():
+        if isinstance(value, str) and value.startswith("${"):
+            m = INTERPOLATION.match(value)
+            if m and (m.group(1) in items or m.group(2) is not None):
+                target = items.get(m.group(1))
+                value = scalar(m.group(2)) if target is None or str(target).startswith("${") else target
+            else:
+                imported.ignore(key, f"an interpolation we do not resolve ({value[:60]})")
+                continue
+        out[key] = value
+    return out
+
+
+def read_verl(source) -> ImportedRL:
+    imp = ImportedRL("verl")
+    items = _resolve(_items(source), imp)
+    used = set()
+
+    def get(key, default=None):
+        if key in items:
+            used.add(key)
+            imp.read[key] = items[key]
+            return items[key]
+        return default
+
+    estimator = get("algorithm.adv_estimator", "gae")
+    algorithm = "ppo" if estimator == "gae" else "grpo"
+    if estimator not in ("gae",) + CRITIC_FREE:
+        raise FrameworkConfigError("algorithm.adv_estimator", estimator, "an estimator of verl 0.9.1: gae, "
+                                   + ", ".join(CRITIC_FREE))
+    if estimator not in ("gae", "grpo"):
+        imp.notes.append(f"adv_estimator {estimator}: critic-free like GRPO, planned as GRPO (same models)")
+    imp.set("algorithm", algorithm)
+    imp.set("framework", "verl")
+    for key, setting in (("data.max_prompt_length", "prompt_length"), ("data.max_response_length", "response_length"),
+                         ("data.train_batch_size", "prompts_per_step"), (ROLLOUT + "n", "group_size")):
+        value = get(key)
+        if value is not None:
+            imp.set(setting, positive_int(key, value))
+    path = get("actor_rollout_ref.model.path")
+    if path is not None:
+        model_flags(imp, "actor_rollout_ref.model.path", path)
+    gpus = (get("trainer.n_gpus_per_node", 8) or 8) * (get("trainer.nnodes", 1) or 1)
+    imp.policy["--gpus"] = str(gpus)
+    strategy = get(ACTOR + "strategy", "fsdp")
+    imp.policy["--convention"] = "megatron" if strategy == "megatron" else "fsdp2"
+    if strategy == "megatron":
+        imp.notes.append("actor strategy megatron: give its tp / pp with --tp / --pp (verl's megatron keys are not "
+                         "read)")
+    micro = get(ACTOR + "ppo_micro_batch_size_per_gpu")
+    if get(ACTOR + "use_dynamic_bsz") is True:
+        tokens = get(ACTOR + "ppo_max_token_len_per_gpu", 16384)
+        seq = imp.settings.get("prompt_length", 512) + imp.settings.get("response_length", 512)
+        micro = max(1, positive_int(ACTOR + "ppo_max_token_len_per_gpu", tokens) // seq)
+        imp.notes.append(f"use_dynamic_bsz: micro-batches of up to {tokens:,} tokens, planned as {micro} sequence(s) "
+                         "of prompt + response")
+    if micro is not None:
+        imp.policy["--micro-batch"] = str(positive_int(ACTOR + "ppo_micro_batch_size_per_gpu", micro))
+    checkpointing = get("actor_rollout_ref.model.enable_gradient_checkpointing")
+    if checkpointing is not None:
+        imp.policy["--recompute"] = "full" if flag("enable_gradient_checkpointing", checkpointing) else "none"
+    for key, setting in ((ACTOR + "fsdp_config.param_offload", "policy_param_offload"),
+                         (ACTOR + "fsdp_config.optimizer_offload", "policy_optimizer_offload")):
+        if get(key) is not None:
+            imp.set(setting, flag(key, items[key]))
+    lora = get("actor_rollout_ref.model.lora_rank", 0) or 0
+    if lora:
+        imp.policy["--finetune"], imp.policy["--lora-rank"] = "lora", str(positive_int("lora_rank", lora))
+        if get("actor_rollout_ref.model.target_modules") == "all-linear":
+            imp.policy["--lora-targets"] = "all-linear"
+    if get(ACTOR + "use_kl_loss") is True or get("algorithm.use_kl_in_reward") is True:
+        imp.set("reference", "same")
+        imp.set("reference_shares_policy", bool(lora))
+        offload = get(REF + "fsdp_config.param_offload")
+        if offload is not None:
+            imp.set("reference_offload", flag(REF + "fsdp_config.param_offload", offload))
+    _rollout(imp, get)
+    if algorithm == "ppo":
+        critic_path = get("critic.model.path", path)
+        imp.set("critic", "same" if critic_path in (None, path) else (preset_for(critic_path) or "same"))
+        for key, setting in (("critic.model.fsdp_config.param_offload", "critic_param_offload"),
+                             ("critic.model.fsdp_config.optimizer_offload", "critic_optimizer_offload")):
+            if get(key) is not None:
+                imp.set(setting, flag(key, items[key]))
+    if get("reward_model.enable") is True:
+        rm = get("reward_model.model.path")
+        imp.set("reward", preset_for(rm) or "same")
+        imp.notes.append(f"reward_model.model.path {rm}: planned as {preset_for(rm) or 'the policy architecture'}")
+    for key in items:
+        if key not in used:
+            imp.ignore(key, _reason(key))
+    return imp
+
+
+def _rollout(imp: ImportedRL, get) -> None:
+    name = get(ROLLOUT + "name")
+    if name is not None:
+        if name not in ("vllm", "sglang"):
+            raise FrameworkConfigError(ROLLOUT + "name", name, "vllm or sglang (the engines zerocalc accounts for)")
+        imp.set("rollout.engine", name)
+    for key, field in ROLLOUT_KEYS.items():
+        value = get(ROLLOUT + key)
+        if value is not None:
+            imp.set("rollout." + field, fraction(ROLLOUT + key, value) if field == "gpu_memory_utilization"
+                    else positive_int(ROLLOUT + key, value))
+    if get(ROLLOUT + "enforce_eager") is not None:
+        imp.set("rollout.cuda_graphs", not flag(ROLLOUT + "enforce_eager", get(ROLLOUT + "enforce_eager")))
+    if get(ROLLOUT + "free_cache_engine") is False:
+        imp.set("rollout.sleep_level", 0)
+    dtype = get(ROLLOUT + "dtype")
+    if dtype is not None:
+        if dtype not in DTYPES:
+            raise FrameworkConfigError(ROLLOUT + "dtype", dtype, ", ".join(DTYPES))
+        imp.set("rollout.dtype", DTYPES[dtype])
+
+
+def _reason(key: str) -> str:
+    if key.startswith(("data.train_files", "data.val_files", "trainer.", "custom_reward_function")):
+        return "paths, logging and schedule: no memory effect"
+    if key.endswith(("lr", "optim.lr", "coef", "coeff", "kl_loss_type", "entropy_coeff")):
+        return "a loss or optimizer coefficient: no memory effect"
+    if key.startswith("critic."):
+        return "the critic runs the policy's micro-batch and step settings here"
+    if "quantization" in key:
+        return "a quantized rollout is not modelled: the engine's weights are counted in its dtype"
+    if "log_prob_micro_batch_size" in key or "log_prob_max_token_len" in key:
+        return "scoring passes run the policy's micro-batch here"
+    return "not read: no memory rule for it yet"
