@@ -75,6 +75,7 @@ def test_megatrons_modules_and_method_reach_the_link_and_the_core():
     assert report["workload"]["recompute_modules"] == "core_attn,layernorm,moe"
     assert report["recipe"] == "selective recompute of Megatron's modules core_attn, layernorm, moe"
     assert f"recipe: {report['recipe']}" in header_text(at)
+    assert_overview_matches_core(at, report)                 # MoE: the bars per group add up to the core's
     at = run_app({"model": "llama-3-8b", "recompute": "full"}, sections=["sec_recipe"])
     assert "recompute_modules" not in [w.key for w in at.multiselect]
     at.selectbox(key="recompute_method").set_value("block").run()
