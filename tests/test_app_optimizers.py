@@ -32,6 +32,7 @@ def test_the_ledger_view_says_which_tensors_keep_each_state():
     kept = dict(zip(ledger["entry"], ledger["kept by"]))
     assert kept["momentum_buffer"].startswith("Muon's matrices") and kept["exp_avg"].startswith("the fallback")
     assert kept["parameters"] == "every tensor"
+    assert kept["total"] == ""                  # the total row has no holders (not a "None" cell)
 
 
 def test_a_link_with_optimizer_options_round_trips():

@@ -90,7 +90,7 @@ def ledger_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
     total = report["stages"][stage]["per_worker_total_bytes"]
     rows.append({"entry": "total", "category": "", "dtype": "", "bytes/param": f"{report['bytes_per_param']:g}",
                  "sharded from": "", f"{STAGE_LABELS[stage]} per worker": f"{in_unit(total, unit)} {unit}",
-                 "where": ""})
+                 "where": "", **({"kept by": ""} if rows and "kept by" in rows[0] else {})})    # no empty cell shown as None
     return frame(rows)
 
 
