@@ -14,7 +14,8 @@ from zerocalc.model.finetune import FineTune
 from zerocalc.layout import Layout
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.answers.ranges import ranges, ranges_dict
-from zerocalc.output.report import full_report, trainable_counts
+from zerocalc.output.groups import trainable_counts
+from zerocalc.output.report import full_report
 from zerocalc.parallel.ranks import layout_report
 from zerocalc.step.workload import Workload
 
@@ -54,13 +55,14 @@ def test_a_warm_report_equals_one_from_scratch(case):
 
 def test_uncached_empties_the_caches_a_fresh_worker_count_reuses():
     from zerocalc.model import inventory, placement
+    from zerocalc.output import groups as output_groups
     from zerocalc.output import report
     from zerocalc.parallel import ranks
     from zerocalc.states import groups, ledger
     added = [inventory.param_count, inventory._counts, inventory.largest_layer, ledger._bytes_per_param,
              placement._pipeline_classes, groups._group_ledger, ranks._one_copy_of, report._field_names,
              report._is_dataclass_type, report._ledger_heads, report._architecture_sizes,
-             report._architecture_record, report._holding_counts]
+             report._architecture_record, output_groups._holding_counts]
     found = {id(c) for c in _zerocalc_caches()}
     assert all(id(c) in found for c in added)
     _answers(*_inputs("3D, LoRA", 8))

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")      # torchao compiles its step per shape: minutes, same bytes
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -r requirements-validation.txt")
 
 from tests.measure.moe_activations import TINY  # noqa: E402
