@@ -2,6 +2,8 @@
 the policy, the chart and tables draw the core's RL report (zerocalc/rl/report.py) for the same link, the link
 carries the RL settings, and a bad one falls back with a warning naming it."""
 
+import pytest
+
 from tests.app_helpers import dataframe_with, figure, open_sections, run_app, traces, warnings_shown
 from ui.rl_state import from_query, settings_of
 from ui.state import from_query as state_from_query, resolve
@@ -25,9 +27,9 @@ def test_the_view_draws_the_cores_rl_report():
     report = core(QUERY)
     fig = figure(at, "fig_rl_timeline")
     bars = traces(fig)
-    assert bars["capacity"]["customdata"][0] == report["capacity_bytes"]
+    assert fig["layout"]["shapes"][0]["y0"] == pytest.approx(report["capacity_bytes"] / 1e9)   # the dashed line, GB
     for i, phase in enumerate(report["phases"]):
-        total = sum(t["customdata"][i] for name, t in bars.items() if name != "capacity")
+        total = sum(t["customdata"][i] for t in bars.values())
         assert total == phase["total_bytes"], phase["name"]
     phases = dataframe_with(at, "largest resident")
     assert phases["phase"].tolist() == [p["name"] for p in report["phases"]]
@@ -66,3 +68,11 @@ def test_a_refused_plan_says_which_setting():
     assert any("Critic" in i.value or "critic" in i.value for i in at.info)
     at = run_app({"model": "params-only", "params": "7B", "view": "rl"})
     assert any("architecture" in i.value for i in at.info)
+
+
+def test_the_timeline_is_valid_plotly_in_both_unit_systems():
+    import plotly.graph_objects as go
+    from ui.rl_view import timeline
+    report = core(QUERY)
+    for unit in ("GB", "GiB"):
+        go.Figure(timeline(report, unit).to_dict())       # full validation: raises on any ill-typed property

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pandas as pd
-import plotly.graph_objects as go
 import streamlit as st
 
 from zerocalc.rl.build import build_plan
@@ -16,6 +15,7 @@ from zerocalc.rl.report import rl_report
 from zerocalc.scenario import FieldError
 from zerocalc.units import UNIT_BYTES, format_bytes, percent_text
 
+from . import figures
 from .compute import _key, _PerState
 from .panels import chart, table_with_csv
 from .rl_section import values
@@ -56,28 +56,24 @@ def _group(part: str) -> str:
     return part.split(" ")[0]
 
 
-def timeline(report: dict, unit: str) -> go.Figure:
-    """Each phase a stacked bar of its residents (grouped by owner), the capacity a line: one chart per step."""
+def timeline(report: dict, unit: str):
+    """Each phase a stacked bar of its residents (grouped by owner), the capacity a dashed line: one chart per step,
+    as the page's other charts (figures._figure: a plain spec, margins that follow the labels on a phone)."""
     phases = report["phases"]
     labels = [f"{p['name']}<br>({p['gpu']})" for p in phases]
-    scale = UNIT_BYTES["GiB" if unit in ("binary", "GiB") else "GB"]
-    fig = go.Figure()
+    scale = "GiB" if unit in ("binary", "GiB") else "GB"
+    traces = []
     for name, colour in GROUPS:
         sums = [sum(v for k, v in p["parts"].items() if _group(k) == name) for p in phases]
         if not any(sums):
             continue
         detail = ["<br>".join(f"{k}: {format_bytes(v, unit)}" for k, v in p["parts"].items() if _group(k) == name)
                   for p in phases]
-        fig.add_trace(go.Bar(name=name, x=labels, y=[s / scale for s in sums], marker_color=colour,
-                             customdata=sums, hovertext=detail, hoverinfo="text+name"))
-    cap = report["capacity_bytes"] / scale
-    fig.add_trace(go.Scatter(name="capacity", x=labels, y=[cap] * len(labels), mode="lines",
-                             line={"color": "#1F1F1F", "dash": "dash"},
-                             customdata=[report["capacity_bytes"]] * len(labels)))
-    fig.update_layout(barmode="stack", height=420, margin={"l": 10, "r": 10, "t": 30, "b": 10},
-                      yaxis_title="GiB" if scale == 2**30 else "GB", legend={"orientation": "h", "y": -0.25},
-                      title="Each phase's residents on one GPU, against the capacity")
-    return fig
+        traces.append(dict(type="bar", name=name, x=labels, y=[v / UNIT_BYTES[scale] for v in sums],
+                           marker=dict(color=colour), customdata=sums, hovertext=detail,
+                           hoverinfo="text+name"))
+    return figures._figure(traces, scale, "Each phase's residents on one GPU", capacity=report["capacity_bytes"],
+                           height=440, subtitle=f"dashed line: the capacity, {format_bytes(report['capacity_bytes'], unit)}")
 
 
 def _phase_table(report: dict, unit: str) -> pd.DataFrame:
