@@ -150,11 +150,37 @@ def _reports():
     }
 
 
+def _rl():
+    """The RL view's report (plan, phases, solvers) for the largest plans a link can describe."""
+    from ui.rl_state import from_query as rl_query, settings_of
+    from ui.state import from_query, resolve
+    from zerocalc.rl.build import build_plan
+    from zerocalc.rl.report import rl_report
+
+    def plan(query, rl):
+        def run():
+            r = resolve(from_query(query)[0])
+            return rl_report(build_plan(r.scenario, r.workload, settings_of(rl_query(rl)[0], r.state["stage"])))
+        return run
+    every = {"algorithm": "ppo", "reference": "same", "reward": "same", "critic": "same",
+             "response_length": "10000000", "prompt_length": "10000000", "group_size": "100000",
+             "prompts_per_step": "10000000"}
+    return {
+        "Qwen3-235B on 2^20 GPUs, every model": plan({"model": "qwen3-235b-a22b", "workers": "1048576"}, every),
+        "DeepSeek-V3, 2^16 x tp 8 x ep 8, split": plan({"model": "deepseek-v3", "workers": "65536", "tp": "8",
+                                                        "ep": "8"}, {"placement": "split", "rollout_gpus": "999424",
+                                                                     "rollout_tp": "1024"}),
+        "4,096 layers on 2^20 GPUs": plan({"model": "custom", "layers": "4096", "hidden": "65536", "heads": "1024",
+                                           "kv_heads": "1024", "ffn": "65536", "workers": "1048576"}, every),
+    }
+
+
 def cases():
     """(surface, name, run) for every worst case."""
     out = []
     for surface, make in (("DeepSpeed upload", _deepspeed), ("accelerate upload", _accelerate),
                           ("torchtitan upload", _torchtitan), ("config.json upload", _hf_config),
-                          ("calibration paste", _calibration), ("link", _link), ("report", _reports)):
+                          ("calibration paste", _calibration), ("link", _link), ("report", _reports),
+                          ("RL view", _rl)):
         out += [(surface, name, run) for name, run in make().items()]
     return out

@@ -7,8 +7,8 @@ could drift from the report):
   per_device_train_batch_size), so the engine's KV cache is what bounds it;
 - the lowest gpu_memory_utilization (in hundredths, as users write it) whose KV cache still holds one engine's
   share of a step at the longest length (at most max_num_seqs of them);
-- colocated against split for the same GPUs: every split of them into rollout and training GPUs, each plan's
-  verdict beside the colocated one.
+- colocated against split for the same GPUs: the splits of them into rollout and training GPUs (all of them on a
+  few GPUs, MAX_SPLITS evenly spaced ones on many), each plan's verdict beside the colocated one.
 """
 
 from __future__ import annotations
@@ -85,14 +85,36 @@ def min_gpu_memory_utilization(plan: RLPlan) -> Optional[float]:
     return next((h / 100 for h in range(1, 101) if holds(h)), None)
 
 
+MAX_SPLITS = 15     # splits tried: every one on a few GPUs, else these many evenly spaced (each is a whole plan)
+
+
+def _splits(total: int, tp: int, mp: int) -> list:
+    """Rollout GPU counts k for a split of `total` GPUs: multiples of the engines' tp leaving training GPUs the
+    trainer's model-parallel size divides; all of them up to MAX_SPLITS, else MAX_SPLITS evenly spaced shares
+    (1/16 .. 15/16 of the GPUs, each moved down to the nearest allowed count), so a link naming a million GPUs
+    costs what one naming sixteen does."""
+    allowed = lambda k: 0 < k < total and k % tp == 0 and (total - k) % mp == 0      # noqa: E731
+    if total // tp <= MAX_SPLITS + 1:
+        return [k for k in range(tp, total, tp) if allowed(k)]
+    out = []
+    for i in range(1, MAX_SPLITS + 1):
+        k = total * i // (MAX_SPLITS + 1) // tp * tp
+        for _ in range(mp):                    # the allowed counts repeat every lcm(tp, mp) GPUs: mp steps at most
+            if k <= 0 or allowed(k):
+                break
+            k -= tp
+        if k > 0 and allowed(k) and k not in out:
+            out.append(k)
+    return out
+
+
 def placements(plan: RLPlan) -> list:
     """The same GPUs colocated, and split every way the engines' tp and the trainer's layout allow."""
     trainer = plan.trainer
     mp = trainer.workload.layout.model_parallel
     total = trainer.gpus if plan.placement == "colocated" else trainer.gpus + plan.rollout_gpus
     rows = []
-    options = [("colocated", 0)] + [("split", k) for k in range(plan.rollout.tp, total, plan.rollout.tp)
-                                    if (total - k) % mp == 0]
+    options = [("colocated", 0)] + [("split", k) for k in _splits(total, plan.rollout.tp, mp)]
     for placement, k in options:
         workers = (total if placement == "colocated" else total - k) // mp
         models = {role: replace(m, scenario=m.scenario.with_changes(workers=workers, shard_group=None))
