@@ -168,7 +168,7 @@ def _rl():
     return {
         "Qwen3-235B on 2^20 GPUs, every model": plan({"model": "qwen3-235b-a22b", "workers": "1048576"}, every),
         "DeepSeek-V3, 2^16 x tp 8 x ep 8, split": plan({"model": "deepseek-v3", "workers": "65536", "tp": "8",
-                                                        "ep": "8"}, {"placement": "split", "rollout_gpus": "999424",
+                                                        "ep": "8"}, {"placement": "split", "rollout_gpus": "524288",
                                                                      "rollout_tp": "1024"}),
         "4,096 layers on 2^20 GPUs": plan({"model": "custom", "layers": "4096", "hidden": "65536", "heads": "1024",
                                            "kv_heads": "1024", "ffn": "65536", "workers": "1048576"}, every),
