@@ -71,6 +71,15 @@ def test_a_payload_as_a_link_key_and_a_link_value(payload):
     assert escaped(repr(payload[:40]))[:30] in shown(at)           # named, as text
 
 
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_a_payload_as_an_rl_link_key_and_value_on_the_rl_view(payload):
+    at = run_app({"model": "llama-3-8b", "rl." + payload[:30]: "1", "rl.engine": payload[:64],
+                  "rl.algorithm": payload[:64], "view": "rl"})
+    assert not at.exception, at.exception
+    assert_text_only(at, "evil") if "evil" in payload else assert_text_only(at, payload[:12])
+    assert escaped(clean(payload[:30]))[:20] in shown(at)         # named, as text
+
+
 @pytest.mark.parametrize("payload", PAYLOADS[:6] + PAYLOADS[7:9] + PAYLOADS[12:13])
 def test_a_payload_in_an_uploaded_file_name_and_its_strings(payload):
     from tests.test_app_imports import upload_config
