@@ -104,3 +104,19 @@ def test_multi_token_prediction_reaches_the_link_and_the_core():
     assert report["params"] == param_count(replace(arch, mtp_layers=1)) > param_count(arch)
     assert "1 multi-token prediction module" in report["recipe"]
     assert f"recipe: {report['recipe']}" in header_text(at)
+
+
+def test_async_tp_shows_with_compiled_sequence_parallel_tp_and_reaches_the_link_and_the_core():
+    at = run_app({"model": "llama-3-8b", "tp": "8", "sequence_parallel": "true"}, sections=["sec_recipe"])
+    assert "async_tp" not in switches(at)                       # torchtitan: compiled blocks only
+    switch(at, "compile").set_value(True).run()
+    switch(at, "async_tp").set_value(True).run()
+    query = dict(at.query_params)
+    assert query["async_tp"] == "true"
+    report = core_report(query)
+    assert report["recipe"] == "no recompute, torch.compile'd blocks, async tensor parallel"
+    assert f"recipe: {report['recipe']}" in header_text(at)
+    workspace = 2 * (2048 // 8) * 4096 * 2                      # step/async_tp.py: tokens 2,048, fp16 activations
+    stage = report["peak"][3]
+    assert stage["phases"][stage["peak_phase"]]["CUDA context"] == 2**30 + workspace
+    assert_overview_matches_core(at, report)

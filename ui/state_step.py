@@ -34,7 +34,7 @@ def step_fields(field) -> tuple:
             field("loss_chunks", "int", 8, (), *WORKLOAD_LIMITS["loss_chunks"]),
             field("compile", "bool", False), field("activation_offload", "bool", False),
             field("optimizer_in_backward", "bool", False), field("float8", "choice", "none", FLOAT8_RECIPES),
-            field("float8_all_gather", "bool", False),
+            field("float8_all_gather", "bool", False), field("async_tp", "bool", False),
             field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES) + (OWN_POLICY,)),
             field("op_saves", "multi", ("mm/2", "attention"), USER_POLICY_OPS),
             # Megatron's recompute (zerocalc/step/megatron_recompute.py): its selective modules, its full method
@@ -61,6 +61,8 @@ def step_workload(state: dict) -> dict:
             "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,
             "float8": state["float8"],
             "float8_all_gather": bool(state["float8_all_gather"]) and state["float8"] == "tensorwise",
+            "async_tp": bool(state["async_tp"]) and bool(state["compile"]) and state["tp"] > 1
+            and bool(state["sequence_parallel"]) and state["implementation"] == "huggingface",
             "op_policy": op_policy(state), **megatron_recompute(state),
             "measured_extra_bytes": state["measured_extra_bytes"],
             "host_memory_bytes": state["host_memory_bytes"]}

@@ -333,6 +333,8 @@ def _recipe(box) -> None:
         box.caption(f"The model's config declares {declared} MTP module{'s' if declared > 1 else ''} "
                     "(num_nextn_predict_layers): trained by Megatron with --mtp-num-layers, never by Hugging Face.")
     widget("compile", box)
+    if current("compile") and current("tp") > 1 and current("sequence_parallel"):
+        widget("async_tp", box)                  # torchtitan: Inductor's micro-pipeline TP, compiled blocks only
     if current("recompute") == "full" and current("recompute_every") == 1 and current("recompute_method") == \
             "uniform" and current("recompute_num_layers") == 1:
         widget("activation_offload", box)       # torchtune offloads only with every layer checkpointed

@@ -43,7 +43,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
 from ..step.allocator import ALLOCATORS
-from ..step.peak import tensor_bytes, with_overheads
+from ..step.peak import outside_allocator_bytes, tensor_bytes, with_overheads
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
 
@@ -177,10 +177,12 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
     # Every rank class's (tensors, cycle unit) per stage: the worst rank is the largest total at each setting.
     tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes) for v in point_report.ranks]
                for s in STAGES]
+    # what the "CUDA context" part holds beyond the assumption (async TP's workspace: step/async_tp.py)
+    beyond = max(outside_allocator_bytes(workload, v.shape) for v in point_report.ranks) - workload.cuda_context_bytes
 
     def peaks(fields):
         if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
-            context = fields.get("cuda_context_bytes", workload.cuda_context_bytes)
+            context = fields.get("cuda_context_bytes", workload.cuda_context_bytes) + beyond
             percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
             units = fields.get("allocator_units", workload.allocator_units)
             return [max(with_overheads(t, context, percent, units, u) for t, u in ranks) for ranks in tensors]

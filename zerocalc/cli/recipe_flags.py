@@ -46,6 +46,9 @@ def add_recipe_flags(m) -> None:
                    "transients; the saved activations do not change")
     m.add_argument("--float8-all-gather", nargs="?", const="yes", choices=("yes", "no"),
                    help="with --float8 tensorwise under FSDP: the blocks' linear weights gathered in float8")
+    m.add_argument("--async-tp", nargs="?", const="yes", choices=("yes", "no"),
+                   help="torchtitan's async tensor parallelism (with --tp, --sequence-parallel and --compile): its "
+                        "symmetric-memory workspace, outside the allocator, with the CUDA context (default no)")
     m.add_argument("--mtp-layers", metavar="N|config", help="multi-token prediction modules trained (Megatron's "
                    "--mtp-num-layers; default 0, as Hugging Face's training forward and Megatron by default): N, or "
                    "config for the count the config declares (DeepSeek-V3's num_nextn_predict_layers: 1)")

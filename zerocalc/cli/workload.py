@@ -19,7 +19,7 @@ ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "op_policy",
                   "recompute_every", "recompute_modules", "recompute_method", "recompute_num_layers",
                   "implementation", "loss_fusion", "loss", "loss_chunks", "compile",
-                  "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather",
+                  "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather", "async_tp",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "grad_lifetime", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype",
@@ -102,7 +102,7 @@ def finetune_from_args(args) -> FineTune:
 
 def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
-    for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather"):
+    for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp"):
         if flag in given:
             given[flag] = given[flag] == "yes"
     return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)

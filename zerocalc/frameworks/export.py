@@ -339,6 +339,8 @@ def _torchtitan(scenario, workload, layout, stage):
             notes.append("torchtitan has no ZeRO-2: fully_shard keeps every parameter sharded, and "
                          "fsdp_reshard_after_forward never keeps each unit's gathered bf16 copy beside its shard "
                          "(read back as ZeRO-3 with reshard_after_forward no).")
+    if w.get("async_tp"):                               # tensor_parallel.py maybe_enable_async_tp
+        parallelism["enable_async_tensor_parallel"] = True
     if lay["tp"] > 1 and not lay["loss_parallel"]:      # parallelize.py apply_tp(loss_parallel=not disable_...)
         parallelism["disable_loss_parallel"] = True
     fsdp = shard > 1 or lay["cp"] > 1                   # parallel_dims.py fsdp_enabled

@@ -55,6 +55,8 @@ def recipe_text(workload) -> str:
     if workload.float8 != "none":
         parts.append(f"float8 linears ({workload.float8}"
                      f"{', float8 all-gather' if workload.float8_all_gather else ''})")
+    if workload.async_tp:
+        parts.append("async tensor parallel")
     if workload.loss != "auto":
         chunks = f" ({workload.loss_chunks} chunks)" if workload.loss in ("chunked", "torchtitan-chunked") else ""
         parts.append(f"{LOSS_NAMES[workload.loss]}{chunks}")

@@ -28,6 +28,7 @@ from typing import Dict, NamedTuple, Tuple
 from ..states.zero import StageResult
 from ..tables import DTYPE_BITS, bytes_of
 from .allocator import cycle_unit_bytes, reserve_bytes
+from .async_tp import workspace_bytes as async_tp_workspace
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
@@ -111,14 +112,20 @@ def _stored_bits(group: str) -> int:
     return next((DTYPE_BITS[p] for p in group.split(", ") if p in DTYPE_BITS), 0)
 
 
+def outside_allocator_bytes(workload, shape: StepShape) -> int:
+    """The "CUDA context" part: memory outside PyTorch's caching allocator, the context assumption and async TP's
+    symmetric-memory workspace (async_tp.py)."""
+    return workload.cuda_context_bytes + async_tp_workspace(workload, shape.act_bits)
+
+
 def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> StagePeak:
     return stage_peaks(scenario, workload, (stage,), shape)[0]
 
 
 def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak, ...]:
     """One rank's peak at each of its stage results (model_states.StageResult)."""
-    context, percent, capacity = workload.cuda_context_bytes, workload.fragmentation_percent, workload.capacity_bytes
-    units = workload.allocator_units
+    percent, capacity, units = workload.fragmentation_percent, workload.capacity_bytes, workload.allocator_units
+    context = outside_allocator_bytes(workload, shape)
     peaks = []
     for s, items in _phase_items(scenario, workload, ((r.stage, r.gpu_bytes) for r in stages), shape):
         phases, totals = {}, {}
@@ -136,7 +143,8 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
 def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: StepShape) -> Tuple[int, ...]:
     """Per stage, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without the
     phases' named parts: for a search that only asks what fits."""
-    context, percent, units = workload.cuda_context_bytes, workload.fragmentation_percent, workload.allocator_units
+    percent, units = workload.fragmentation_percent, workload.allocator_units
+    context = outside_allocator_bytes(workload, shape)
     peaks = []
     for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):
         unit = cycle_unit_bytes(scenario, workload, s, shape)              # once per stage, not per phase

@@ -22,6 +22,7 @@ from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
+from .async_tp import refusal as async_tp_refusal
 from .float8 import FLOAT8_RECIPES
 from .grad_lifetime import GRAD_LIFETIMES
 from .megatron_recompute import DEFAULT_MODULES, FULL_METHODS, check_modules, modules_text, uniform_misfit
@@ -93,6 +94,8 @@ class Workload:
     # all-gather of the linear weights (enable_fsdp_float8_all_gather, tensorwise only)
     float8: str = "none"
     float8_all_gather: bool = False
+    # torchtitan's async tensor parallelism (step/async_tp.py): its symmetric-memory workspace, outside the allocator
+    async_tp: bool = False
     # When the gradient set lives (step/grad_lifetime.py): step (a persistent buffer, or accumulation) | backward
     # (zero_grad(set_to_none=True): none at backward's start) | auto (backward for torch's own loops at one
     # micro-batch per step)
@@ -180,9 +183,11 @@ class Workload:
         if self.float8_all_gather is True and self.float8 != "tensorwise":
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
-        for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather"):
+        for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
+        if self.async_tp and isinstance(self.layout, Layout) and async_tp_refusal(self):
+            raise FieldError("async_tp", True, async_tp_refusal(self))
         if self.optimizer_in_backward and isinstance(self.layout, Layout) and self.layout.micro_batches > 1:
             raise FieldError("optimizer_in_backward", True, "false with more than one micro-batch per step "
                              "(torchtune: 'Gradient accumulation is not supported with optimizer in bwd.')")

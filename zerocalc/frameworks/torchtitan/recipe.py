@@ -1,4 +1,5 @@
-"""torchtitan's recipe settings beyond checkpointing: torch.compile of the blocks and of the loss, float8 linears."""
+"""torchtitan's recipe settings beyond checkpointing: torch.compile of the blocks and of the loss, async tensor
+parallelism, float8 linears."""
 
 from __future__ import annotations
 
@@ -14,12 +15,33 @@ def read_compile(reader) -> None:
     components = reader.get("compile", "components", ["model", "loss"])
     if not isinstance(components, list) or any(c not in ("model", "loss") for c in components):
         raise FrameworkConfigError("compile.components", components, 'a list of "model" and "loss"')
+    _read_async_tp(reader, enable and "model" in components)
     if not enable:
         return
     if "model" in components:
         reader.b.set("workload", "compile", True, 'compile.enable with "model" in compile.components')
     if "loss" in components:
         reader.b.set("workload", "loss", "compiled", 'compile.enable with "loss" in compile.components')
+
+
+def _read_async_tp(reader, model_compiled: bool) -> None:
+    """parallelism.enable_async_tensor_parallel (distributed/tensor_parallel.py maybe_enable_async_tp, called only
+    under tensor parallelism; it refuses an uncompiled model): step/async_tp.py."""
+    key = "parallelism.enable_async_tensor_parallel"
+    on = reader.get("parallelism", "enable_async_tensor_parallel", False)
+    if not isinstance(on, bool):
+        raise FrameworkConfigError(key, on, "true or false")
+    if not on:
+        return
+    if reader.get("parallelism", "tensor_parallel_degree", 1) == 1:
+        reader.b.ignore(key, "async TP runs only under tensor parallelism (parallelize.py: tp_enabled); "
+                             "tensor_parallel_degree is 1")
+        return
+    if not model_compiled:
+        raise FrameworkConfigError(key, on, "false unless compile.enable with \"model\" in compile.components "
+                                            "(torchtitan: 'Async TP requires 'model' in --compile.components and "
+                                            "--compile.enable')")
+    reader.b.set("workload", "async_tp", True, f"{key}: Inductor's micro-pipeline TP (symmetric-memory workspace)")
 
 
 FLOAT8 = ("quantize", "linear", "float8")      # job_config.py QuantizedLinear.Float8 (238fa99)
