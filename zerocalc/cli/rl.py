@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..rl.build import DEFAULTS
+from ..rl.build import DEFAULTS, PASS_KEYS
+from ..rl.logprobs import LOGPROB_CHOICES
 from ..rl.engines import ENGINE_CHOICES, KV_DTYPES, SLEEP_LEVELS, WEIGHT_DTYPES
 from ..rl.plan import ALGORITHM_CHOICES, FRAMEWORK_CHOICES, PLACEMENTS
 from ..scenario import FieldError
@@ -30,7 +31,9 @@ PLAN_FLAGS = {"algorithm": "algorithm", "framework": "framework", "placement": "
               "reference_offload": "reference_offload", "reference_lora": "reference_shares_policy",
               "reward_model": "reward", "reward_dtype": "reward_dtype", "reward_stage": "reward_stage",
               "reward_offload": "reward_offload", "critic": "critic", "critic_stage": "critic_stage",
-              "critic_param_offload": "critic_param_offload", "critic_optimizer_offload": "critic_optimizer_offload"}
+              "critic_param_offload": "critic_param_offload", "critic_optimizer_offload": "critic_optimizer_offload",
+              "typical_prompt_length": "typical_prompt_length", "packing": "packing", "logprobs": "logprobs",
+              "max_tokens": "max_tokens", **{key: key for keys in PASS_KEYS.values() for key in keys}}
 ROLLOUT_FLAGS = {"engine": "engine", "gpu_memory_utilization": "gpu_memory_utilization", "rollout_tp": "tp",
                  "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
                  "max_model_len": "max_model_len", "rollout_dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
@@ -39,7 +42,7 @@ ROLLOUT_FLAGS = {"engine": "engine", "gpu_memory_utilization": "gpu_memory_utili
                  "engine_non_torch_bytes": "non_torch_bytes", "cudagraph_bytes": "cudagraph_bytes",
                  "engine_context_bytes": "context_bytes"}
 BOOLEANS = ("param_offload", "optimizer_offload", "reference_offload", "reference_lora", "reward_offload",
-            "critic_param_offload", "critic_optimizer_offload", "cuda_graphs")
+            "critic_param_offload", "critic_optimizer_offload", "cuda_graphs", "packing")
 
 
 def _fraction(text: str) -> float:
@@ -62,9 +65,22 @@ def build_parser() -> _Parser:
                    f"(default {DEFAULTS['framework']})")
     p.add_argument("--placement", choices=PLACEMENTS, help="colocated (every model and the engine on every GPU; "
                    "default) or split (the engines on --rollout-gpus of their own)")
-    for flag in ("rollout-gpus", "prompt-length", "response-length", "typical-response-length", "group-size",
-                 "prompts-per-step"):
+    for flag in ("rollout-gpus", "prompt-length", "response-length", "typical-response-length",
+                 "typical-prompt-length", "group-size", "prompts-per-step"):
         p.add_argument(f"--{flag}", type=_count)
+    b = p.add_argument_group("micro-batches and log-probabilities (default: the framework's)")
+    b.add_argument("--packing", nargs="?", const="yes", choices=("yes", "no"), help="pack each micro-batch's real "
+                   "tokens into one row (verl use_remove_padding, default yes; OpenRLHF --packing_samples)")
+    b.add_argument("--logprobs", choices=LOGPROB_CHOICES, help="the log-probability path: the updates' loss and "
+                   "each scoring pass's end (default the framework's; huggingface: transformers' loss)")
+    b.add_argument("--max-tokens", type=_count, help="dynamic batch size: the policy update's tokens per "
+                   "micro-batch (verl use_dynamic_bsz with ppo_max_token_len_per_gpu); the other passes default to it")
+    for role, (micro, budget) in PASS_KEYS.items():
+        who = "the policy's own log-probs" if role == "policy" else f"the {role}'s pass"
+        b.add_argument(f"--{micro.replace('_', '-')}", type=_count, help=f"sequences per micro-batch of {who} "
+                       "(default --micro-batch)")
+        b.add_argument(f"--{budget.replace('_', '-')}", type=_count, help=f"dynamic batch size: tokens per "
+                       f"micro-batch of {who}")
     p.add_argument("--stage", type=int, choices=range(4), metavar="{0,1,2,3}", help="the policy's ZeRO / FSDP "
                    "stage (default 3)")
     for flag, about in (("param-offload", "the policy's parameters in host memory between its phases"),

@@ -9,6 +9,9 @@ then training_step; OpenRLHF PPOTrainer):
 - updates: the critic's (PPO), then the policy's (or the reward model's) training step, today's report.
 Colocated, every phase runs on every GPU. Split, the engines have GPUs of their own: the rollout GPUs see the weight
 sync (receiving) and the rollout, with the engine awake throughout; the training GPUs see the rest.
+
+Each pass's tokens follow the plan's lengths at one end of the band (plan.ENDS): "max", every sequence at its
+longest (the promise), or "typical"; rl_band gives both, and the verdict says which end decides it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class RLPhases(NamedTuple):
     views: Dict[str, ModelView]
     engine: Optional[EngineMemory]
     phases: List[Phase]
+    end: str = "max"
 
     def worst(self, gpu: str) -> Phase:
         return max((p for p in self.phases if p.gpu == gpu), key=lambda p: p.total)
@@ -111,9 +115,10 @@ def _engine(plan: RLPlan, views, processes) -> EngineMemory:
                          w.gpu if w.gpu_memory is None else "")
 
 
-def rl_phases(plan: RLPlan) -> RLPhases:
+def rl_phases(plan: RLPlan, end: str = "max") -> RLPhases:
     algo = plan.algo
-    views = {role: model_view(role, m, role in algo.trains) for role, m in plan.models()}
+    plan.length(end)                      # refuses an unknown end by name
+    views = {role: model_view(role, m, role in algo.trains, plan, end) for role, m in plan.models()}
     processes = _processes(plan, views)
     capacity = plan.trainer.workload.capacity_bytes
     engine = _engine(plan, views, processes) if algo.rollout else None
@@ -152,12 +157,23 @@ def rl_phases(plan: RLPlan) -> RLPhases:
         loaded = ("policy",) if view.model.shares_policy else ()
         add(SCORING[role], train_gpu, {**asleep, **_idle(views, skip=(role,), loaded=loaded), **view.scoring(),
                                        **_contexts(processes)},
-            f"the {view.name}'s forward over one micro-batch of {view.report.workload.micro_batch} "
-            f"sequence(s), no gradients")
+            f"the {view.name}'s forward over one micro-batch ({_tokens(view.scored.workload)}), no gradients")
     for role in algo.trains:
         view = views[role]
         add(UPDATE[role], train_gpu, {**asleep, **_idle(views, skip=(role,)), **view.update(),
                                       **_contexts(processes, active=role)},
             f"the {view.name}'s training step at ZeRO stage {view.model.stage}: today's report "
             f"({view.peak.peak_phase} phase, {view.peak.peak_bytes:,} bytes)")
-    return RLPhases(plan, views, engine, phases)
+    return RLPhases(plan, views, engine, phases, end)
+
+
+def _tokens(w) -> str:
+    return f"{w.micro_batch} x {w.seq_len:,} tokens" if w.micro_batch > 1 else f"{w.seq_len:,} tokens"
+
+
+def rl_band(plan: RLPlan) -> Dict[str, RLPhases]:
+    """The plan at both ends of its band; one end when the typical lengths are the longest."""
+    band = {"max": rl_phases(plan)}
+    if plan.has_band:
+        band["typical"] = rl_phases(plan, "typical")
+    return band

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Optional
 
 from ..scenario import FieldError
+from .models import refit
 from .phases import rl_phases
 from .plan import RLPlan
 
@@ -28,8 +29,8 @@ def with_lengths(plan: RLPlan, response: int) -> RLPlan:
     seq = plan.prompt_length + response
     models = {role: replace(m, workload=replace(m.workload, seq_len=seq)) for role, m in plan.models()}
     typical = plan.typical_response_length
-    return replace(plan, response_length=response, typical_response_length=None if typical is None else
-                   min(typical, response), **models)
+    return refit(replace(plan, response_length=response, typical_response_length=None if typical is None else
+                         min(typical, response), **models))
 
 
 def _fits(plan: RLPlan) -> bool:
@@ -97,7 +98,7 @@ def placements(plan: RLPlan) -> list:
         workers = (total if placement == "colocated" else total - k) // mp
         models = {role: replace(m, scenario=m.scenario.with_changes(workers=workers, shard_group=None))
                   for role, m in plan.models()}
-        candidate = replace(plan, placement=placement, rollout_gpus=k, **models)
+        candidate = refit(replace(plan, placement=placement, rollout_gpus=k, **models))
         try:
             result = rl_phases(candidate)
         except FieldError as exc:
