@@ -33,12 +33,14 @@ from .rollout import Rollout
 
 PLAN_KEYS = ("algorithm", "framework", "placement", "rollout_gpus", "prompt_length", "response_length",
              "typical_response_length", "typical_prompt_length", "group_size", "prompts_per_step")
-# each pass's micro-batch (sequences) and dynamic token budget: role -> (micro-batch key, budget key); the policy's
-# update takes today's --micro-batch, its own scoring pass the "logprob" ones
+# each scoring pass's micro-batch (sequences) and dynamic token budget: role -> (micro-batch key, budget key); the
+# policy's update takes today's --micro-batch and max_tokens, the critic's update the critic_update ones (verl
+# critic.ppo_micro_batch_size_per_gpu; its values pass: critic.forward_micro_batch_size_per_gpu)
 PASS_KEYS = MappingProxyType({"policy": ("logprob_micro_batch", "logprob_max_tokens"),
                               "reference": ("reference_micro_batch", "reference_max_tokens"),
                               "reward": ("reward_micro_batch", "reward_max_tokens"),
                               "critic": ("critic_micro_batch", "critic_max_tokens")})
+UPDATE_KEYS = ("critic_update_micro_batch", "critic_update_max_tokens")
 MODEL_KEYS = MappingProxyType({
     "policy": ("policy_stage", "policy_param_offload", "policy_optimizer_offload"),
     "reference": ("reference", "reference_dtype", "reference_stage", "reference_offload", "reference_shares_policy"),
@@ -53,7 +55,7 @@ DEFAULTS = MappingProxyType({
     "reference_shares_policy": False, "reward": None, "reward_dtype": "bf16", "reward_stage": None,
     "reward_offload": False, "critic": None, "critic_stage": None, "critic_param_offload": False,
     "critic_optimizer_offload": False, "typical_prompt_length": None, "packing": None, "logprobs": None,
-    "max_tokens": None, **{key: None for keys in PASS_KEYS.values() for key in keys},
+    "max_tokens": None, **{key: None for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS},
 })
 SETTING_KEYS = tuple(DEFAULTS) + ("rollout",)
 ROLLOUT_KEYS = tuple(f.name for f in fields(Rollout))
@@ -92,7 +94,8 @@ class _Passes:
         path = s["logprobs"] if s["logprobs"] is not None else framework.logprobs
         require_choice("logprobs", path, LOGPROB_CHOICES)
         self.path = LOGPROB_PATHS[path]
-        for key in ("max_tokens", "typical_prompt_length") + tuple(k for keys in PASS_KEYS.values() for k in keys):
+        for key in ("max_tokens", "typical_prompt_length") + UPDATE_KEYS + \
+                tuple(k for keys in PASS_KEYS.values() for k in keys):
             if s[key] is not None:
                 require_int(key, s[key], 1, 10**9)
         self.sequences = s["group_size"] * s["prompts_per_step"] if isinstance(s["group_size"], int) and \
@@ -120,14 +123,16 @@ class _Passes:
         if not self.rollout:                   # DPO, reward-model training: the micro-batch as given
             return model
         micro_key, budget_key = PASS_KEYS[role]
-        # a pass's budget defaults to the update's (verl: log_prob_max_token_len_per_gpu is
-        # ${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384})
-        own = self.batching(s[micro_key], _or(s[budget_key], s["max_tokens"]))
-        if role == "policy":
-            model = self.shaped(model, self.batching(None, s["max_tokens"]))
-            return replace(model, scoring_batching=own)
-        # the critic's values pass runs its update's micro-batches; a frozen model has only its scoring pass
-        return self.shaped(model, own)
+        update_micro, update_budget = (s[UPDATE_KEYS[0]], _or(s[UPDATE_KEYS[1]], s["max_tokens"])) \
+            if role == "critic" else (None, s["max_tokens"])
+        # a pass's budget defaults to its update's (verl: log_prob_max_token_len_per_gpu is
+        # ${oc.select:actor_rollout_ref.actor.ppo_max_token_len_per_gpu,16384}), the critic's values pass's
+        # micro-batch to its update's (forward_micro_batch_size_per_gpu: ${.ppo_micro_batch_size_per_gpu})
+        own = self.batching(_or(s[micro_key], update_micro), _or(s[budget_key], update_budget))
+        if not trains:                         # a frozen model has only its scoring pass
+            return self.shaped(model, own)
+        model = self.shaped(model, self.batching(update_micro, update_budget))
+        return replace(model, scoring_batching=own)
 
 
 def build_plan(scenario, workload, settings: dict) -> RLPlan:
