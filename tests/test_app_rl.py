@@ -66,3 +66,19 @@ def test_a_refused_plan_says_which_setting():
     assert any("Critic" in i.value or "critic" in i.value for i in at.info)
     at = run_app({"model": "params-only", "params": "7B", "view": "rl"})
     assert any("architecture" in i.value for i in at.info)
+
+
+def test_the_link_carries_the_batching_and_the_band():
+    query = {**QUERY, "rl.packing": "no", "rl.logprob_micro_batch": "4", "rl.typical_response_length": "300",
+             "rl.typical_prompt_length": "100", "rl.logprobs": "verl-eager-entropy"}
+    at = run_app(query)
+    assert not at.exception and not warnings_shown(at)
+    report = core(query)
+    policy = next(m for m in report["models"] if m["role"] == "policy")
+    assert policy["scoring_pass"]["micro_batch"] == 4 and policy["scoring_pass"]["scoring_end"] == \
+        "verl, entropy (eager)"
+    assert report["verdict"]["band"]["typical"]["length_tokens"] == 400
+    text = " ".join(m.value for m in at.markdown)
+    assert report["verdict"]["decided_by"] in text and "With typical sequences (400 tokens)" in text
+    params = dict(at.query_params)
+    assert params["rl.packing"] == "no" and params["rl.logprob_micro_batch"] == "4"
