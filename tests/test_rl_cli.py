@@ -26,9 +26,11 @@ def run_json(capsys, *args):
 
 
 def test_the_policy_peak_is_todays_cli_for_the_same_flags(capsys):
-    # transformers' loss on padded micro-batches: the plan's policy is today's CLI with --seq-len prompt + response
+    # transformers' loss on padded micro-batches, verl's fp32 gradient reduction and its gradient accumulation
+    # across micro-batches turned off (the policy's own flags win): today's CLI with --seq-len prompt + response
     rl = run_json(capsys, *POLICY, "--prompt-length", "256", "--response-length", "768", "--stage", "2",
-                  "--packing", "no", "--logprobs", "huggingface")
+                  "--packing", "no", "--logprobs", "huggingface", "--reduce-dtype", "bf16", "--grad-lifetime",
+                  "backward")
     assert main([*POLICY, "--seq-len", "1024", "--json"]) == 0
     today = json.loads(capsys.readouterr().out)
     policy = next(m for m in rl["models"] if m["role"] == "policy")

@@ -55,7 +55,7 @@ DEFAULTS = MappingProxyType({
     "reference_shares_policy": False, "reward": None, "reward_dtype": "bf16", "reward_stage": None,
     "reward_offload": False, "critic": None, "critic_stage": None, "critic_param_offload": False,
     "critic_optimizer_offload": False, "typical_prompt_length": None, "packing": None, "logprobs": None,
-    "max_tokens": None, **{key: None for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS},
+    "max_tokens": None, "mini_batch": None, **{key: None for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS},
 })
 SETTING_KEYS = tuple(DEFAULTS) + ("rollout",)
 ROLLOUT_KEYS = tuple(f.name for f in fields(Rollout))
@@ -94,7 +94,7 @@ class _Passes:
         path = s["logprobs"] if s["logprobs"] is not None else framework.logprobs
         require_choice("logprobs", path, LOGPROB_CHOICES)
         self.path = LOGPROB_PATHS[path]
-        for key in ("max_tokens", "typical_prompt_length") + UPDATE_KEYS + \
+        for key in ("max_tokens", "typical_prompt_length", "mini_batch") + UPDATE_KEYS + \
                 tuple(k for keys in PASS_KEYS.values() for k in keys):
             if s[key] is not None:
                 require_int(key, s[key], 1, 10**9)
@@ -102,6 +102,10 @@ class _Passes:
             isinstance(s["prompts_per_step"], int) else 1
         self.longest = workload.seq_len
         self.micro_batch = workload.micro_batch
+        self.reduce_dtype = framework.reduce_dtype
+        # rollouts per optimizer step (verl ppo_mini_batch_size x n; default: the whole step in one update)
+        self.mini = s["group_size"] * s["mini_batch"] if s["mini_batch"] is not None and \
+            isinstance(s["group_size"], int) else self.sequences
 
     def batching(self, micro_batch, max_tokens) -> Batching:
         return Batching(micro_batch or self.micro_batch, self.packing, max_tokens)
@@ -113,11 +117,29 @@ class _Passes:
         return replace(model, workload=replace(model.workload, micro_batch=micro_batch, seq_len=seq_len),
                        batching=batching)
 
+    def accumulates(self, model: RLModel, batching: Batching) -> bool:
+        """More than one micro-batch per optimizer step on a GPU: the gradients live from step to step."""
+        per_gpu = -(-self.mini // model.scenario.workers)
+        if batching.max_tokens is not None:
+            return per_gpu * self.longest > batching.max_tokens
+        return per_gpu > batching.sequences
+
+    def trained(self, model: RLModel) -> RLModel:
+        """The framework's training rules on a trained model's update (the workload's own settings win)."""
+        w, changes = model.workload, {}
+        if self.path.update_loss != "auto" and w.loss == "auto" and w.implementation == "huggingface":
+            changes["loss"] = self.path.update_loss
+        if self.reduce_dtype and w.reduce_dtype is None:
+            changes["reduce_dtype"] = self.reduce_dtype
+        if self.rollout and w.grad_lifetime == "auto" and model.batching is not None and \
+                self.accumulates(model, model.batching):
+            changes["grad_lifetime"] = "step"
+        return replace(model, workload=replace(w, **changes)) if changes else model
+
     def apply(self, role: str, model: RLModel, trains: bool) -> RLModel:
         s, path = self.s, self.path
-        if trains and path.update_loss != "auto" and model.workload.loss == "auto" and \
-                model.workload.implementation == "huggingface":
-            model = replace(model, workload=replace(model.workload, loss=path.update_loss))
+        if not self.rollout and trains:
+            model = self.trained(model)
         scoring = path.policy_scoring if role == "policy" else path.other_scoring
         model = replace(model, scoring_end=scoring)
         if not self.rollout:                   # DPO, reward-model training: the micro-batch as given
@@ -131,7 +153,7 @@ class _Passes:
         own = self.batching(_or(s[micro_key], update_micro), _or(s[budget_key], update_budget))
         if not trains:                         # a frozen model has only its scoring pass
             return self.shaped(model, own)
-        model = self.shaped(model, self.batching(update_micro, update_budget))
+        model = self.trained(self.shaped(model, self.batching(update_micro, update_budget)))
         return replace(model, scoring_batching=own)
 
 

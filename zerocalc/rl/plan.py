@@ -64,6 +64,7 @@ class Framework(NamedTuple):
     reference_dtype: str = "bf16"    # the frozen reference's stored dtype
     reference_streams: bool = False  # the reference's shards in host memory, streamed in unit by unit
     batching_source: str = ""
+    reduce_dtype: Optional[str] = None   # the trained models' gradient reduction dtype (FSDP MixedPrecision)
 
 
 FRAMEWORKS = MappingProxyType({
@@ -82,7 +83,8 @@ FRAMEWORKS = MappingProxyType({
         "verl 0.9.1: trainer/config/model/hf_model.yaml use_remove_padding True; engine/fsdp/transformer_impl.py "
         "_build_fsdp_module (a forward-only engine, the reference, gets CPUOffload(offload_params=True) whatever "
         "its param_offload), _build_module (model_dtype fp32, FSDPEngineConfig); engine_workers.py init_model "
-        "(ref log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu as its micro-batches)"),
+        "(ref log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu as its micro-batches); "
+        "MixedPrecision(param_dtype bf16, reduce_dtype fp32, buffer_dtype fp32)", "fp32"),
     "trl": Framework(
         "TRL", (("policy", "reference", "reward", "critic"),), False, "module", 0, True,
         MappingProxyType({"gpu_memory_utilization": 0.3, "tp": 1, "max_num_batched_tokens": 4096, "sleep_level": 0}),

@@ -60,7 +60,9 @@ def engine_dict(plan: RLPlan, engine) -> dict:
 def update_flags(workload) -> list:
     """The flags of `python -m zerocalc` (beside the model's own) that reproduce this update's workload."""
     flags = ["--micro-batch", str(workload.micro_batch), "--seq-len", str(workload.seq_len)]
-    return flags + (["--loss", workload.loss] if workload.loss != "auto" else [])
+    flags += ["--loss", workload.loss] if workload.loss != "auto" else []
+    flags += ["--reduce-dtype", workload.reduce_dtype] if workload.reduce_dtype else []
+    return flags + (["--grad-lifetime", workload.grad_lifetime] if workload.grad_lifetime != "auto" else [])
 
 
 def pass_dict(view, scoring: bool) -> dict:

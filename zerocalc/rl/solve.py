@@ -33,10 +33,12 @@ def with_lengths(plan: RLPlan, response: int) -> RLPlan:
                          min(typical, response), **models))
 
 
-def _fits(plan: RLPlan) -> bool:
+def _fits(build) -> bool:
+    """Whether the plan build() makes fits; a plan its own rules refuse (context parallel divisibility, a token
+    budget below the longest sequence, ...) does not."""
     try:
-        return rl_phases(plan).fits
-    except FieldError:            # a length the layout or a model refuses (context parallel divisibility, ...)
+        return rl_phases(build()).fits
+    except FieldError:
         return False
 
 
@@ -51,7 +53,7 @@ def _largest(ok, lo: int, hi: int) -> Optional[int]:
 
 
 def max_response_length(plan: RLPlan) -> Optional[int]:
-    return _largest(lambda r: _fits(with_lengths(plan, r)), 1, MAX_RESPONSE)
+    return _largest(lambda r: _fits(lambda: with_lengths(plan, r)), 1, MAX_RESPONSE)
 
 
 def _per_engine(plan: RLPlan, group: int) -> int:

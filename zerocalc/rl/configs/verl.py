@@ -139,6 +139,8 @@ def read_verl(source) -> ImportedRL:
 def _batching(imp: ImportedRL, get) -> None:
     """Each pass's micro-batch and token budget, remove padding and the log-probability path (rl/batching.py,
     rl/logprobs.py), with verl 0.9.1's defaults (trainer/config/_generated_ppo_trainer.yaml)."""
+    mini = get(ACTOR + "ppo_mini_batch_size", 256)
+    imp.set("mini_batch", positive_int(ACTOR + "ppo_mini_batch_size", mini))
     padding = get("actor_rollout_ref.model.use_remove_padding")
     if padding is not None:
         imp.set("packing", flag("actor_rollout_ref.model.use_remove_padding", padding))
@@ -210,8 +212,6 @@ def _reason(key: str) -> str:
         return "the critic runs the policy's optimizer and recompute settings here"
     if "quantization" in key:
         return "a quantized rollout is not modelled: the engine's weights are counted in its dtype"
-    if key.endswith("ppo_mini_batch_size"):
-        return "a mini-batch groups micro-batches: no memory effect"
     if key.endswith("entropy_checkpointing"):
         return "checkpointing the entropy saves nothing in a no-grad pass, and the update computes none here"
     if key.endswith(("log_prob_micro_batch_size", "ppo_micro_batch_size")):
