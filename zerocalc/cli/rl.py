@@ -147,10 +147,10 @@ def settings_from_args(args) -> dict:
     return settings
 
 
-def run(argv, policy_inputs) -> str:
-    """policy_inputs(rest) -> (scenario, arch, workload, imported): today's flags, parsed by today's CLI."""
+def plan_of(argv, policy_inputs):
+    """(plan, imported config or None, parsed RL args) from the command line: policy_inputs(rest) -> (scenario,
+    arch, workload, imported) parses today's flags with today's CLI. Raises UsageError."""
     from ..rl.build import build_plan
-    from ..rl.report import rl_report
     from .rl_imports import imported_settings
     args, rest = build_parser().parse_known_args(argv)
     settings = settings_from_args(args)
@@ -166,7 +166,15 @@ def run(argv, policy_inputs) -> str:
     if workload is None:
         raise UsageError("the policy needs a model: give --model, --config or --hub (today's flags)")
     try:
-        plan = build_plan(scenario, workload, settings)
+        return build_plan(scenario, workload, settings), imported, args
+    except FieldError as exc:
+        raise UsageError(f"--{exc.field.replace('_', '-')}: got {exc.value!r}; allowed: {exc.allowed}") from None
+
+
+def run(argv, policy_inputs) -> str:
+    from ..rl.report import rl_report
+    plan, imported, args = plan_of(argv, policy_inputs)
+    try:
         report = rl_report(plan)
     except FieldError as exc:
         raise UsageError(f"--{exc.field.replace('_', '-')}: got {exc.value!r}; allowed: {exc.allowed}") from None
