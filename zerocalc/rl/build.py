@@ -69,6 +69,14 @@ def _arch_for(choice, policy_arch, field: str):
     raise FieldError(field, choice, "none, same (the policy's architecture) or a preset: " + ", ".join(MODEL_PRESETS))
 
 
+def _scored(arch):
+    """A critic's or reward model's architecture: the blocks with a one-output score head in place of the LM head
+    (verl 0.9.1 transformer_impl.py _build_module: a value model loads AutoModelForTokenClassification with
+    num_labels=1; openrlhf 0.11.2 models/model.py get_llm_for_sequence_regression: value_head Linear(h, 1); TRL's
+    reward models: AutoModelForSequenceClassification, num_labels=1). No vocabulary logits."""
+    return replace(arch, score_head=1, tied_embeddings=False)
+
+
 def _model(scenario, workload, arch, trains: bool, dtype=None, **flags) -> RLModel:
     changes = {"params": param_count(arch)}
     if not trains:
@@ -127,7 +135,8 @@ class _Passes:
     def trained(self, model: RLModel) -> RLModel:
         """The framework's training rules on a trained model's update (the workload's own settings win)."""
         w, changes = model.workload, {}
-        if self.path.update_loss != "auto" and w.loss == "auto" and w.implementation == "huggingface":
+        if self.path.update_loss != "auto" and w.loss == "auto" and w.implementation == "huggingface" and \
+                not w.arch.score_head:
             changes["loss"] = self.path.update_loss
         if self.reduce_dtype and w.reduce_dtype is None:
             changes["reduce_dtype"] = self.reduce_dtype
@@ -177,7 +186,8 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
     arch = workload.arch
     roles = {}
     trained_role = "reward" if s["algorithm"] == "reward-model" else "policy"
-    roles[trained_role] = _model(scenario, workload, arch, True, stage=stage,
+    roles[trained_role] = _model(scenario, workload, arch if trained_role == "policy" else _scored(arch), True,
+                                 stage=stage,
                                  param_offload=s["policy_param_offload"],
                                  optimizer_offload=s["policy_optimizer_offload"])
     if s["reference"] is not None and trained_role == "policy":
@@ -187,10 +197,11 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
                                     param_offload=s["reference_offload"], shares_policy=s["reference_shares_policy"],
                                     streams_params=framework.reference_streams and not s["reference_shares_policy"])
     if s["reward"] is not None and trained_role == "policy":
-        roles["reward"] = _model(scenario, workload, _arch_for(s["reward"], arch, "reward"), False, s["reward_dtype"],
+        roles["reward"] = _model(scenario, workload, _scored(_arch_for(s["reward"], arch, "reward")), False,
+                                 s["reward_dtype"],
                                  stage=_or(s["reward_stage"], stage), param_offload=s["reward_offload"])
     if s["critic"] is not None:
-        roles["critic"] = _model(scenario, workload, _arch_for(s["critic"], arch, "critic"), True,
+        roles["critic"] = _model(scenario, workload, _scored(_arch_for(s["critic"], arch, "critic")), True,
                                  stage=_or(s["critic_stage"], stage), param_offload=s["critic_param_offload"],
                                  optimizer_offload=s["critic_optimizer_offload"])
     roles = {role: passes.apply(role, m, role in algo.trains) for role, m in roles.items()}

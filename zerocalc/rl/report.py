@@ -60,6 +60,7 @@ def engine_dict(plan: RLPlan, engine) -> dict:
 def update_flags(workload) -> list:
     """The flags of `python -m zerocalc` (beside the model's own) that reproduce this update's workload."""
     flags = ["--micro-batch", str(workload.micro_batch), "--seq-len", str(workload.seq_len)]
+    flags += ["--score-head", str(workload.arch.score_head)] if workload.arch.score_head else []
     flags += ["--loss", workload.loss] if workload.loss != "auto" else []
     flags += ["--reduce-dtype", workload.reduce_dtype] if workload.reduce_dtype else []
     return flags + (["--grad-lifetime", workload.grad_lifetime] if workload.grad_lifetime != "auto" else [])
