@@ -26,8 +26,8 @@ LEGACY = {"colocate_all_models": "train.colocate_all", "vllm_enable_sleep": "vll
           "actor_num_gpus_per_node": "actor.num_gpus_per_node", "ref_reward_offload": "ref.offload",
           "param_dtype": "ds.param_dtype", "use_kl_loss": "algo.kl.use_loss", "packing_samples": "ds.packing_samples",
           "use_dynamic_batch": "train.dynamic_batch_enable", "train_max_tokens_per_gpu": "train.max_tokens_per_gpu",
-          "rollout_max_tokens_per_gpu": "rollout.max_tokens_per_gpu"}
-NO_EFFECT = ("save_path", "ckpt_path", "save_hf_ckpt", "train_batch_size", "max_epochs", "max_samples",
+          "rollout_max_tokens_per_gpu": "rollout.max_tokens_per_gpu", "train_batch_size": "train.batch_size"}
+NO_EFFECT = ("save_path", "ckpt_path", "save_hf_ckpt", "max_epochs", "max_samples",
              "actor_learning_rate", "critic_learning_rate", "prompt_data", "input_key", "apply_chat_template",
              "normalize_reward", "vllm_sync_backend", "gamma", "kl_estimator")
 
@@ -133,6 +133,10 @@ def _batching(imp: ImportedRL, get) -> None:
     scoring = positive_int("rollout.micro_batch_size", get("rollout.micro_batch_size", 1))
     for key in ("logprob_micro_batch", "reference_micro_batch", "reward_micro_batch", "critic_micro_batch"):
         imp.set(key, scoring)
+    # one optimizer step: train.batch_size samples (cli/train_ppo_ray.py "Global training batch size")
+    samples = positive_int("train.batch_size", get("train.batch_size", 128))
+    imp.set("mini_batch", max(1, samples // positive_int("rollout.n_samples_per_prompt",
+                                                         get("rollout.n_samples_per_prompt", 1))))
     dynamic = get("train.dynamic_batch_enable") is True
     imp.set("packing", dynamic or get("ds.packing_samples") is True)
     if dynamic:
