@@ -92,3 +92,35 @@ def test_openrlhf_packs_and_scores_in_rollout_micro_batches():
     assert s["packing"] is True and s["logprob_micro_batch"] == s["critic_micro_batch"] == 8
     dyn = read_openrlhf("--train.dynamic_batch_enable --train.max_tokens_per_gpu 20000").settings
     assert dyn["packing"] is True and dyn["max_tokens"] == 20000 and dyn["reference_max_tokens"] == 20000
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(sequences=st.integers(1, 256), typical=st.integers(1, 4096), extra=st.integers(0, 8192),
+       per_gpu=st.integers(1, 4096), budget=st.one_of(st.none(), st.integers(1, 1 << 20)), packed=st.booleans())
+def test_typical_never_exceeds_max_and_packing_never_exceeds_padding(sequences, typical, extra, per_gpu, budget,
+                                                                      packed):
+    longest = typical + extra
+    if budget is not None and budget < longest:
+        with pytest.raises(FieldError):
+            micro_batch_shape(Batching(sequences, packed, budget), typical, longest, per_gpu)
+        return
+    b = Batching(sequences, packed, budget)
+    low, high = (micro_batch_shape(b, n, longest, per_gpu) for n in (typical, longest))
+    assert low[0] * low[1] <= high[0] * high[1]
+    padded = micro_batch_shape(Batching(sequences, False, budget), longest, longest, per_gpu)
+    assert micro_batch_shape(Batching(sequences, True, budget), longest, longest, per_gpu)[1] <= \
+        padded[0] * padded[1] or budget is not None
+    if budget is not None:
+        assert high[0] * high[1] <= max(budget, longest)
+
+
+@pytest.mark.parametrize("typical", [("64", "32"), ("150", "300"), ("512", "1000")])
+def test_every_phase_at_the_typical_end_holds_at_most_the_max_ends(capsys, typical):
+    out = report(capsys, *VERL, "--model", "qwen2.5-0.5b", "--typical-prompt-length", typical[0],
+                 "--typical-response-length", typical[1])
+    top = {p["name"]: p["total_bytes"] for p in out["phases"]}
+    for p in out["typical_phases"]:
+        assert p["total_bytes"] <= top[p["name"]], p["name"]
