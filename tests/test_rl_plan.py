@@ -155,3 +155,18 @@ def test_the_trainers_allocated_figure_leaves_out_the_engine_contexts_and_reserv
     rollout = next(p for p in report["phases"] if p["name"] == "rollout")
     assert rollout["trainer_allocated_bytes"] == sum(v for k, v in rollout["parts"].items()
                                                      if k.startswith("policy "))
+
+
+def test_an_engine_inside_the_trainer_counts_in_its_allocated_figure():
+    """TRL's colocate mode runs vLLM in the trainer's process (external_launcher): its torch tensors are in that
+    process's max_memory_allocated; verl's and OpenRLHF's engines run in processes of their own."""
+    trl = rl_report(grpo(framework="trl"), answers=False)
+    rollout = next(p for p in trl["phases"] if p["name"] == "rollout")
+    engine = sum(v for k, v in rollout["parts"].items() if k in ("engine weights", "engine KV cache",
+                                                                 "engine activations", "engine CUDA graphs"))
+    policy = sum(v for k, v in rollout["parts"].items() if k.startswith("policy "))
+    assert engine and rollout["trainer_allocated_bytes"] == engine + policy
+    verl = rl_report(grpo(), answers=False)
+    rollout = next(p for p in verl["phases"] if p["name"] == "rollout")
+    assert rollout["trainer_allocated_bytes"] == sum(v for k, v in rollout["parts"].items()
+                                                     if k.startswith("policy "))

@@ -105,17 +105,27 @@ def model_dict(view, plan: RLPlan) -> dict:
     return out
 
 
-def trainer_tensors(parts: dict) -> int:
+ENGINE_TENSORS = ("engine weights", "engine KV cache", "engine activations", "engine CUDA graphs")
+
+
+def trainer_tensors(parts: dict, engine_inside: bool = False) -> int:
     """The training processes' live tensors in a phase: what their torch.cuda.max_memory_allocated() counts (verl
-    logs it as perf/max_memory_allocated_gb), without the engine, the CUDA contexts and the allocator's reserve."""
-    return sum(v for k, v in parts.items() if not k.startswith(("engine", "CUDA context"))
-               and "CUDA context" not in k and not k.endswith("allocator reserve"))
+    logs it as perf/max_memory_allocated_gb), without the CUDA contexts and the allocator's reserve; without the
+    engine when it runs in processes of its own (verl 0.9.1 vllm_async_server.py: distributed_executor_backend "mp";
+    OpenRLHF's Ray actors), with its torch tensors when it runs inside the trainer (TRL's colocate mode:
+    external_launcher; its weights, KV cache, activations and graph pools come from torch's caching allocator, the
+    sleep-mode CuMem pool included)."""
+    def counted(k: str) -> bool:
+        if k.startswith("engine"):
+            return engine_inside and k in ENGINE_TENSORS
+        return not k.startswith("CUDA context") and "CUDA context" not in k and not k.endswith("allocator reserve")
+    return sum(v for k, v in parts.items() if counted(k))
 
 
-def phase_dict(p) -> dict:
+def phase_dict(p, engine_inside: bool = False) -> dict:
     return {"name": p.name, "gpu": p.gpu, "parts": p.parts, "total_bytes": p.total, "capacity_bytes": p.capacity,
             "fits": p.fits, "headroom_bytes": p.capacity - p.total, "utilisation": p.total / p.capacity,
-            "trainer_allocated_bytes": trainer_tensors(p.parts), "about": p.about}
+            "trainer_allocated_bytes": trainer_tensors(p.parts, engine_inside), "about": p.about}
 
 
 def _classes(result: RLPhases) -> list:
@@ -160,6 +170,7 @@ def rl_report(plan: RLPlan, result: Optional[RLPhases] = None, answers: bool = T
     """The plan's report; `answers` adds the solvers (rl/solve.py: each builds and checks whole plans)."""
     band = rl_band(plan) if result is None else {result.end: result}
     result = band["max"] if result is None else result
+    inside = plan.placement == "colocated" and not plan.rules.engine_process      # TRL's colocate mode
     out = {"zerocalc_version": __version__, "algorithm": plan.algorithm, "algorithm_source": plan.algo.source,
            "framework": plan.framework, "framework_source": plan.rules.source, "placement": plan.placement,
            "rollout_gpus": plan.rollout_gpus, "training_gpus": plan.trainer.gpus,
@@ -169,7 +180,7 @@ def rl_report(plan: RLPlan, result: Optional[RLPhases] = None, answers: bool = T
            "group_size": plan.group_size, "prompts_per_step": plan.prompts_per_step,
            "gpu": plan.trainer.workload.gpu_label, "capacity_bytes": plan.trainer.workload.capacity_bytes,
            "verdict": verdict(result, band),
-           "phases": [phase_dict(p) for p in result.phases],
+           "phases": [phase_dict(p, inside) for p in result.phases],
            "models": [model_dict(v, plan) for v in result.views.values()]}
     if result.engine is not None:
         out["engine"] = engine_dict(plan, result.engine)
@@ -182,7 +193,7 @@ def rl_report(plan: RLPlan, result: Optional[RLPhases] = None, answers: bool = T
                           "per_node_bytes": (host + engine_host) * min(plan.trainer.scenario.gpus_per_node,
                                                                        plan.trainer.gpus)}
     if "typical" in band:
-        out["typical_phases"] = [phase_dict(p) for p in band["typical"].phases]
+        out["typical_phases"] = [phase_dict(p, inside) for p in band["typical"].phases]
     if answers:
         out["solve"] = solve_dict(plan)
     return out
