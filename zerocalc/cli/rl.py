@@ -33,7 +33,7 @@ PLAN_FLAGS = {"algorithm": "algorithm", "framework": "framework", "placement": "
               "reward_offload": "reward_offload", "critic": "critic", "critic_stage": "critic_stage",
               "critic_param_offload": "critic_param_offload", "critic_optimizer_offload": "critic_optimizer_offload",
               "typical_prompt_length": "typical_prompt_length", "packing": "packing", "logprobs": "logprobs",
-              "max_tokens": "max_tokens", "mini_batch": "mini_batch", **{key: key for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS}}
+              "max_tokens": "max_tokens", "mini_batch": "mini_batch", "fsdp_version": "fsdp_version", **{key: key for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS}}
 ROLLOUT_FLAGS = {"engine": "engine", "gpu_memory_utilization": "gpu_memory_utilization", "rollout_tp": "tp",
                  "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
                  "max_model_len": "max_model_len", "rollout_dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
@@ -75,6 +75,9 @@ def build_parser() -> _Parser:
                    "each scoring pass's end (default the framework's; huggingface: transformers' loss)")
     b.add_argument("--max-tokens", type=_count, help="dynamic batch size: the policy update's tokens per "
                    "micro-batch (verl use_dynamic_bsz with ppo_max_token_len_per_gpu); the other passes default to it")
+    b.add_argument("--fsdp-version", type=int, choices=(1, 2), help="the FSDP wrapping the models (verl "
+                   "actor.strategy fsdp: 1, verl's default; fsdp2: 2): FSDP1's weight sync loads offloaded shards back "
+                   "and exports full tensors in their stored dtype")
     b.add_argument("--mini-batch", type=_count, help="prompts per optimizer step (verl ppo_mini_batch_size); more "
                    "than one micro-batch per GPU in it keeps the gradients between micro-batches (default: the whole "
                    "step in one optimizer step)")

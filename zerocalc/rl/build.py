@@ -55,7 +55,7 @@ DEFAULTS = MappingProxyType({
     "reference_shares_policy": False, "reward": None, "reward_dtype": "bf16", "reward_stage": None,
     "reward_offload": False, "critic": None, "critic_stage": None, "critic_param_offload": False,
     "critic_optimizer_offload": False, "typical_prompt_length": None, "packing": None, "logprobs": None,
-    "max_tokens": None, "mini_batch": None, **{key: None for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS},
+    "max_tokens": None, "mini_batch": None, "fsdp_version": None, **{key: None for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS},
 })
 SETTING_KEYS = tuple(DEFAULTS) + ("rollout",)
 ROLLOUT_KEYS = tuple(f.name for f in fields(Rollout))
@@ -212,7 +212,8 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
     if bad:
         raise FieldError(f"rollout.{bad[0]}", rollout[bad[0]], "a rollout setting: " + ", ".join(ROLLOUT_KEYS))
     defaults = dict(framework.rollout_defaults)
-    return RLPlan(rollout=Rollout(**{**defaults, **rollout}), **{k: s[k] for k in PLAN_KEYS}, **roles)
+    return RLPlan(rollout=Rollout(**{**defaults, **rollout}), **{k: s[k] for k in PLAN_KEYS}, **roles,
+                  fsdp_version=_or(s["fsdp_version"], framework.fsdp_version))
 
 
 def _or(value, default):

@@ -92,8 +92,10 @@ def _sync_parts(plan: RLPlan, policy: ModelView) -> Dict[str, int]:
     """The buffers that exist only while the weights are copied (Framework.sync)."""
     rules, dtype, stage = plan.rules, plan.rollout.dtype, policy.model.stage
     if rules.sync == "bucket":
+        # FSDP1's sharded state dict exports each full tensor in its stored dtype (fp32 under verl's model_dtype)
+        staged = policy.model.scenario.param_dtype if plan.fsdp_version == 1 else dtype
         return {"weight-sync bucket": rules.sync_bucket_bytes,
-                "weight-sync tensor being staged": policy.largest_tensor_bytes(dtype)}
+                "weight-sync tensor being staged": policy.largest_tensor_bytes(staged)}
     if stage < 3:
         return {}
     if rules.sync == "module":
@@ -136,7 +138,7 @@ def rl_phases(plan: RLPlan, end: str = "max") -> RLPhases:
         sync = _sync_parts(plan, policy)
         if colocated:
             woken = engine.parts("weights" if level else "asleep", level)
-            loads = ("policy",) if plan.rules.sync_loads_params else ()
+            loads = ("policy",) if plan.rules.sync_loads_params or plan.fsdp_version == 1 else ()
             add("weight sync", train_gpu, {**woken, **_idle(views, loaded=loads), **sync,
                                            **_contexts(processes)},
                 f"the policy's weights copied into the woken engine ({plan.rules.name}: {plan.rules.sync} path)")
@@ -147,7 +149,7 @@ def rl_phases(plan: RLPlan, end: str = "max") -> RLPhases:
             add("weight sync", "rollout GPU", {**engine.parts("asleep", 0), **receive},
                 "the engine receives the new weights while awake (split engines do not sleep)")
             add("rollout", "rollout GPU", engine.parts("awake"), "the engine generates with its whole KV cache")
-            loads = ("policy",) if plan.rules.sync_loads_params else ()
+            loads = ("policy",) if plan.rules.sync_loads_params or plan.fsdp_version == 1 else ()
             add("weight sync", "training GPU", {**_idle(views, loaded=loads), **sync, **_contexts(processes)},
                 "the policy's weights sent to the rollout GPUs")
     for role in ("policy", "reference", "reward", "critic"):

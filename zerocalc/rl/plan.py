@@ -65,6 +65,7 @@ class Framework(NamedTuple):
     reference_streams: bool = False  # the reference's shards in host memory, streamed in unit by unit
     batching_source: str = ""
     reduce_dtype: Optional[str] = None   # the trained models' gradient reduction dtype (FSDP MixedPrecision)
+    fsdp_version: int = 2            # the FSDP the framework wraps its models in by default (the weight sync's path)
 
 
 FRAMEWORKS = MappingProxyType({
@@ -84,7 +85,9 @@ FRAMEWORKS = MappingProxyType({
         "_build_fsdp_module (a forward-only engine, the reference, gets CPUOffload(offload_params=True) whatever "
         "its param_offload), _build_module (model_dtype fp32, FSDPEngineConfig); engine_workers.py init_model "
         "(ref log_prob_micro_batch_size_per_gpu / log_prob_max_token_len_per_gpu as its micro-batches); "
-        "MixedPrecision(param_dtype bf16, reduce_dtype fp32, buffer_dtype fp32)", "fp32"),
+        "MixedPrecision(param_dtype bf16, reduce_dtype fp32, buffer_dtype fp32); actor strategy fsdp (FSDP1) by "
+        "default: get_per_tensor_param loads offloaded shards back (load_fsdp_model_to_gpu) and exports each "
+        "parameter's full tensor in its stored dtype (SHARDED_STATE_DICT, DTensor.full_tensor())", "fp32", 1),
     "trl": Framework(
         "TRL", (("policy", "reference", "reward", "critic"),), False, "module", 0, True,
         MappingProxyType({"gpu_memory_utilization": 0.3, "tp": 1, "max_num_batched_tokens": 4096, "sleep_level": 0}),
@@ -176,11 +179,13 @@ class RLPlan:
     placement: str = "colocated"
     rollout_gpus: int = 0                     # split: GPUs running the engines (beside the training GPUs)
     framework: str = "verl"
+    fsdp_version: int = 2                     # verl actor.strategy fsdp (1) or fsdp2 (2): the weight sync's path
 
     def __post_init__(self):
         require_choice("algorithm", self.algorithm, ALGORITHM_CHOICES)
         require_choice("placement", self.placement, PLACEMENTS)
         require_choice("framework", self.framework, FRAMEWORK_CHOICES)
+        require_choice("fsdp_version", self.fsdp_version, (1, 2))
         for name, (lo, hi) in PLAN_LIMITS.items():
             if getattr(self, name) is not None:
                 require_int(name, getattr(self, name), lo, hi)

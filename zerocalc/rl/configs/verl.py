@@ -89,6 +89,8 @@ def read_verl(source) -> ImportedRL:
     imp.policy["--gpus"] = str(gpus)
     strategy = get(ACTOR + "strategy", "fsdp")
     imp.policy["--convention"] = "megatron" if strategy == "megatron" else "fsdp2"
+    if strategy in ("fsdp", "fsdp2"):
+        imp.set("fsdp_version", 1 if strategy == "fsdp" else 2)
     if strategy == "megatron":
         imp.notes.append("actor strategy megatron: give its tp / pp with --tp / --pp (verl's megatron keys are not "
                          "read)")
