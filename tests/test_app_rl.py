@@ -70,7 +70,8 @@ def test_a_refused_plan_says_which_setting():
 
 def test_the_link_carries_the_batching_and_the_band():
     query = {**QUERY, "rl.packing": "no", "rl.logprob_micro_batch": "4", "rl.typical_response_length": "300",
-             "rl.typical_prompt_length": "100", "rl.logprobs": "verl-eager-entropy"}
+             "rl.typical_prompt_length": "100", "rl.logprobs": "verl-eager-entropy", "rl.mini_batch": "16",
+             "rl.fsdp_version": "1"}
     at = run_app(query)
     assert not at.exception and not warnings_shown(at)
     report = core(query)
@@ -82,3 +83,4 @@ def test_the_link_carries_the_batching_and_the_band():
     assert report["verdict"]["decided_by"] in text and "With typical sequences (400 tokens)" in text
     params = dict(at.query_params)
     assert params["rl.packing"] == "no" and params["rl.logprob_micro_batch"] == "4"
+    assert params["rl.mini_batch"] == "16" and params["rl.fsdp_version"] == "1"

@@ -59,6 +59,10 @@ RL_FIELDS = (
     _i("reference_micro_batch", 0, 0, 10**6, "Reference micro-batch", "0: the page's micro-batch"),
     _i("max_tokens", 0, 0, 10**9, "Dynamic batch: tokens per micro-batch", "verl use_dynamic_bsz with "
        "ppo_max_token_len_per_gpu (every pass); 0: off"),
+    _i("mini_batch", 0, 0, 10**7, "Prompts per optimizer step", "verl ppo_mini_batch_size: more than one "
+       "micro-batch per GPU keeps the gradients between micro-batches; 0: the whole step"),
+    RLField("fsdp_version", "choice", "default", ("default", "1", "2"), label="FSDP version (weight sync)",
+            help="verl actor.strategy fsdp (1, verl's default) or fsdp2 (2); default: the framework's"),
     _i("group_size", 8, 1, 10**5, "Responses per prompt (group size)"),
     _i("prompts_per_step", 64, 1, 10**7, "Prompts per step"),
     RLField("reference", "choice", "none", MODEL_CHOICES, label="Reference model",
@@ -146,9 +150,11 @@ def settings_of(values: dict, stage: int) -> dict:
         settings["packing"] = v["packing"] == "yes"
     if v["logprobs"] != "default":
         settings["logprobs"] = v["logprobs"]
-    for key in ("logprob_micro_batch", "reference_micro_batch", "max_tokens"):
+    for key in ("logprob_micro_batch", "reference_micro_batch", "max_tokens", "mini_batch"):
         if v[key]:
             settings[key] = v[key]
+    if v["fsdp_version"] != "default":
+        settings["fsdp_version"] = int(v["fsdp_version"])
     settings["policy_stage"] = stage
     settings["policy_param_offload"], settings["policy_optimizer_offload"] = v["param_offload"], v["optimizer_offload"]
     for role in ("reference", "reward", "critic"):
