@@ -80,7 +80,12 @@ def _scored(arch):
 def _model(scenario, workload, arch, trains: bool, dtype=None, **flags) -> RLModel:
     changes = {"params": param_count(arch)}
     if not trains:
+        # stored in `dtype`, computed in the policy's compute dtype (verl: model_dtype fp32 under MixedPrecision
+        # param_dtype bf16): a wider storage is cast when gathered
+        compute = scenario.comm_dtype or scenario.param_dtype
         changes["param_dtype"] = dtype
+        if dtype != compute:
+            changes["comm_dtype"] = compute
     w = replace(workload, arch=arch)
     if not trains:
         w = replace(w, finetune=FineTune(mode="freeze"), recompute="none", recompute_every=1,
