@@ -76,3 +76,21 @@ def test_the_timeline_is_valid_plotly_in_both_unit_systems():
     report = core(QUERY)
     for unit in ("GB", "GiB"):
         go.Figure(timeline(report, unit).to_dict())       # full validation: raises on any ill-typed property
+
+
+def test_the_link_carries_the_batching_and_the_band():
+    query = {**QUERY, "rl.packing": "no", "rl.logprob_micro_batch": "4", "rl.typical_response_length": "300",
+             "rl.typical_prompt_length": "100", "rl.logprobs": "verl-eager-entropy", "rl.mini_batch": "16",
+             "rl.fsdp_version": "1"}
+    at = run_app(query)
+    assert not at.exception and not warnings_shown(at)
+    report = core(query)
+    policy = next(m for m in report["models"] if m["role"] == "policy")
+    assert policy["scoring_pass"]["micro_batch"] == 4 and policy["scoring_pass"]["scoring_end"] == \
+        "verl, entropy (eager)"
+    assert report["verdict"]["band"]["typical"]["length_tokens"] == 400
+    text = " ".join(m.value for m in at.markdown)
+    assert report["verdict"]["decided_by"] in text and "With typical sequences (400 tokens)" in text
+    params = dict(at.query_params)
+    assert params["rl.packing"] == "no" and params["rl.logprob_micro_batch"] == "4"
+    assert params["rl.mini_batch"] == "16" and params["rl.fsdp_version"] == "1"

@@ -26,13 +26,36 @@ def run_json(capsys, *args):
 
 
 def test_the_policy_peak_is_todays_cli_for_the_same_flags(capsys):
-    rl = run_json(capsys, *POLICY, "--prompt-length", "256", "--response-length", "768", "--stage", "2")
+    # transformers' loss on padded micro-batches, verl's fp32 gradient reduction and its gradient accumulation
+    # across micro-batches turned off (the policy's own flags win): today's CLI with --seq-len prompt + response
+    rl = run_json(capsys, *POLICY, "--prompt-length", "256", "--response-length", "768", "--stage", "2",
+                  "--packing", "no", "--logprobs", "huggingface", "--reduce-dtype", "bf16", "--grad-lifetime",
+                  "backward")
     assert main([*POLICY, "--seq-len", "1024", "--json"]) == 0
     today = json.loads(capsys.readouterr().out)
     policy = next(m for m in rl["models"] if m["role"] == "policy")
     assert policy["training_peak"]["peak_bytes"] == today["peak"][2]["peak_bytes"]
     assert policy["training_peak"]["parts"] == today["peak"][2]["phases"][today["peak"][2]["peak_phase"]]
     assert policy["seq_len"] == 1024
+
+
+@pytest.mark.parametrize("framework", ["verl", "trl", "openrlhf"])
+def test_each_frameworks_update_is_todays_cli_with_the_flags_it_reports(capsys, framework):
+    """verl packs each micro-batch's real tokens (use_remove_padding) and takes log-probs with flash-attn's cross
+    entropy; TRL's fused head; OpenRLHF's fp32 logits: the update is today's report for the flags the plan prints."""
+    rl = run_json(capsys, *POLICY, "--prompt-length", "256", "--response-length", "768", "--stage", "2",
+                  "--framework", framework)
+    policy = next(m for m in rl["models"] if m["role"] == "policy")
+    flags = policy["update_pass"]["zerocalc_flags"]
+    assert flags[flags.index("--loss") + 1] == {"verl": "flash-ce", "trl": "trl-fused",
+                                                "openrlhf": "flash-ce-fp32"}[framework]
+    if framework == "verl":
+        assert flags[:4] == ["--micro-batch", "1", "--seq-len", "2048"]      # 2 sequences of 1,024, packed
+    assert main([*POLICY, *flags, "--json"]) == 0
+    today = json.loads(capsys.readouterr().out)
+    assert policy["training_peak"]["peak_bytes"] == today["peak"][2]["peak_bytes"]
+    assert policy["training_peak"]["parts"] == today["peak"][2]["phases"][today["peak"][2]["peak_phase"]]
+    assert policy["micro_batch"] == 2 and policy["seq_len"] == 1024
 
 
 def test_json_keys_and_framework_defaults(capsys):

@@ -30,17 +30,22 @@ def test_verl_grpo_example_is_the_plan_it_describes(capsys):
     assert imp.settings["algorithm"] == "grpo" and imp.settings["group_size"] == 5
     assert imp.settings["rollout"] == {"tp": 2, "gpu_memory_utilization": 0.6, "engine": "vllm"}
     assert (imp.settings["reference"], imp.settings["reference_offload"]) == ("same", True)
-    assert imp.policy == {"--gpus": "8", "--convention": "fsdp2", "--micro-batch": "40", "--recompute": "full"}
+    # Qwen2-7B has Qwen2.5-7B's shapes (config.json: 28 layers, 3584 hidden, 28 / 4 heads, 18944 ffn, 152064 vocab)
+    assert imp.policy == {"--gpus": "8", "--convention": "fsdp2", "--micro-batch": "40", "--recompute": "full",
+                          "--model": "qwen2.5-7b"}
+    # each pass's micro-batch and remove padding (verl 0.9.1 engine_workers.py: the rollout's and the ref's
+    # log_prob_micro_batch_size_per_gpu are their passes' micro-batches)
+    assert (imp.settings["packing"], imp.settings["logprob_micro_batch"], imp.settings["reference_micro_batch"]) == \
+        (True, 40, 40)
     ignored = {i["key"]: i["reason"] for i in imp.ignored}
     assert {"data.train_files", "trainer.logger", "actor_rollout_ref.actor.optim.lr"} <= set(ignored)
-    assert ignored["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"].startswith("scoring passes")
-    assert any("Qwen/Qwen2-7B-Instruct" in n and "no preset" in n for n in imp.notes)
-    # Qwen2-7B has Qwen2.5-7B's shapes (config.json: 28 layers, 3584 hidden, 28 / 4 heads, 18944 ffn, 152064 vocab)
-    imported = report(capsys, "--verl-config", str(FIX / "verl_run_qwen2-7b.sh"), "--model", "qwen2.5-7b")
+    assert any("Qwen/Qwen2-7B-Instruct" in n and "qwen2.5-7b preset" in n for n in imp.notes)
+    imported = report(capsys, "--verl-config", str(FIX / "verl_run_qwen2-7b.sh"))
     given = report(capsys, "--model", "qwen2.5-7b", "--gpus", "8", "--convention", "fsdp2", "--micro-batch", "40",
                    "--recompute", "full", "--prompt-length", "512", "--response-length", "1024", "--group-size", "5",
                    "--prompts-per-step", "1024", "--reference", "same", "--reference-offload", "--rollout-tp", "2",
-                   "--gpu-memory-utilization", "0.6", "--engine", "vllm")
+                   "--gpu-memory-utilization", "0.6", "--engine", "vllm", "--packing", "--logprob-micro-batch", "40",
+                   "--reference-micro-batch", "40")
     _same_plan(imported, given)
     assert imported["imported"]["format"] == "verl"
 
@@ -52,7 +57,8 @@ def test_verl_ppo_example_has_a_critic_and_lists_the_quantized_rollout():
     assert imp.settings["rollout"]["tp"] == 4 and imp.settings["rollout"]["gpu_memory_utilization"] == 0.4
     ignored = {i["key"]: i["reason"] for i in imp.ignored}
     assert "quantized rollout is not modelled" in ignored["actor_rollout_ref.rollout.quantization"]
-    assert ignored["critic.ppo_micro_batch_size_per_gpu"].startswith("the critic runs the policy's")
+    assert ignored["critic.optim.lr"].startswith("a loss or optimizer coefficient")
+    assert (imp.settings["critic_update_micro_batch"], imp.settings["logprob_micro_batch"]) == (32, 32)
 
 
 def test_explicit_flags_win_over_the_config(capsys):

@@ -155,3 +155,29 @@ def test_the_trainers_allocated_figure_leaves_out_the_engine_contexts_and_reserv
     rollout = next(p for p in report["phases"] if p["name"] == "rollout")
     assert rollout["trainer_allocated_bytes"] == sum(v for k, v in rollout["parts"].items()
                                                      if k.startswith("policy "))
+
+
+def test_an_engine_inside_the_trainer_counts_in_its_allocated_figure():
+    """TRL's colocate mode runs vLLM in the trainer's process (external_launcher): its torch tensors are in that
+    process's max_memory_allocated; verl's and OpenRLHF's engines run in processes of their own."""
+    trl = rl_report(grpo(framework="trl"), answers=False)
+    rollout = next(p for p in trl["phases"] if p["name"] == "rollout")
+    engine = sum(v for k, v in rollout["parts"].items() if k in ("engine weights", "engine KV cache",
+                                                                 "engine activations", "engine CUDA graphs"))
+    policy = sum(v for k, v in rollout["parts"].items() if k.startswith("policy "))
+    assert engine and rollout["trainer_allocated_bytes"] == engine + policy
+    verl = rl_report(grpo(), answers=False)
+    rollout = next(p for p in verl["phases"] if p["name"] == "rollout")
+    assert rollout["trainer_allocated_bytes"] == sum(v for k, v in rollout["parts"].items()
+                                                     if k.startswith("policy "))
+
+
+def test_verls_fsdp1_sync_loads_the_shards_and_exports_stored_tensors():
+    """verl 0.9.1's default actor strategy is fsdp (FSDP1): get_per_tensor_param loads offloaded shards back
+    (load_fsdp_model_to_gpu) and exports each parameter's full tensor in its stored dtype (fp32 here); FSDP2
+    stages one tensor at a time, cast to the engine's dtype (engine/fsdp/transformer_impl.py _skip_staging)."""
+    offloaded = model(param_offload=True, optimizer_offload=True)
+    two = {p.name: p for p in rl_phases(grpo(policy=offloaded)).phases}["weight sync"].parts
+    one = {p.name: p for p in rl_phases(grpo(policy=offloaded, fsdp_version=1)).phases}["weight sync"].parts
+    assert "policy parameters" not in two and one["policy parameters"] > 0
+    assert one["weight-sync tensor being staged"] == 2 * two["weight-sync tensor being staged"]

@@ -178,3 +178,30 @@ def test_megatron_workspaces_follow_the_rows_and_the_env():
         local = "--transformer-impl local" in notes[0]
         cc = GPU_CATALOG[argv[argv.index("--gpu") + 1]].compute_capability
         assert value == cublas + (0 if local else row_bytes(te, cc)), c["id"]
+
+
+@pytest.mark.parametrize("kind", list(vl.KINDS))
+def test_an_rl_case_reads_the_training_gpus_phases_like_with_like(kind):
+    """An RL run (`rl_argv`, `python -m zerocalc rl`) is read on the training processes' GPU class: the worst phase's
+    trainer_allocated_bytes (no engine, no CUDA context, no reserve), + the trainers' reserve, or the whole phase."""
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.cli.rl import plan_of
+    from zerocalc.rl.report import rl_report
+    argv = ["--verl-config", "tests/fixtures/rl/verl_run_qwen2-7b.sh", "--model", "qwen2.5-0.5b",
+            "--gpu", "H100-SXM-80GB"]
+    case = {"rl_argv": argv, "kind": kind, "measured_bytes": 10 * 2**30, "rl_phase": "worst"}
+    result = vl.evaluate(case)
+    plan, _, _ = plan_of([str(ROOT / argv[1]) if a == argv[1] else a for a in argv],
+                         lambda rest: _inputs(build_parser().parse_args(rest)))
+    phases = rl_report(plan, answers=False)["phases"]
+    figures = [vl.rl_figures(p)[kind] for p in phases]
+    assert result["zerocalc_bytes"] == max(figures) and result["rank"] == "every GPU"
+    phase = next(p for p in phases if p["name"] == result["phase"])
+    reserve = sum(v for k, v in phase["parts"].items() if k.endswith("allocator reserve"))
+    expected = {"max_memory_allocated": phase["trainer_allocated_bytes"],
+                "max_memory_reserved": phase["trainer_allocated_bytes"] + reserve,
+                "device": phase["total_bytes"]}[kind]
+    assert result["zerocalc_bytes"] == expected
+    assert result["error"] == pytest.approx(expected / (10 * 2**30) - 1)
+    named = vl.evaluate({**case, "rl_phase": "reference log-probs"})
+    assert named["phase"] == "reference log-probs"

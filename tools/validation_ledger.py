@@ -17,6 +17,13 @@ no figure here reads them). Its figure is compared like with like:
 
 Each is the largest over the phases of one rank class: the last pipeline stage where the source measured there
 (Megatron logs rank world_size - 1), else the busiest rank. The error is zerocalc / measured - 1, signed.
+
+An RL run (`rl_argv`: the arguments of `python -m zerocalc rl`) is read from the plan's phases on the training
+processes' GPU class, at one end of the band (`rl_end`: "max", every sequence at its longest, or "typical"), in the
+phase the case names or the worst one (`rl_phase`), like with like: max_memory_allocated is the phase's
+trainer_allocated_bytes (the training processes' live tensors: no engine, no CUDA context, no reserve; verl logs
+the actor process's torch.cuda.max_memory_allocated as perf/max_memory_allocated_gb), max_memory_reserved adds the
+trainers' allocator reserve, a device reading is the phase's whole total.
 Nothing here is hand-edited: the documents are what this file computes from the cases and zerocalc today.
 """
 
@@ -49,6 +56,7 @@ SOURCE_TITLES = {
     "huggingface": "Hugging Face transformers docs",
     "peft": "Hugging Face PEFT docs (accelerate guides)",
     "answerai-fsdp-qlora": "Answer.AI fsdp_qlora benchmarks (FSDP + LoRA/QLoRA, 2 x RTX 3090)",
+    "rl-runs": "RL post-training runs (verl, TRL, OpenRLHF; `python -m zerocalc rl`)",
 }
 
 
@@ -132,8 +140,43 @@ def band_error(low: int, high: int, measured: int) -> float:
     return error_to(low if measured < low else high, measured)
 
 
+def rl_phases(argv: list, end: str) -> tuple:
+    """(the RL report's phases at one end of the band, the training GPU class) for `python -m zerocalc rl` argv."""
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.cli.rl import plan_of
+    from zerocalc.rl.report import rl_report
+    plan, _imported, _args = plan_of(_resolve(argv), lambda rest: _inputs(build_parser().parse_args(rest)))
+    report = rl_report(plan, answers=False)
+    phases = report["phases"] if end == "max" else report.get("typical_phases", report["phases"])
+    return phases, "every GPU" if report["placement"] == "colocated" else "training GPU"
+
+
+def rl_figures(phase: dict) -> dict:
+    tensors = phase["trainer_allocated_bytes"]
+    reserve = sum(v for k, v in phase["parts"].items() if k.endswith(RESERVE) and not k.startswith("engine"))
+    return {"max_memory_allocated": tensors, "max_memory_reserved": tensors + reserve, "device": phase["total_bytes"]}
+
+
+def evaluate_rl(case: dict) -> dict:
+    phases, gpu = rl_phases(case["rl_argv"], case.get("rl_end", "max"))
+    kind, measured = case["kind"], case["measured_bytes"]
+    mine = [p for p in phases if p["gpu"] == gpu]
+    if case.get("rl_phase", "worst") == "worst":
+        phase = max(mine, key=lambda p: (rl_figures(p)[kind], p["name"]))
+    else:
+        phase = next(p for p in mine if p["name"] == case["rl_phase"])
+    figure = rl_figures(phase)[kind]
+    out = {"expressed": True, "rank": gpu, "rank_rule": f"{case.get('rl_end', 'max')} end of the band",
+           "phase": phase["name"], "zerocalc_bytes": figure, "parts": dict(phase["parts"]),
+           "point_error": error_to(figure, measured)}
+    out["error"] = out["point_error"]
+    return out
+
+
 def evaluate(case: dict) -> dict:
     """A case's result: zerocalc's figure like with like, the rank read, and the signed error."""
+    if "rl_argv" in case:
+        return evaluate_rl(case)
     if "argv" not in case:
         return {"expressed": False}
     scenario, workload, report = zerocalc_report(case["argv"])
@@ -222,6 +265,10 @@ def command(argv: list) -> str:
     return "`python -m zerocalc " + " ".join(argv) + "`"
 
 
+def case_command(r: dict) -> str:
+    return command(r["argv"]) if "argv" in r else command(["rl", *r["rl_argv"]])
+
+
 def summary_lines(s: dict) -> list:
     return [(f"- **{s['expressed']} of {s['cases']} cases expressed**; median error {pct(s['median_error'])}, "
             f"worst {pct(s['worst_error'])} ({s['worst_case'] or 'none'}), within 10%: "
@@ -278,7 +325,7 @@ def render_md(doc: dict) -> str:
                          f"{res['phase']} | {pct(res['error'])}{point} |")
         lines += ["", "Commands and assumptions:", ""]
         for r in mine:
-            lines.append(f"- **{r['id']}** ({cell(r['gpu'])}): {command(r['argv'])}, ZeRO stage {r['stage']}, "
+            lines.append(f"- **{r['id']}** ({cell(r['gpu'])}): {case_command(r)}, ZeRO stage {r['stage']}, "
                          f"read on the {r['result']['rank_rule']}. Quoted (verbatim): {cell(r['quoted'])}")
             res = r["result"]
             parts = ", ".join(f"{k} {gib(v)}" for k, v in res["parts"].items())

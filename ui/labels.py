@@ -168,7 +168,9 @@ HELP = {
             "output (the upcast and gradients one chunk at a time), Liger's fused linear cross entropy or "
             "cut-cross-entropy (nothing vocabulary-sized saved), torchtitan's chunked loss (head and loss "
             "backward inside forward), a compiled loss (the bf16 logits saved, no fp32 copy), or one over fp32 "
-            "logits (torchtune upcasts in the model).",
+            "logits (torchtune upcasts in the model); RL log-probs: flash-attn's cross entropy with its in-place "
+            "backward (verl: the logits only), over fp32 logits (OpenRLHF), TRL's fused head (tiles, no logits) "
+            "or row-by-row fp32 log-softmax (verl without flash-attn).",
     "activation_offload": "torchtune's activation offloading (with every block checkpointed): the blocks' "
                           "inputs go to pinned host memory, two stay on the GPU; the host memory per rank is in "
                           "Peak and step.",

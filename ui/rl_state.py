@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.rl.engines import ENGINE_CHOICES, KV_DTYPES
+from zerocalc.rl.logprobs import LOGPROB_CHOICES
 from zerocalc.rl.plan import ALGORITHM_CHOICES, FRAMEWORK_CHOICES, PLACEMENTS
 
 RL_PREFIX = "rl."
@@ -47,6 +48,21 @@ RL_FIELDS = (
     _i("prompt_length", 512, 1, 10**7, "Prompt tokens"),
     _i("response_length", 1024, 1, 10**7, "Response tokens (max)"),
     _i("typical_response_length", 0, 0, 10**7, "Typical response tokens", "0: as the longest"),
+    _i("typical_prompt_length", 0, 0, 10**7, "Typical prompt tokens", "0: as the longest"),
+    RLField("packing", "choice", "default", ("default", "yes", "no"), label="Pack micro-batches (remove padding)",
+            help="yes: each micro-batch is its sequences' real tokens in one row (verl use_remove_padding, OpenRLHF "
+                 "--packing_samples); no: padded to the longest; default: the framework's"),
+    RLField("logprobs", "choice", "default", ("default",) + LOGPROB_CHOICES, label="Log-probability path",
+            help="What the updates' loss and the scoring passes hold at the logits; default: the framework's"),
+    _i("logprob_micro_batch", 0, 0, 10**6, "Policy log-prob micro-batch", "Sequences per micro-batch of the policy's "
+       "own log-probs (verl rollout.log_prob_micro_batch_size_per_gpu); 0: the page's micro-batch"),
+    _i("reference_micro_batch", 0, 0, 10**6, "Reference micro-batch", "0: the page's micro-batch"),
+    _i("max_tokens", 0, 0, 10**9, "Dynamic batch: tokens per micro-batch", "verl use_dynamic_bsz with "
+       "ppo_max_token_len_per_gpu (every pass); 0: off"),
+    _i("mini_batch", 0, 0, 10**7, "Prompts per optimizer step", "verl ppo_mini_batch_size: more than one "
+       "micro-batch per GPU keeps the gradients between micro-batches; 0: the whole step"),
+    RLField("fsdp_version", "choice", "default", ("default", "1", "2"), label="FSDP version (weight sync)",
+            help="verl actor.strategy fsdp (1, verl's default) or fsdp2 (2); default: the framework's"),
     _i("group_size", 8, 1, 10**5, "Responses per prompt (group size)"),
     _i("prompts_per_step", 64, 1, 10**7, "Prompts per step"),
     RLField("reference", "choice", "none", MODEL_CHOICES, label="Reference model",
@@ -129,6 +145,16 @@ def settings_of(values: dict, stage: int) -> dict:
     settings = {k: v[k] for k in ("algorithm", "framework", "placement", "rollout_gpus", "prompt_length",
                                   "response_length", "group_size", "prompts_per_step")}
     settings["typical_response_length"] = v["typical_response_length"] or None
+    settings["typical_prompt_length"] = v["typical_prompt_length"] or None
+    if v["packing"] != "default":
+        settings["packing"] = v["packing"] == "yes"
+    if v["logprobs"] != "default":
+        settings["logprobs"] = v["logprobs"]
+    for key in ("logprob_micro_batch", "reference_micro_batch", "max_tokens", "mini_batch"):
+        if v[key]:
+            settings[key] = v[key]
+    if v["fsdp_version"] != "default":
+        settings["fsdp_version"] = int(v["fsdp_version"])
     settings["policy_stage"] = stage
     settings["policy_param_offload"], settings["policy_optimizer_offload"] = v["param_offload"], v["optimizer_offload"]
     for role in ("reference", "reward", "critic"):

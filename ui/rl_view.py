@@ -126,6 +126,12 @@ def panel(resolved, unit: str) -> None:
         col.metric(f"{c['gpu']}: worst phase, {c['worst_phase']}", format_bytes(c["peak_bytes"], unit),
                    f"{format_bytes(c['headroom_bytes'], unit)} headroom" if c["fits"] else
                    f"{format_bytes(-c['headroom_bytes'], unit)} over", delta_color="normal" if c["fits"] else "inverse")
+    st.markdown(f"**Decided by:** {report['verdict']['decided_by']}")
+    typical = report["verdict"]["band"].get("typical")
+    if typical is not None:
+        st.markdown("With typical sequences (" + f"{typical['length_tokens']:,} tokens): " + "; ".join(
+            f"{c['gpu']}: {c['worst_phase']}, {format_bytes(c['peak_bytes'], unit)}"
+            f" ({'fits' if c['fits'] else 'does not fit'})" for c in typical["gpu_classes"]))
     chart(timeline(report, unit), "fig_rl_timeline")
     table_with_csv(_phase_table(report, unit), "rl_phases", None)
     if "engine" in report:

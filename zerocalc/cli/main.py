@@ -90,6 +90,8 @@ def _model_flags(p):
     for flag in ("--layers", "--hidden", "--heads", "--kv-heads", "--ffn", "--vocab"):
         m.add_argument(flag, type=_count, help="architecture field (overrides the preset's)")
     m.add_argument("--tied-embeddings", nargs="?", const="yes", choices=("yes", "no"))
+    m.add_argument("--score-head", type=int, metavar="N", help="a score head of N outputs in place of the LM head "
+                   "(1: a PPO critic's value head or a reward model's; default 0: the LM head)")
     m.add_argument("--micro-batch", type=_count)
     m.add_argument("--seq-len", type=_count, help="sequence length (default 2048)")
     m.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")

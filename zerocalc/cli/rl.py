@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
-from ..rl.build import DEFAULTS
+from ..rl.build import DEFAULTS, PASS_KEYS, UPDATE_KEYS
+from ..rl.logprobs import LOGPROB_CHOICES
 from ..rl.engines import ENGINE_CHOICES, KV_DTYPES, SLEEP_LEVELS, WEIGHT_DTYPES
 from ..rl.plan import ALGORITHM_CHOICES, FRAMEWORK_CHOICES, PLACEMENTS
 from ..scenario import FieldError
@@ -30,7 +31,9 @@ PLAN_FLAGS = {"algorithm": "algorithm", "framework": "framework", "placement": "
               "reference_offload": "reference_offload", "reference_lora": "reference_shares_policy",
               "reward_model": "reward", "reward_dtype": "reward_dtype", "reward_stage": "reward_stage",
               "reward_offload": "reward_offload", "critic": "critic", "critic_stage": "critic_stage",
-              "critic_param_offload": "critic_param_offload", "critic_optimizer_offload": "critic_optimizer_offload"}
+              "critic_param_offload": "critic_param_offload", "critic_optimizer_offload": "critic_optimizer_offload",
+              "typical_prompt_length": "typical_prompt_length", "packing": "packing", "logprobs": "logprobs",
+              "max_tokens": "max_tokens", "mini_batch": "mini_batch", "fsdp_version": "fsdp_version", **{key: key for keys in PASS_KEYS.values() for key in keys + UPDATE_KEYS}}
 ROLLOUT_FLAGS = {"engine": "engine", "gpu_memory_utilization": "gpu_memory_utilization", "rollout_tp": "tp",
                  "max_num_seqs": "max_num_seqs", "max_num_batched_tokens": "max_num_batched_tokens",
                  "max_model_len": "max_model_len", "rollout_dtype": "dtype", "kv_cache_dtype": "kv_cache_dtype",
@@ -39,7 +42,7 @@ ROLLOUT_FLAGS = {"engine": "engine", "gpu_memory_utilization": "gpu_memory_utili
                  "engine_non_torch_bytes": "non_torch_bytes", "cudagraph_bytes": "cudagraph_bytes",
                  "engine_context_bytes": "context_bytes"}
 BOOLEANS = ("param_offload", "optimizer_offload", "reference_offload", "reference_lora", "reward_offload",
-            "critic_param_offload", "critic_optimizer_offload", "cuda_graphs")
+            "critic_param_offload", "critic_optimizer_offload", "cuda_graphs", "packing")
 
 
 def _fraction(text: str) -> float:
@@ -62,9 +65,29 @@ def build_parser() -> _Parser:
                    f"(default {DEFAULTS['framework']})")
     p.add_argument("--placement", choices=PLACEMENTS, help="colocated (every model and the engine on every GPU; "
                    "default) or split (the engines on --rollout-gpus of their own)")
-    for flag in ("rollout-gpus", "prompt-length", "response-length", "typical-response-length", "group-size",
-                 "prompts-per-step"):
+    for flag in ("rollout-gpus", "prompt-length", "response-length", "typical-response-length",
+                 "typical-prompt-length", "group-size", "prompts-per-step"):
         p.add_argument(f"--{flag}", type=_count)
+    b = p.add_argument_group("micro-batches and log-probabilities (default: the framework's)")
+    b.add_argument("--packing", nargs="?", const="yes", choices=("yes", "no"), help="pack each micro-batch's real "
+                   "tokens into one row (verl use_remove_padding, default yes; OpenRLHF --packing_samples)")
+    b.add_argument("--logprobs", choices=LOGPROB_CHOICES, help="the log-probability path: the updates' loss and "
+                   "each scoring pass's end (default the framework's; huggingface: transformers' loss)")
+    b.add_argument("--max-tokens", type=_count, help="dynamic batch size: the policy update's tokens per "
+                   "micro-batch (verl use_dynamic_bsz with ppo_max_token_len_per_gpu); the other passes default to it")
+    b.add_argument("--fsdp-version", type=int, choices=(1, 2), help="the FSDP wrapping the models (verl "
+                   "actor.strategy fsdp: 1, verl's default; fsdp2: 2): FSDP1's weight sync loads offloaded shards back "
+                   "and exports full tensors in their stored dtype")
+    b.add_argument("--mini-batch", type=_count, help="prompts per optimizer step (verl ppo_mini_batch_size); more "
+                   "than one micro-batch per GPU in it keeps the gradients between micro-batches (default: the whole "
+                   "step in one optimizer step)")
+    for role, (micro, budget) in list(PASS_KEYS.items()) + [("critic update", UPDATE_KEYS)]:
+        who = {"policy": "the policy's own log-probs", "critic": "the critic's values",
+               "critic update": "the critic's update"}.get(role, f"the {role}'s pass")
+        b.add_argument(f"--{micro.replace('_', '-')}", type=_count, help=f"sequences per micro-batch of {who} "
+                       "(default --micro-batch)")
+        b.add_argument(f"--{budget.replace('_', '-')}", type=_count, help=f"dynamic batch size: tokens per "
+                       f"micro-batch of {who}")
     p.add_argument("--stage", type=int, choices=range(4), metavar="{0,1,2,3}", help="the policy's ZeRO / FSDP "
                    "stage (default 3)")
     for flag, about in (("param-offload", "the policy's parameters in host memory between its phases"),
@@ -127,10 +150,10 @@ def settings_from_args(args) -> dict:
     return settings
 
 
-def run(argv, policy_inputs) -> str:
-    """policy_inputs(rest) -> (scenario, arch, workload, imported): today's flags, parsed by today's CLI."""
+def plan_of(argv, policy_inputs):
+    """(plan, imported config or None, parsed RL args) from the command line: policy_inputs(rest) -> (scenario,
+    arch, workload, imported) parses today's flags with today's CLI. Raises UsageError."""
     from ..rl.build import build_plan
-    from ..rl.report import rl_report
     from .rl_imports import imported_settings
     args, rest = build_parser().parse_known_args(argv)
     settings = settings_from_args(args)
@@ -146,7 +169,15 @@ def run(argv, policy_inputs) -> str:
     if workload is None:
         raise UsageError("the policy needs a model: give --model, --config or --hub (today's flags)")
     try:
-        plan = build_plan(scenario, workload, settings)
+        return build_plan(scenario, workload, settings), imported, args
+    except FieldError as exc:
+        raise UsageError(f"--{exc.field.replace('_', '-')}: got {exc.value!r}; allowed: {exc.allowed}") from None
+
+
+def run(argv, policy_inputs) -> str:
+    from ..rl.report import rl_report
+    plan, imported, args = plan_of(argv, policy_inputs)
+    try:
         report = rl_report(plan)
     except FieldError as exc:
         raise UsageError(f"--{exc.field.replace('_', '-')}: got {exc.value!r}; allowed: {exc.allowed}") from None

@@ -69,11 +69,18 @@ def rl_text(report: dict, units: str = "decimal") -> str:
              f"Models: {models}",
              f"Sequences: {report['prompt_length']:,} prompt + {report['response_length']:,} response tokens; "
              f"{report['prompts_per_step']:,} prompts x {report['group_size']} responses per step"]
+    if report["typical_prompt_length"] + report["typical_response_length"] != \
+            report["prompt_length"] + report["response_length"]:
+        lines.append(f"Typical sequences: {report['typical_prompt_length']:,} prompt + "
+                     f"{report['typical_response_length']:,} response tokens")
     for m in report["models"]:
+        s = m["scoring_pass"]
+        lines.append(f"  {m['name']}'s forward pass: {s['batching']}; loss end {s['loss_end']}")
         if m["trains"]:
-            t = m["training_peak"]
+            t, u = m["training_peak"], m["update_pass"]
             lines.append(f"  {m['name']} training step (today's report, stage {t['stage']}): "
-                         f"{_b(t['peak_bytes'], units)} at {t['peak_phase']}")
+                         f"{_b(t['peak_bytes'], units)} at {t['peak_phase']}; {u['batching']}; as "
+                         f"`python -m zerocalc {' '.join(u['zerocalc_flags'])}`")
     if "engine" in report:
         lines += [""] + _engine_lines(report, units)
     lines += ["", f"{'phase':22}  {'GPU':12}  {'peak':>11}  {'capacity':>11}  {'headroom':>11}  {'used':>7}  fits"]
@@ -83,12 +90,19 @@ def rl_text(report: dict, units: str = "decimal") -> str:
                      f"{percent_text(p['total_bytes'], p['capacity_bytes']):>7}  {'yes' if p['fits'] else 'NO'}")
     v = report["verdict"]
     lines.append("")
+    typical = v["band"].get("typical")
+    if typical is not None:
+        for c in typical["gpu_classes"]:
+            lines.append(f"With typical sequences ({typical['length_tokens']:,} tokens) on {c['gpu']}: "
+                         f"{c['worst_phase']}, {_b(c['peak_bytes'], units)}: {'fits' if c['fits'] else 'DOES NOT FIT'}")
     for c in v["gpu_classes"]:
         worst = next(p for p in report["phases"] if p["gpu"] == c["gpu"] and p["name"] == c["worst_phase"])
         lines.append(f"Worst phase on {c['gpu']}: {c['worst_phase']}, {_b(c['peak_bytes'], units)} of "
-                     f"{_b(c['capacity_bytes'], units)}: {'fits' if c['fits'] else 'DOES NOT FIT'}")
+                     f"{_b(c['capacity_bytes'], units)}: {'fits' if c['fits'] else 'DOES NOT FIT'}"
+                     + (" (every sequence at its longest)" if typical is not None else ""))
         for name, nbytes in sorted(worst["parts"].items(), key=lambda kv: -kv[1]):
             lines.append(f"  {name:50} {_b(nbytes, units):>11}")
+    lines.append(f"Decided by: {v['decided_by']}")
     host = report["host_memory"]
     if host["per_gpu_bytes"]:
         lines.append(f"Host memory: {_b(host['per_gpu_bytes'], units)} per GPU (offloaded states "

@@ -67,6 +67,8 @@ def architecture_from_args(args):
     changes = dict(shape)                      # preset or config fields the flags override
     if args.tied_embeddings is not None:
         changes["tied_embeddings"] = args.tied_embeddings == "yes"
+    if getattr(args, "score_head", None):          # a score head is its own Linear(h, n): never tied
+        changes.update(score_head=args.score_head, tied_embeddings=False)
     if args.dropout is not None:
         changes.update(attn_dropout=args.dropout, resid_dropout=args.dropout, embd_dropout=args.dropout)
     mtp = getattr(args, "mtp_layers", None)

@@ -31,7 +31,7 @@ MOE_LIMITS = {"q_lora_rank": (0, 10**6), "kv_lora_rank": (0, 10**6), "qk_nope_di
               "experts_per_token": (0, 100_000), "expert_ffn": (0, 10**7), "shared_expert_ffn": (0, 10**8),
               "first_dense_layers": (0, 10_000), "moe_step": (1, 10_000),
               "sliding_window": (0, 10**8), "sliding_pattern": (1, 10_000), "mtp_layers": (0, 16),
-              "mtp_declared": (0, 16)}
+              "mtp_declared": (0, 16), "score_head": (0, 10**6)}
 # Activation functions as Hugging Face names them (config "activation_function" / "hidden_act") -> tensors of the FFN width its autograd formula saves (its output, when that is what it saves,
 # is the fc2 input or the gate product's operand anyway and counted there).
 # gelu_new (HF NewGELUActivation, 0.5x(1 + tanh(...))) saves x, tanh(.), 0.5x and 1 + tanh(.); gelu,
@@ -104,6 +104,10 @@ class Architecture:
     # config declares (num_nextn_predict_layers: the checkpoint's, counted in no number)
     mtp_layers: int = 0
     mtp_declared: int = 0
+    # A score head in place of the language-model head: its outputs (1: a PPO critic's value head or a reward
+    # model's, AutoModelForTokenClassification / AutoModelForSequenceClassification with num_labels=1, OpenRLHF's
+    # value_head Linear(h, 1)); 0: the LM head over the vocabulary. Its logits are T x score_head.
+    score_head: int = 0
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -125,6 +129,8 @@ class Architecture:
                 raise FieldError(f, v, "a number from 0 (off) to 1,000,000")
         for f, (lo, hi) in MOE_LIMITS.items():
             require_int(f, getattr(self, f), lo, hi)
+        if self.score_head and self.tied_embeddings:
+            raise FieldError("tied_embeddings", True, "false with a score head (the head is its own Linear(h, n))")
         if self.kv_lora_rank and not (self.qk_nope_dim + self.qk_rope_dim and self.v_head_dim):
             raise FieldError("v_head_dim", self.v_head_dim, "set with qk_nope_dim / qk_rope_dim for latent attention")
         if self.experts:

@@ -158,7 +158,11 @@ def tensors(a: "Architecture") -> Tuple[ParamTensor, ...]:
         rows.append(ParamTensor("embed_positions.weight", "embed_positions", (a.seq_len, h), "position",
                                 "replicated", "first"))
     rows += _norm("final_norm", h, a, "last")
-    rows.append(ParamTensor("lm_head.weight", "lm_head", (a.vocab, h), "head", "vocab", "last", a.tied_embeddings))
+    if a.score_head:             # a critic's or reward model's score head: Linear(h, n), replicated
+        rows.append(ParamTensor("score.weight", "score", (a.score_head, h), "head", "replicated", "last"))
+    else:
+        rows.append(ParamTensor("lm_head.weight", "lm_head", (a.vocab, h), "head", "vocab", "last",
+                                a.tied_embeddings))
     return tuple(rows) + (_mtp(a, rows) if a.mtp_layers else ())
 
 

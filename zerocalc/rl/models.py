@@ -14,18 +14,26 @@ Rules, each applied by one function below:
   (verl dp_actor.py compute_log_prob, TRL _get_per_token_logps). Measured on the CPU with transformers' Llama
   (tests/measure/nograd_scoring.py): the loss end exactly, a block within 10 % above;
 - a reference that shares the policy's LoRA base holds nothing of its own (verl ref_in_actor, TRL's
-  disable_adapter context): its pass reuses the policy's weights.
+  disable_adapter context): its pass reuses the policy's weights;
+- a framework's own log-probability path replaces that loss end (RLModel.scoring_end, rl/logprobs.py), and a model
+  whose parameters stream from host memory (RLModel.streams_params: verl's forward-only FSDP1 CPUOffload) holds
+  only the units being gathered;
+- each pass has its own micro-batch (rl/batching.py): the scoring pass runs today's report for its own workload.
 """
 
 from __future__ import annotations
 
-from typing import Dict, NamedTuple
+from dataclasses import replace
+from typing import Dict, NamedTuple, Optional
 
 from ..model.inventory import tensors
 from ..parallel.ranks import LayoutReport, layout_report
 from ..step.allocator import reserve_bytes
 from ..step.peak import StagePeak
+from ..step.workload import Workload
 from ..tables import DTYPE_BITS, bytes_of
+from .batching import micro_batch_shape
+from .logprobs import scoring_end_bytes, scoring_formula
 from .plan import ROLE_NAMES, RLModel
 
 FORWARD_KEEPS = frozenset({"library workspaces", "logits and loss", "gathered parameters", "dequantized 4-bit weight",
@@ -40,6 +48,7 @@ class ModelView(NamedTuple):
     trains: bool
     gpu_by_category: Dict[str, int]      # the model states on the GPU at its stage, by category
     host_bytes: int                      # its states moved to host memory between phases (offload flags)
+    scoring_report: Optional[LayoutReport] = None    # its forward-only pass's own report (None: `report`)
 
     @property
     def name(self) -> str:
@@ -54,12 +63,16 @@ class ModelView(NamedTuple):
     def context_bytes(self) -> int:
         return self.report.workload.cuda_context_bytes
 
+    @property
+    def scored(self) -> LayoutReport:
+        return self.scoring_report if self.scoring_report is not None else self.report
+
     def idle(self, loaded: bool = False) -> Dict[str, int]:
         """On the GPU between its phases (or, `loaded`, with its parameters brought back for a pass or a sync)."""
         if self.model.shares_policy:
             return {}
         m, out = self.model, {}
-        if loaded or not m.param_offload:
+        if (loaded and not m.streams_params) or not (m.param_offload or m.streams_params):
             out[f"{self.name} parameters"] = self.gpu_by_category.get("parameters", 0)
         if self.trains and not m.optimizer_offload:
             out[f"{self.name} optimizer state"] = self.gpu_by_category.get("optimizer", 0)
@@ -68,22 +81,44 @@ class ModelView(NamedTuple):
     def scoring(self) -> Dict[str, int]:
         """A forward-only pass over one micro-batch: its states loaded, the report's forward transients, one
         block's activations instead of the saved stack, and the allocator's reserve over these tensors."""
-        forward = self.peak.phases["forward"]
-        view = self.report.ranks[self.report.worst[self.model.stage]]
+        report = self.scored
+        forward = report.peaks[self.model.stage].phases["forward"]
+        view = report.ranks[report.worst[self.model.stage]]
         act = view.shape.act
         parts = dict(self.idle(loaded=True))
         parts.update({f"{self.name} {k}": v for k, v in forward.items() if k in FORWARD_KEEPS - {LOSS} and v})
         # one block's whole forward (recompute_working: what full recompute rebuilds of one block; without
         # recompute per_layer holds it already), or the loss end once the blocks are done
         block = max(act.per_layer_total, act.per_moe_layer_total, act.recompute_working)
-        loss_end = forward.get(LOSS, 0) + act.head.get(LOG_SOFTMAX, 0)
+        loss_end = self.loss_end_bytes()
         if loss_end >= block:
             parts[f"{self.name} logits and log-probs (no grad)"] = loss_end
         else:
             parts[f"{self.name} activations (one block, no grad)"] = block
-        w = self.report.workload
+        w = report.workload
         parts[f"{self.name} allocator reserve"] = reserve_bytes(sum(parts.values()), w.fragmentation_percent)
         return {k: v for k, v in parts.items() if v}
+
+    def _logits(self):
+        """(tokens, vocabulary columns, logit bits) of its scoring pass's last stage."""
+        report = self.scored
+        view = report.ranks[report.worst[self.model.stage]]
+        w = report.workload
+        return view.shape.logits_elements // w.vocab_columns, w.vocab_columns, view.shape.act_bits
+
+    def loss_end_bytes(self) -> int:
+        """The scoring pass's loss end: its row (rl/logprobs.py), or the training loss's forward and its saved
+        log-softmax (transformers' loss, as measured by tests/measure/nograd_scoring.py)."""
+        if self.model.scoring_end is not None:
+            return scoring_end_bytes(self.model.scoring_end, *self._logits())
+        report = self.scored
+        act = report.ranks[report.worst[self.model.stage]].shape.act
+        return report.peaks[self.model.stage].phases["forward"].get(LOSS, 0) + act.head.get(LOG_SOFTMAX, 0)
+
+    def loss_end_formula(self) -> str:
+        if self.model.scoring_end is not None:
+            return scoring_formula(self.model.scoring_end, *self._logits())
+        return f"{self.loss_end_bytes():,} = the training loss's forward (logits and loss) + its saved log-softmax"
 
     def update(self) -> Dict[str, int]:
         """The training step's live set at its peak phase, as today's report names it (context included)."""
@@ -100,8 +135,35 @@ class ModelView(NamedTuple):
         return bytes_of(view.shape.largest_layer_params, DTYPE_BITS[dtype])
 
 
-def model_view(role: str, model: RLModel, trains: bool) -> ModelView:
-    report = layout_report(model.scenario, model.workload)
+def pass_workload(plan, model: RLModel, scoring: bool, end: str = "max") -> Workload:
+    """The workload of one pass of `model` at one end of the band: its update's is `model.workload` at the max end
+    (what build_plan derived), else derived from its batching; its scoring pass's from scoring_batching."""
+    batching = model.scoring_batching if scoring and model.scoring_batching is not None else model.batching
+    if batching is None or (end == "max" and batching is model.batching):
+        return model.workload
+    per_gpu = -(-plan.prompts_per_step * plan.group_size // model.scenario.workers) if plan.algo.rollout \
+        else 10**9
+    micro_batch, seq_len = micro_batch_shape(batching, plan.length(end), plan.longest, per_gpu)
+    return replace(model.workload, micro_batch=micro_batch, seq_len=seq_len)
+
+
+def refit(plan):
+    """The plan with each batched model's workload re-derived at the max end (after its lengths or workers
+    changed: the solvers), so that `workload` stays what its batching gives."""
+    changes = {}
+    for role, model in plan.models():
+        if model.batching is not None:
+            shaped = replace(model, batching=None)
+            workload = pass_workload(plan, replace(shaped, scoring_batching=model.batching), True, "max")
+            changes[role] = replace(model, workload=workload)
+    return replace(plan, **changes) if changes else plan
+
+
+def model_view(role: str, model: RLModel, trains: bool, plan=None, end: str = "max") -> ModelView:
+    """The model's views at one end of the band (`plan` None: its workload as given, for both passes)."""
+    update = model.workload if plan is None else pass_workload(plan, model, False, end)
+    scoring = update if plan is None else pass_workload(plan, model, True, end)
+    report = layout_report(model.scenario, update)
     view = report.ranks[report.worst[model.stage]]
     result = view.stages[model.stage]
     by_category: Dict[str, int] = {}
@@ -112,8 +174,9 @@ def model_view(role: str, model: RLModel, trains: bool) -> ModelView:
             continue
         if where == "gpu":
             by_category[category] = by_category.get(category, 0) + nbytes
-    if model.param_offload and not model.shares_policy:
+    if (model.param_offload or model.streams_params) and not model.shares_policy:
         host += by_category.get("parameters", 0)
     if model.optimizer_offload and trains:
         host += by_category.get("optimizer", 0)
-    return ModelView(role, model, report, trains, by_category, host)
+    scored = None if scoring == update else layout_report(model.scenario, scoring)
+    return ModelView(role, model, report, trains, by_category, host, scored)

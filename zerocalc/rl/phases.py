@@ -9,6 +9,9 @@ then training_step; OpenRLHF PPOTrainer):
 - updates: the critic's (PPO), then the policy's (or the reward model's) training step, today's report.
 Colocated, every phase runs on every GPU. Split, the engines have GPUs of their own: the rollout GPUs see the weight
 sync (receiving) and the rollout, with the engine awake throughout; the training GPUs see the rest.
+
+Each pass's tokens follow the plan's lengths at one end of the band (plan.ENDS): "max", every sequence at its
+longest (the promise), or "typical"; rl_band gives both, and the verdict says which end decides it.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class RLPhases(NamedTuple):
     views: Dict[str, ModelView]
     engine: Optional[EngineMemory]
     phases: List[Phase]
+    end: str = "max"
 
     def worst(self, gpu: str) -> Phase:
         return max((p for p in self.phases if p.gpu == gpu), key=lambda p: p.total)
@@ -88,8 +92,10 @@ def _sync_parts(plan: RLPlan, policy: ModelView) -> Dict[str, int]:
     """The buffers that exist only while the weights are copied (Framework.sync)."""
     rules, dtype, stage = plan.rules, plan.rollout.dtype, policy.model.stage
     if rules.sync == "bucket":
+        # FSDP1's sharded state dict exports each full tensor in its stored dtype (fp32 under verl's model_dtype)
+        staged = policy.model.scenario.param_dtype if plan.fsdp_version == 1 else dtype
         return {"weight-sync bucket": rules.sync_bucket_bytes,
-                "weight-sync tensor being staged": policy.largest_tensor_bytes(dtype)}
+                "weight-sync tensor being staged": policy.largest_tensor_bytes(staged)}
     if stage < 3:
         return {}
     if rules.sync == "module":
@@ -111,9 +117,10 @@ def _engine(plan: RLPlan, views, processes) -> EngineMemory:
                          w.gpu if w.gpu_memory is None else "")
 
 
-def rl_phases(plan: RLPlan) -> RLPhases:
+def rl_phases(plan: RLPlan, end: str = "max") -> RLPhases:
     algo = plan.algo
-    views = {role: model_view(role, m, role in algo.trains) for role, m in plan.models()}
+    plan.length(end)                      # refuses an unknown end by name
+    views = {role: model_view(role, m, role in algo.trains, plan, end) for role, m in plan.models()}
     processes = _processes(plan, views)
     capacity = plan.trainer.workload.capacity_bytes
     engine = _engine(plan, views, processes) if algo.rollout else None
@@ -131,7 +138,7 @@ def rl_phases(plan: RLPlan) -> RLPhases:
         sync = _sync_parts(plan, policy)
         if colocated:
             woken = engine.parts("weights" if level else "asleep", level)
-            loads = ("policy",) if plan.rules.sync_loads_params else ()
+            loads = ("policy",) if plan.rules.sync_loads_params or plan.fsdp_version == 1 else ()
             add("weight sync", train_gpu, {**woken, **_idle(views, loaded=loads), **sync,
                                            **_contexts(processes)},
                 f"the policy's weights copied into the woken engine ({plan.rules.name}: {plan.rules.sync} path)")
@@ -142,7 +149,7 @@ def rl_phases(plan: RLPlan) -> RLPhases:
             add("weight sync", "rollout GPU", {**engine.parts("asleep", 0), **receive},
                 "the engine receives the new weights while awake (split engines do not sleep)")
             add("rollout", "rollout GPU", engine.parts("awake"), "the engine generates with its whole KV cache")
-            loads = ("policy",) if plan.rules.sync_loads_params else ()
+            loads = ("policy",) if plan.rules.sync_loads_params or plan.fsdp_version == 1 else ()
             add("weight sync", "training GPU", {**_idle(views, loaded=loads), **sync, **_contexts(processes)},
                 "the policy's weights sent to the rollout GPUs")
     for role in ("policy", "reference", "reward", "critic"):
@@ -152,12 +159,23 @@ def rl_phases(plan: RLPlan) -> RLPhases:
         loaded = ("policy",) if view.model.shares_policy else ()
         add(SCORING[role], train_gpu, {**asleep, **_idle(views, skip=(role,), loaded=loaded), **view.scoring(),
                                        **_contexts(processes)},
-            f"the {view.name}'s forward over one micro-batch of {view.report.workload.micro_batch} "
-            f"sequence(s), no gradients")
+            f"the {view.name}'s forward over one micro-batch ({_tokens(view.scored.workload)}), no gradients")
     for role in algo.trains:
         view = views[role]
         add(UPDATE[role], train_gpu, {**asleep, **_idle(views, skip=(role,)), **view.update(),
                                       **_contexts(processes, active=role)},
             f"the {view.name}'s training step at ZeRO stage {view.model.stage}: today's report "
             f"({view.peak.peak_phase} phase, {view.peak.peak_bytes:,} bytes)")
-    return RLPhases(plan, views, engine, phases)
+    return RLPhases(plan, views, engine, phases, end)
+
+
+def _tokens(w) -> str:
+    return f"{w.micro_batch} x {w.seq_len:,} tokens" if w.micro_batch > 1 else f"{w.seq_len:,} tokens"
+
+
+def rl_band(plan: RLPlan) -> Dict[str, RLPhases]:
+    """The plan at both ends of its band; one end when the typical lengths are the longest."""
+    band = {"max": rl_phases(plan)}
+    if plan.has_band:
+        band["typical"] = rl_phases(plan, "typical")
+    return band

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Optional
 
 from ..scenario import FieldError
+from .models import refit
 from .phases import rl_phases
 from .plan import RLPlan
 
@@ -28,14 +29,16 @@ def with_lengths(plan: RLPlan, response: int) -> RLPlan:
     seq = plan.prompt_length + response
     models = {role: replace(m, workload=replace(m.workload, seq_len=seq)) for role, m in plan.models()}
     typical = plan.typical_response_length
-    return replace(plan, response_length=response, typical_response_length=None if typical is None else
-                   min(typical, response), **models)
+    return refit(replace(plan, response_length=response, typical_response_length=None if typical is None else
+                         min(typical, response), **models))
 
 
-def _fits(plan: RLPlan) -> bool:
+def _fits(build) -> bool:
+    """Whether the plan build() makes fits; a plan its own rules refuse (context parallel divisibility, a token
+    budget below the longest sequence, ...) does not."""
     try:
-        return rl_phases(plan).fits
-    except FieldError:            # a length the layout or a model refuses (context parallel divisibility, ...)
+        return rl_phases(build()).fits
+    except FieldError:
         return False
 
 
@@ -50,7 +53,7 @@ def _largest(ok, lo: int, hi: int) -> Optional[int]:
 
 
 def max_response_length(plan: RLPlan) -> Optional[int]:
-    return _largest(lambda r: _fits(with_lengths(plan, r)), 1, MAX_RESPONSE)
+    return _largest(lambda r: _fits(lambda: with_lengths(plan, r)), 1, MAX_RESPONSE)
 
 
 def _per_engine(plan: RLPlan, group: int) -> int:
@@ -119,7 +122,7 @@ def placements(plan: RLPlan) -> list:
         workers = (total if placement == "colocated" else total - k) // mp
         models = {role: replace(m, scenario=m.scenario.with_changes(workers=workers, shard_group=None))
                   for role, m in plan.models()}
-        candidate = replace(plan, placement=placement, rollout_gpus=k, **models)
+        candidate = refit(replace(plan, placement=placement, rollout_gpus=k, **models))
         try:
             result = rl_phases(candidate)
         except FieldError as exc:

@@ -2,12 +2,17 @@
 
 A row's terms are (bits, over, narrow): bits per element ("w" the logits' own width, "g" the gradients' dtype),
 over which extent ("TV" tokens x vocabulary columns of the rank, "TV/n" one of the loss's n chunks, "Th" tokens x
-hidden, "Vh" the head's vocabulary columns x hidden, "cV" one Liger chunk of rows x vocabulary), and whether the
+hidden, "Vh" the head's vocabulary columns x hidden, "cV" one Liger chunk of rows x vocabulary, "tile" one TRL
+projection tile of at most 4,096 tokens x 32,768 columns), and whether the
 term exists only when the logits are narrower than fp32 (an upcast or a cast back that is a copy). `saved` is what
 the loss keeps for backward per T x V element (activations.py counts it among the head's activations); the
 phases' terms are what it holds beyond that at the end of forward and at the start of backward.
 Measured on the CPU with each package's own code where it runs (tests/measure/loss_peaks.py, megatron_loss.py,
 compiled_saves.py); Liger's and cut-cross-entropy's Triton kernels read from their code.
+
+The RL frameworks' log-probability paths are rows too (the policy update of an RL plan, zerocalc/rl/): verl's and
+OpenRLHF's flash-attn cross entropy and TRL's fused LM head. Their kernels are Triton, read from the code; the
+tensors around them (the logits, OpenRLHF's upcast) are the ones the other rows measure.
 """
 
 from __future__ import annotations
@@ -109,16 +114,64 @@ LOSSES = {
         (), (("w", "TV/n", False),), "w", "loss: bf16 logit chunks kept by the compiled loss",
         "torchtune 0.6.1 training/_compile.py compile_loss, modules/loss/ce_chunked_output_loss.py",
         "from the compiled-loss measurement (compiled_saves.py) and torchtune's code; not measured chunked"),
+    # verl 0.9.1 (workers/engine/fsdp/transformer_impl.py prepare_model_outputs, utils/torch_functional.py
+    # logprobs_from_logits): the bf16 logits go to flash-attn's Triton cross_entropy_loss with inplace_backward=True
+    # (no entropy in the update: entropy_coeff 0). The autograd Function saves the logits themselves (no copy) and
+    # per-row fp32 lse; its backward writes the gradient into the saved logits (dlogits = logits). Nothing else T x V.
+    "flash-ce": LossRow(
+        (), (), "w", "loss: logits kept by flash-attn's cross entropy",
+        "verl 0.9.1 utils/torch_functional.py logprobs_from_logits_flash_attn; flash-attn ops/triton/cross_entropy.py "
+        "CrossEntropyLoss @058ad35a (save_for_backward(logits, lse, labels); dlogits = logits if inplace_backward)",
+        "the code (Triton: not run on the CPU); the logits are the ones every other row measures"),
+    # OpenRLHF 0.11.2 (models/actor.py Actor.forward): output["logits"].to(torch.float32), then flash-attn's
+    # cross_entropy_loss without inplace_backward (models/utils.py log_probs_from_logits): the fp32 logits are saved,
+    # the bf16 ones die at the upcast; backward allocates an fp32 gradient (empty_like) beside them, and the cast's
+    # backward turns it into the logits' dtype once the saved logits are released.
+    "flash-ce, fp32 logits": LossRow(
+        (("w", "TV", True),), ((32, "TV", False),), 32, "loss: fp32 logits kept by flash-attn's cross entropy",
+        "openrlhf 0.11.2 models/actor.py Actor.forward, models/utils.py log_probs_from_logits; flash-attn "
+        "ops/triton/cross_entropy.py CrossEntropyLoss @058ad35a (dlogits = torch.empty_like(logits))",
+        "the code (Triton: not run on the CPU)"),
+    # Without flash-attn, verl's logprobs_from_logits_v2 (and TRL's selective_log_softmax off CUDA, OpenRLHF's bf16
+    # path) loops over the rows: under CUDA autocast each row's log_softmax runs in fp32 (AT_FORALL_FP32_SET_OPT_DTYPE)
+    # and saves its fp32 output, so every row's stays saved; the per-row copies and gradients come and go one row
+    # at a time, and backward's peak is its start. The logits live through forward (the model's output) and are
+    # not saved: gone by backward.
+    "rowwise": LossRow(
+        (("w", "TV", False),), (), 32, "loss log-softmax rows (fp32)",
+        "verl 0.9.1 utils/torch_functional.py logprobs_from_logits_v2; trl 1.16.0 trainer/utils.py "
+        "selective_log_softmax (bf16 branch)",
+        "CPU: verl's function under CUDA autocast's policies (tests/measure/rl_logprobs.py): saved 4 bytes per "
+        "T x V, forward and backward peaks within 1 % of it"),
+    # TRL 1.16.0's fused LM head (trainer/utils.py add_fused_lm_head, kernels/chunked_logprob.py
+    # ChunkedLogProbFunction): the head runs in [4,096 x 32,768] tiles of one reused buffer, folded into per-token
+    # statistics; it saves its compact input (the scored positions' hidden states: the head's "output projection
+    # input") and per-token fp32 vectors, no T x V. Backward recomputes each tile into the same buffer and
+    # accumulates fp32 input and weight gradients, cast to their dtypes at the end (both casts alive at the return).
+    "trl-fused": LossRow(
+        (("w", "tile", False),), ((32, "Th", False), (32, "Vh", False), ("w", "Th", False), ("w", "Vh", False),
+                                  ("w", "tile", False)), 0, "",
+        "trl 1.16.0 trainer/utils.py add_fused_lm_head (_CHUNKED_LOGPROB_CHUNK_SIZE 32768), kernels/"
+        "chunked_logprob.py ChunkedLogProbFunction (TOKEN_CHUNK_SIZE 4096)",
+        "the code (Triton on CUDA; its CPU fallback folds whole fp32 tiles, so a CPU run is not the GPU's)"),
 }
 LOSS_NAMES = {"chunked": "torchtune's chunked cross entropy", "liger": "Liger's fused linear cross entropy",
               "cut": "cut-cross-entropy", "torchtitan-chunked": "torchtitan's chunked loss",
-              "compiled": "a compiled loss", "compiled-fp32": "a compiled loss over fp32 logits (torchtune)"}
-LOSS_CHOICES = ("auto", "chunked", "liger", "cut", "torchtitan-chunked", "compiled", "compiled-fp32")
+              "compiled": "a compiled loss", "compiled-fp32": "a compiled loss over fp32 logits (torchtune)",
+              "flash-ce": "flash-attn's cross entropy, in-place backward (verl's log-probs)",
+              "flash-ce-fp32": "flash-attn's cross entropy over fp32 logits (OpenRLHF's log-probs)",
+              "trl-fused": "TRL's fused LM head (chunked log-probs)",
+              "rowwise": "row-by-row fp32 log-softmax (verl without flash-attn)"}
+LOSS_CHOICES = ("auto", "chunked", "liger", "cut", "torchtitan-chunked", "compiled", "compiled-fp32", "flash-ce",
+                "flash-ce-fp32", "trl-fused", "rowwise")
+TILE_TOKENS, TILE_COLUMNS = 4096, 32768     # trl kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, trainer/utils.py
 
 
 def loss_row(workload) -> LossRow:
     if workload.loss == "compiled-fp32":
         return LOSSES["compiled, fp32 logits"]
+    if workload.loss == "flash-ce-fp32":
+        return LOSSES["flash-ce, fp32 logits"]
     if workload.loss == "chunked" and workload.compile:
         return LOSSES["chunked, compiled"]          # torchtune's compile: True compiles each chunk's loss too
     if workload.loss != "auto":
@@ -139,7 +192,8 @@ def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
 def extents(workload, tokens: int) -> Dict[str, int]:
     vocab, hidden, n = workload.vocab_columns, workload.arch.hidden, workload.loss_chunks
     return {"TV": tokens * vocab, "TV/n": -(-tokens // n) * vocab, "Th": tokens * hidden, "Vh": vocab * hidden,
-            "cV": liger_chunk_rows(tokens, vocab, hidden) * vocab}
+            "cV": liger_chunk_rows(tokens, vocab, hidden) * vocab,
+            "tile": min(tokens, TILE_TOKENS) * min(vocab, TILE_COLUMNS)}
 
 
 def loss_transients(workload, shape, grad_dtype: str = "bf16") -> Dict[str, int]:

@@ -286,7 +286,10 @@ class Workload:
     @cached_property      # read by every rank's step and cost: worked out once per workload
     def vocab_columns(self) -> int:
         """Vocabulary columns of the logits one rank computes: its vocab-parallel split, or all of them when the
-        logits are gathered (Hugging Face's own "colwise_rep" head plan)."""
+        logits are gathered (Hugging Face's own "colwise_rep" head plan); a score head's outputs (model/architecture.py
+        score_head: a critic's values, a reward model's scores)."""
+        if self.arch.score_head:
+            return self.arch.score_head
         rows = self.vocab_rows
         return -(-rows // self.layout.tp) if self.layout.loss_parallel else rows
 

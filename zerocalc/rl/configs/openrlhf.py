@@ -24,10 +24,12 @@ LEGACY = {"colocate_all_models": "train.colocate_all", "vllm_enable_sleep": "vll
           "gradient_checkpointing": "actor.gradient_checkpointing_enable", "init_kl_coef": "algo.kl.init_coef",
           "advantage_estimator": "algo.advantage.estimator", "actor_num_nodes": "actor.num_nodes",
           "actor_num_gpus_per_node": "actor.num_gpus_per_node", "ref_reward_offload": "ref.offload",
-          "param_dtype": "ds.param_dtype", "use_kl_loss": "algo.kl.use_loss"}
-NO_EFFECT = ("save_path", "ckpt_path", "save_hf_ckpt", "train_batch_size", "max_epochs", "max_samples",
+          "param_dtype": "ds.param_dtype", "use_kl_loss": "algo.kl.use_loss", "packing_samples": "ds.packing_samples",
+          "use_dynamic_batch": "train.dynamic_batch_enable", "train_max_tokens_per_gpu": "train.max_tokens_per_gpu",
+          "rollout_max_tokens_per_gpu": "rollout.max_tokens_per_gpu", "train_batch_size": "train.batch_size"}
+NO_EFFECT = ("save_path", "ckpt_path", "save_hf_ckpt", "max_epochs", "max_samples",
              "actor_learning_rate", "critic_learning_rate", "prompt_data", "input_key", "apply_chat_template",
-             "normalize_reward", "vllm_sync_backend", "gamma", "kl_estimator", "packing_samples")
+             "normalize_reward", "vllm_sync_backend", "gamma", "kl_estimator")
 
 
 def _flags(source) -> dict:
@@ -84,6 +86,7 @@ def read_openrlhf(source) -> ImportedRL:
     if get("ds.adam_offload") is True:
         imp.policy["--offload-optimizer"] = "cpu"
     imp.policy["--micro-batch"] = str(positive_int("train.micro_batch_size", get("train.micro_batch_size", 1)))
+    _batching(imp, get)
     imp.policy["--recompute"] = "full" if get("actor.gradient_checkpointing_enable") is True else "none"
     prompt = get("data.prompt_max_len")
     response = get("rollout.max_new_tokens")
@@ -121,6 +124,29 @@ def read_openrlhf(source) -> ImportedRL:
             imp.ignore(key, "paths, data, logging or a loss setting: no memory effect" if key in NO_EFFECT else
                        "not read: no memory rule for it yet")
     return imp
+
+
+def _batching(imp: ImportedRL, get) -> None:
+    """Packing and each pass's micro-batch (rl/batching.py): the updates run train.micro_batch_size, the forward
+    passes that make the experience rollout.micro_batch_size (trainer/ppo_utils/experience_maker.py
+    split_rollout_samples); dynamic batches cut by token budgets, and they turn packing on (cli/train_ppo_ray.py)."""
+    scoring = positive_int("rollout.micro_batch_size", get("rollout.micro_batch_size", 1))
+    for key in ("logprob_micro_batch", "reference_micro_batch", "reward_micro_batch", "critic_micro_batch"):
+        imp.set(key, scoring)
+    # one optimizer step: train.batch_size samples (cli/train_ppo_ray.py "Global training batch size")
+    samples = positive_int("train.batch_size", get("train.batch_size", 128))
+    imp.set("mini_batch", max(1, samples // positive_int("rollout.n_samples_per_prompt",
+                                                         get("rollout.n_samples_per_prompt", 1))))
+    dynamic = get("train.dynamic_batch_enable") is True
+    imp.set("packing", dynamic or get("ds.packing_samples") is True)
+    if dynamic:
+        train = positive_int("train.max_tokens_per_gpu", get("train.max_tokens_per_gpu", 16192))
+        rollout = get("rollout.max_tokens_per_gpu")
+        rollout = train if rollout is None else positive_int("rollout.max_tokens_per_gpu", rollout)
+        imp.set("max_tokens", train)
+        imp.set("critic_update_max_tokens", train)
+        for key in ("logprob_max_tokens", "reference_max_tokens", "reward_max_tokens", "critic_max_tokens"):
+            imp.set(key, rollout)
 
 
 def _rollout(imp: ImportedRL, get, gpus: int) -> None:

@@ -65,6 +65,8 @@ def read_trl(source, processes: int = 1) -> ImportedRL:
     batch = per_device * processes * steps if batch is None else batch
     imp.set("prompts_per_step", max(1, batch // generations))
     imp.policy["--micro-batches"] = str(accumulation)
+    # one optimizer step: per_device_train_batch_size x processes x gradient_accumulation_steps completions
+    imp.set("mini_batch", max(1, per_device * processes * accumulation // generations))
     imp.policy["--recompute"] = "full" if flag("gradient_checkpointing", get("gradient_checkpointing", True)) \
         else "none"
     kwargs = get("model_init_kwargs") or {}

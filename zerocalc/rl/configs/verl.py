@@ -89,18 +89,15 @@ def read_verl(source) -> ImportedRL:
     imp.policy["--gpus"] = str(gpus)
     strategy = get(ACTOR + "strategy", "fsdp")
     imp.policy["--convention"] = "megatron" if strategy == "megatron" else "fsdp2"
+    if strategy in ("fsdp", "fsdp2"):
+        imp.set("fsdp_version", 1 if strategy == "fsdp" else 2)
     if strategy == "megatron":
         imp.notes.append("actor strategy megatron: give its tp / pp with --tp / --pp (verl's megatron keys are not "
                          "read)")
     micro = get(ACTOR + "ppo_micro_batch_size_per_gpu")
-    if get(ACTOR + "use_dynamic_bsz") is True:
-        tokens = get(ACTOR + "ppo_max_token_len_per_gpu", 16384)
-        seq = imp.settings.get("prompt_length", 512) + imp.settings.get("response_length", 512)
-        micro = max(1, positive_int(ACTOR + "ppo_max_token_len_per_gpu", tokens) // seq)
-        imp.notes.append(f"use_dynamic_bsz: micro-batches of up to {tokens:,} tokens, planned as {micro} sequence(s) "
-                         "of prompt + response")
     if micro is not None:
         imp.policy["--micro-batch"] = str(positive_int(ACTOR + "ppo_micro_batch_size_per_gpu", micro))
+    _batching(imp, get)
     checkpointing = get("actor_rollout_ref.model.enable_gradient_checkpointing")
     if checkpointing is not None:
         imp.policy["--recompute"] = "full" if flag("enable_gradient_checkpointing", checkpointing) else "none"
@@ -119,6 +116,10 @@ def read_verl(source) -> ImportedRL:
         offload = get(REF + "fsdp_config.param_offload")
         if offload is not None:
             imp.set("reference_offload", flag(REF + "fsdp_config.param_offload", offload))
+        if not lora:
+            imp.notes.append("the reference's shards live in host memory whatever ref.fsdp_config.param_offload says: "
+                             "verl 0.9.1 gives a forward-only engine CPUOffload(offload_params=True) "
+                             "(engine/fsdp/transformer_impl.py _build_fsdp_module), each unit copied in as gathered")
     _rollout(imp, get)
     if algorithm == "ppo":
         critic_path = get("critic.model.path", path)
@@ -135,6 +136,51 @@ def read_verl(source) -> ImportedRL:
         if key not in used:
             imp.ignore(key, _reason(key))
     return imp
+
+
+def _batching(imp: ImportedRL, get) -> None:
+    """Each pass's micro-batch and token budget, remove padding and the log-probability path (rl/batching.py,
+    rl/logprobs.py), with verl 0.9.1's defaults (trainer/config/_generated_ppo_trainer.yaml)."""
+    mini = get(ACTOR + "ppo_mini_batch_size", 256)
+    imp.set("mini_batch", positive_int(ACTOR + "ppo_mini_batch_size", mini))
+    padding = get("actor_rollout_ref.model.use_remove_padding")
+    if padding is not None:
+        imp.set("packing", flag("actor_rollout_ref.model.use_remove_padding", padding))
+    dynamic = get(ACTOR + "use_dynamic_bsz", False) is True
+    budget = positive_int(ACTOR + "ppo_max_token_len_per_gpu", get(ACTOR + "ppo_max_token_len_per_gpu", 16384))
+    if dynamic:
+        imp.set("max_tokens", budget)
+    for prefix, micro_key, budget_key in ((ROLLOUT, "logprob_micro_batch", "logprob_max_tokens"),
+                                          (REF, "reference_micro_batch", "reference_max_tokens")):
+        micro = get(prefix + "log_prob_micro_batch_size_per_gpu")
+        if micro is not None:
+            imp.set(micro_key, positive_int(prefix + "log_prob_micro_batch_size_per_gpu", micro))
+        if get(prefix + "log_prob_use_dynamic_bsz", dynamic) is True:
+            imp.set(budget_key, positive_int(prefix + "log_prob_max_token_len_per_gpu",
+                                             get(prefix + "log_prob_max_token_len_per_gpu", budget)))
+    for key, setting in (("critic.ppo_micro_batch_size_per_gpu", "critic_update_micro_batch"),
+                         ("critic.forward_micro_batch_size_per_gpu", "critic_micro_batch")):
+        if get(key) is not None:
+            imp.set(setting, positive_int(key, get(key)))
+    if get("critic.use_dynamic_bsz", dynamic) is True:
+        critic = positive_int("critic.ppo_max_token_len_per_gpu", get("critic.ppo_max_token_len_per_gpu", 32768))
+        imp.set("critic_update_max_tokens", critic)
+        imp.set("critic_max_tokens", positive_int("critic.forward_max_token_len_per_gpu",
+                                                  get("critic.forward_max_token_len_per_gpu", critic)))
+    path = "verl"
+    if get(ACTOR + "entropy_from_logits_with_chunking") is True:
+        path = "verl-chunked-entropy"
+    elif get(ACTOR + "fsdp_config.use_torch_compile") is False:
+        path = "verl-eager-entropy"
+    if path != "verl":
+        imp.set("logprobs", path)
+    coeff = get(ACTOR + "entropy_coeff")
+    if isinstance(coeff, (int, float)) and not isinstance(coeff, bool) and coeff != 0:
+        imp.notes.append(f"entropy_coeff {coeff}: the update computes the entropy with gradients too (flash-attn's "
+                         "cross entropy without its in-place backward): not modelled, the update is counted without it")
+    if get("actor_rollout_ref.model.use_fused_kernels") is True:
+        imp.notes.append("use_fused_kernels: verl's fused linear + log-prob kernel keeps no logits; planned with its "
+                         "default path (the logits counted), so the passes read high")
 
 
 def _rollout(imp: ImportedRL, get) -> None:
@@ -165,9 +211,11 @@ def _reason(key: str) -> str:
     if key.endswith(("lr", "optim.lr", "coef", "coeff", "kl_loss_type", "entropy_coeff")):
         return "a loss or optimizer coefficient: no memory effect"
     if key.startswith("critic."):
-        return "the critic runs the policy's micro-batch and step settings here"
+        return "the critic runs the policy's optimizer and recompute settings here"
     if "quantization" in key:
         return "a quantized rollout is not modelled: the engine's weights are counted in its dtype"
-    if "log_prob_micro_batch_size" in key or "log_prob_max_token_len" in key:
-        return "scoring passes run the policy's micro-batch here"
+    if key.endswith("entropy_checkpointing"):
+        return "checkpointing the entropy saves nothing in a no-grad pass, and the update computes none here"
+    if key.endswith(("log_prob_micro_batch_size", "ppo_micro_batch_size")):
+        return "a global micro-batch (deprecated): give the *_per_gpu key"
     return "not read: no memory rule for it yet"
