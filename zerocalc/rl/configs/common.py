@@ -63,6 +63,21 @@ class ImportedRL:
                 "ignored_more": max(0, len(self.ignored) - MAX_LISTED), "notes": list(self.notes)}
 
 
+class KeyReader:
+    """A getter over a file's items: each key read is recorded in the import's `read` and in `used` (the keys left
+    over are the ignored ones)."""
+
+    def __init__(self, items: dict, imp: ImportedRL):
+        self.items, self.imp, self.used = items, imp, set()
+
+    def __call__(self, key, default=None):
+        if key in self.items:
+            self.used.add(key)
+            self.imp.read[key] = self.items[key]
+            return self.items[key]
+        return default
+
+
 def scalar(text: str):
     """A Hydra override's value by our small rule: true / false, null, an integer, a number, a quoted string
     unquoted; anything else (a list, ${...}, $HOME/...) stays text."""

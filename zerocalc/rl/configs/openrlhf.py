@@ -9,7 +9,8 @@ gae (the default), loaded from the first reward model or else the actor; a rewar
 from __future__ import annotations
 
 from ...frameworks.common import FrameworkConfigError
-from .common import ImportedRL, fraction, model_flags, positive_int, preset_for, scalar, script_tokens
+from .common import (ImportedRL, KeyReader, fraction, model_flags, positive_int, preset_for, scalar,
+                     script_tokens)
 
 # earlier releases' flag -> the 0.11.2 name (the same setting)
 LEGACY = {"colocate_all_models": "train.colocate_all", "vllm_enable_sleep": "vllm.enable_sleep",
@@ -58,14 +59,8 @@ def _flags(source) -> dict:
 def read_openrlhf(source) -> ImportedRL:
     items = _flags(source)
     imp = ImportedRL("openrlhf")
-    used = set()
-
-    def get(key, default=None):
-        if key in items:
-            used.add(key)
-            imp.read[key] = items[key]
-            return items[key]
-        return default
+    get = KeyReader(items, imp)
+    used = get.used
 
     estimator = get("algo.advantage.estimator", "gae")
     imp.set("algorithm", "ppo" if estimator == "gae" else "grpo")

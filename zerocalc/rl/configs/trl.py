@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...frameworks.accelerate.document import load_yaml
 from ...frameworks.common import FrameworkConfigError, parse_json
-from .common import ImportedRL, flag, fraction, model_flags, positive_int
+from .common import ImportedRL, KeyReader, flag, fraction, model_flags, positive_int
 
 PER_DEVICE_DEFAULT = 8           # transformers TrainingArguments.per_device_train_batch_size
 PROMPT_DEFAULT = 512             # a prompt length to plan with when the config names none (GRPOConfig has none now)
@@ -33,14 +33,8 @@ def read_trl(source, processes: int = 1) -> ImportedRL:
     """`processes`: the training processes (GPUs) GRPOConfig divides the generation batch over."""
     items = _mapping(source)
     imp = ImportedRL("trl")
-    used = set()
-
-    def get(key, default=None):
-        if key in items:
-            used.add(key)
-            imp.read[key] = items[key]
-            return items[key]
-        return default
+    get = KeyReader(items, imp)
+    used = get.used
 
     imp.set("algorithm", "grpo")
     imp.set("framework", "trl")

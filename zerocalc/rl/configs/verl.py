@@ -14,8 +14,8 @@ import re
 
 from ...frameworks.accelerate.document import load_yaml
 from ...frameworks.common import FrameworkConfigError
-from .common import ImportedRL, flag, flatten, fraction, is_key, model_flags, positive_int, preset_for, scalar, \
-    script_tokens
+from .common import (ImportedRL, KeyReader, flag, flatten, fraction, is_key, model_flags, positive_int, preset_for,
+                     scalar, script_tokens)
 
 ACTOR, ROLLOUT, REF = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "actor_rollout_ref.ref."
 CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk",
@@ -59,14 +59,8 @@ def _resolve(items: dict, imported: ImportedRL) -> dict:
 def read_verl(source) -> ImportedRL:
     imp = ImportedRL("verl")
     items = _resolve(_items(source), imp)
-    used = set()
-
-    def get(key, default=None):
-        if key in items:
-            used.add(key)
-            imp.read[key] = items[key]
-            return items[key]
-        return default
+    get = KeyReader(items, imp)
+    used = get.used
 
     estimator = get("algorithm.adv_estimator", "gae")
     algorithm = "ppo" if estimator == "gae" else "grpo"
