@@ -150,6 +150,27 @@ def _reports():
     }
 
 
+def _rl_uploads():
+    """The RL section's uploader (ui/rl_import.py): each reader on the largest file the page takes."""
+    from zerocalc.rl.configs import READERS, guess_format
+    verl_script = "python3 -m verl.trainer.main_ppo " + " ".join(_keys(LIMIT - 40, prefix="actor_rollout_ref.k",
+                                                                         quote="", colon="=", sep=" "))
+    verl_yaml = "actor_rollout_ref:\n" + "\n".join("  " + k for k in _keys(200_000, quote="", colon=": "))
+    trl_json = "{" + ",".join(_keys(LIMIT)) + "}"
+    openrlhf = "python3 -m openrlhf.cli.train_ppo_ray " + " ".join(f"--flag{i} {i}" for i in range(55_000))
+    quotes = "python3 -m verl.trainer.main_ppo " + "'" * (LIMIT - 40)
+    nested = "actor_rollout_ref:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 400))
+
+    def read(text):
+        def run():
+            data = text.encode()
+            return READERS[guess_format(data)](data)
+        return run
+    return {"verl: 1 MB of overrides": read(verl_script), "verl: 200 KB of YAML keys": read(verl_yaml),
+            "TRL: 1 MB of JSON keys": read(trl_json), "OpenRLHF: 55,000 flags": read(openrlhf),
+            "verl: 1 MB of quotes": read(quotes), "verl: 400 levels of YAML": read(nested)}
+
+
 def _rl():
     """The RL view's report (plan, phases, solvers) for the largest plans a link can describe."""
     from ui.rl_state import from_query as rl_query, settings_of
@@ -181,6 +202,6 @@ def cases():
     for surface, make in (("DeepSpeed upload", _deepspeed), ("accelerate upload", _accelerate),
                           ("torchtitan upload", _torchtitan), ("config.json upload", _hf_config),
                           ("calibration paste", _calibration), ("link", _link), ("report", _reports),
-                          ("RL view", _rl)):
+                          ("RL view", _rl), ("RL config upload", _rl_uploads)):
         out += [(surface, name, run) for name, run in make().items()]
     return out

@@ -10,7 +10,7 @@ import streamlit as st
 
 from zerocalc.model.presets import MODEL_PRESETS
 
-from . import calibration, compare, compute, finetune, imports, panels, rl_view, share, views, widgets
+from . import calibration, compare, compute, finetune, imports, panels, rl_import, rl_view, share, views, widgets
 from .share import PLAN_A, TABS
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
@@ -77,4 +77,4 @@ def render() -> None:
     elif view == "How to read it":
         views.about_tab(report, unit)
 
-    widgets.sidebar(imports.loaders)      # last: the sidebar's deltas follow the page's
+    widgets.sidebar(imports.loaders, rl_import.loader)      # last: the sidebar's deltas follow the page's

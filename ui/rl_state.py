@@ -14,6 +14,7 @@ from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.rl.engines import ENGINE_CHOICES, KV_DTYPES
 from zerocalc.rl.logprobs import LOGPROB_CHOICES
 from zerocalc.rl.plan import ALGORITHM_CHOICES, FRAMEWORK_CHOICES, PLACEMENTS
+from zerocalc.scenario import FieldError
 
 RL_PREFIX = "rl."
 RL_VALUES = "_rl_values"           # session key: the RL fields' values
@@ -171,3 +172,43 @@ def settings_of(values: dict, stage: int) -> dict:
         rollout["sleep_level"] = int(v["sleep_level"])
     settings["rollout"] = rollout
     return settings
+
+
+# The core's plan settings that have a field on the page, by setting (settings_of's inverse): setting -> field.
+_SETTING_FIELD = {"policy_param_offload": "param_offload", "policy_optimizer_offload": "optimizer_offload",
+                  "reference_shares_policy": "reference_lora"}
+_ROLLOUT_FIELD = {"engine": "engine", "kv_cache_dtype": "kv_cache_dtype", "cuda_graphs": "cuda_graphs",
+                  "gpu_memory_utilization": "gpu_memory_utilization", "tp": "rollout_tp",
+                  "max_num_seqs": "max_num_seqs", "sleep_level": "sleep_level"}
+
+
+def _text(value) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def values_from_settings(settings: dict) -> tuple:
+    """(the RL fields' values, the settings the page has no field for) from an imported config's plan settings
+    (settings_of's inverse; policy_stage is the page's own stage). Each value is checked as a link's would be: a
+    FieldError names the field and what it allows."""
+    pairs, unused = [], []
+    for key, value in settings.items():
+        if key == "rollout":
+            pairs += [(_ROLLOUT_FIELD[name], v) for name, v in value.items() if name in _ROLLOUT_FIELD]
+            unused += [f"rollout.{name}" for name in value if name not in _ROLLOUT_FIELD]
+        elif key == "packing":
+            pairs.append((key, "yes" if value else "no"))
+        elif key in ("reference", "reward", "critic"):
+            pairs.append((key, "none" if value is None else value))
+        elif key in ("typical_response_length", "typical_prompt_length"):
+            pairs.append((key, value or 0))
+        elif key in _SETTING_FIELD or key in RL_FIELD:
+            pairs.append((_SETTING_FIELD.get(key, key), value))
+        elif key != "policy_stage":
+            unused.append(key)
+    values = {}
+    for name, value in pairs:
+        try:
+            values[name] = parse(RL_FIELD[name], _text(value))
+        except ValueError as exc:
+            raise FieldError(name, value, str(exc)) from None
+    return values, unused

@@ -381,8 +381,10 @@ SECTION_PILLS = {key: pill for key, pill, *_ in SECTIONS}
 OPEN_SECTIONS = "sections"      # session key: the keys of the open sections
 
 
-def sidebar(loaders=None) -> None:
-    """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders.
+def sidebar(loaders=None, rl_loader=None) -> None:
+    """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders,
+    `rl_loader(container)` the RL config's uploader atop the RL section (drawers the page hands in: ui/imports.py
+    and ui/rl_import.py set this module's fields, so it cannot import them).
 
     The sections open from one row of pills (several at once), not from an expander each: one widget instead of
     eight, and only the open ones draw anything (a section costs the page nothing while it is closed)."""
@@ -414,6 +416,8 @@ def sidebar(loaders=None) -> None:
         if with_shape and model == PARAMS_ONLY:
             box.caption("A bare parameter count has no shape to edit or split: pick a model or load a config.")
         elif draw is not None:
+            if key == "sec_rl" and rl_loader is not None:
+                rl_loader(box)
             draw(box)
 
 

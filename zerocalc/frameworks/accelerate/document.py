@@ -24,8 +24,9 @@ MAX_YAML_CHARS = 262_144
 MAX_DEPTH = 32
 MAX_NODES = 10_000
 INSTALL_HINT = 'pip install "zerocalc[configs]" (PyYAML; or pip install -r requirements.txt)'
-ALLOWED = ("YAML as accelerate reads it (yaml.safe_load), without anchors, aliases, tags, duplicate keys, dates or "
-           f"a second document; at most {MAX_DEPTH} levels deep and {MAX_NODES:,} values")
+ALLOWED = ("YAML as yaml.safe_load reads it (accelerate, TRL and verl's Hydra read theirs with PyYAML), without "
+           f"anchors, aliases, tags, duplicate keys, dates or a second document; at most {MAX_DEPTH} levels deep and "
+           f"{MAX_NODES:,} values")
 
 
 class YamlError(FrameworkConfigError):
@@ -107,8 +108,8 @@ def load_yaml(source):
     (a FrameworkConfigError on "config" with the line and column) for what it refuses or PyYAML cannot read."""
     text = decode_text(source, "YAML")
     if len(text) > MAX_YAML_CHARS:
-        raise FrameworkConfigError("config", f"{len(text):,} characters", f"an accelerate YAML of at most "
-                                   f"{MAX_YAML_CHARS:,} characters (accelerate writes a few hundred)")
+        raise FrameworkConfigError("config", f"{len(text):,} characters", f"a YAML config of at most "
+                                   f"{MAX_YAML_CHARS:,} characters (the frameworks write a few thousand)")
     yaml, loader_class, loader = _pyyaml(), _loader_class(), None
     try:
         loader = loader_class(text)          # PyYAML's Reader checks every character here
@@ -117,7 +118,7 @@ def load_yaml(source):
         mark = exc.problem_mark or exc.context_mark
         what = ", ".join(str(p) for p in (exc.problem, exc.context) if p)[:160] or type(exc).__name__
         if "expected a single document" in str(exc.context):
-            what = "a second document: an accelerate config is one YAML document"
+            what = "a second document: a config is one YAML document"
         raise (_at(mark, what) if mark is not None else YamlError(1, 1, what)) from None
     except yaml.reader.ReaderError as exc:
         line, col = line_col(text, exc.position)

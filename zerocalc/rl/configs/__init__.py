@@ -9,4 +9,16 @@ from .verl import read_verl
 
 READERS = {"verl": read_verl, "trl": read_trl, "openrlhf": read_openrlhf}
 
-__all__ = ["ImportedRL", "READERS", "read_verl", "read_trl", "read_openrlhf"]
+
+def guess_format(data) -> str:
+    """Which reader a file is for, from its words alone (the app's "guess"): OpenRLHF's launcher or its --flags,
+    verl's actor_rollout_ref keys or launcher, otherwise a TRL GRPOConfig mapping."""
+    text = data.decode("utf-8", "replace") if isinstance(data, (bytes, bytearray)) else str(data)
+    head = text[:200_000]
+    if "openrlhf" in head or "--actor." in head or "--pretrain" in head or "--actor_num_gpus" in head:
+        return "openrlhf"
+    if "actor_rollout_ref" in head or "verl." in head:
+        return "verl"
+    return "trl"
+
+__all__ = ["ImportedRL", "READERS", "guess_format", "read_verl", "read_trl", "read_openrlhf"]

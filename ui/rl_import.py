@@ -1,0 +1,117 @@
+"""Loading an RL framework's config into the page (the RL section's uploader): verl's YAML or run script, TRL's
+GRPOConfig as YAML or JSON, OpenRLHF's flags. The file is read as data by zerocalc/rl/configs (never executed), as
+the CLI's --verl-config / --trl-config / --openrlhf-args read it; its plan settings become the RL fields and its
+policy flags the page's own fields (model, micro-batch, recompute, convention, GPUs...). A refusal names the file's
+key and leaves the view as it was; every ignored key is listed. Text from the file reaches the page through
+ui/plain.py only (imports._say)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from zerocalc.frameworks.common import FrameworkConfigError
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.rl.configs import READERS, guess_format
+from zerocalc.scenario import FieldError
+
+from . import worker
+from .imports import HEAVY_UPLOAD_BYTES, _say, clear_upload, refusal, shown_model, upload_key
+from .rl_state import RL_FIELD, RL_VALUES, defaults, values_from_settings
+from .state import ARCH_FIELDS, FIELD, PRECISION_FIELDS, default_for, parse_value, resolve
+from .widgets import read_state, set_fields
+
+RL_UPLOAD = "rl_upload"
+FORMAT_KEY = "rl_upload_format"
+FORMATS = {"guess": "guess from the file", "verl": "verl (YAML or run script)",
+           "trl": "TRL GRPOConfig (YAML or JSON)", "openrlhf": "OpenRLHF flags (script or list)"}
+# The policy's flags the readers give (today's CLI) -> the page's fields of the same meaning.
+POLICY_FIELDS = {"--model": "model", "--micro-batch": "micro_batch", "--micro-batches": "micro_batches",
+                 "--recompute": "recompute", "--convention": "convention", "--offload-optimizer": "offload_optimizer",
+                 "--finetune": "finetune", "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
+
+
+def page_values(imported, state: dict) -> tuple:
+    """(the page fields the policy's flags set, the flags with no page field). A preset brings its architecture,
+    a convention its dtypes, as choosing them in the sidebar does; --gpus sets dp over the page's tp x pp x cp."""
+    out, unused = {}, []
+    for flag, text in imported.policy.items():
+        if flag in POLICY_FIELDS:
+            name = POLICY_FIELDS[flag]
+            try:
+                out[name] = parse_value(FIELD[name], text)
+            except ValueError as exc:
+                raise FrameworkConfigError(flag.lstrip("-"), text, str(exc)) from None
+        elif flag != "--gpus":
+            unused.append(flag)
+    if "model" in out and out["model"] in MODEL_PRESETS:
+        out.update({name: default_for(name, {"model": out["model"]}) for name in ARCH_FIELDS})
+    if "convention" in out:
+        out.update({name: default_for(name, {"convention": out["convention"]}) for name in PRECISION_FIELDS
+                    if name != "convention"})
+    gpus = imported.policy.get("--gpus")
+    if gpus is not None:
+        mp = state["tp"] * state["pp"] * state["cp"]
+        if int(gpus) % mp:
+            raise FrameworkConfigError("GPUs", int(gpus), f"a multiple of the page's tp x pp x cp ({mp:,})")
+        out["workers"], out["shard_group"] = int(gpus) // mp, 0
+    if "policy_stage" in imported.settings:
+        out["stage"] = imported.settings["policy_stage"]
+    return out, unused
+
+
+def _read(fmt: str, data: bytes, gpus: int):
+    return READERS[fmt](data, processes=gpus) if fmt == "trl" else READERS[fmt](data)
+
+
+def on_rl_upload() -> None:
+    upload = st.session_state.get(upload_key(RL_UPLOAD))
+    if upload is None:
+        return
+    name, data = upload.name[:80], upload.getvalue()
+    chosen = st.session_state.get(FORMAT_KEY, "guess")
+    fmt = guess_format(data) if chosen == "guess" else chosen
+    state = read_state()
+    try:
+        before = resolve(state)
+        gpus = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
+        imported = worker.run(len(data) > HEAVY_UPLOAD_BYTES, _read, fmt, data, gpus)
+        rl, unread = values_from_settings(imported.settings)
+        page, flags = page_values(imported, before.state)
+        after = resolve({**before.state, **page})
+        if after.warnings:
+            raise FrameworkConfigError("policy", page.get("model", before.state["model"]), after.warnings[0])
+    except (FrameworkConfigError, FieldError) as exc:
+        _say("error", f"{name} refused ({FORMATS[fmt]}): {refusal(exc)}. The view is unchanged: still showing "
+                      f"{shown_model()}.")
+        clear_upload(RL_UPLOAD)
+        return
+    set_fields(page)
+    store = st.session_state.setdefault(RL_VALUES, defaults())
+    for field, value in rl.items():
+        store[field] = value
+        st.session_state[f"rl_{field}"] = value          # the section's live widget, drawn next
+    set_rl = ", ".join(f"{RL_FIELD[k].label} = {v}" for k, v in rl.items())
+    set_page = ", ".join(f"{k} = {v}" for k, v in page.items() if k not in ARCH_FIELDS and k not in
+                         PRECISION_FIELDS or k == "convention")
+    details = [f"RL settings: {set_rl or 'none'}.", f"The policy (this page's plan): {set_page or 'unchanged'}."]
+    details += [f"Not on the page (the CLI reads it): {k}" for k in unread + flags]
+    details += [f"Ignored {i['key']}: {i['reason']}" for i in imported.ignored[:50]]
+    if len(imported.ignored) > 50:
+        details.append(f"... and {len(imported.ignored) - 50:,} more keys ignored.")
+    details += list(imported.notes)
+    shown = sum(1 for k in page if k not in ARCH_FIELDS and k not in PRECISION_FIELDS or k == "convention")
+    _say("success", f"Imported {name} ({FORMATS[fmt]}): {len(rl)} RL setting(s) and {shown} of the policy's "
+                    f"field(s) set, {len(imported.ignored):,} key(s) ignored. Open the RL view to see the plan.",
+         details)
+
+
+def loader(box) -> None:
+    """The uploader, at the top of the RL section."""
+    box.selectbox("RL config format", tuple(FORMATS), key=FORMAT_KEY, format_func=FORMATS.get,
+                  help="The framework whose file this is; guess reads verl's actor_rollout_ref keys, OpenRLHF's "
+                       "--flags, otherwise a TRL GRPOConfig.")
+    box.file_uploader("verl / TRL / OpenRLHF config", type=["yaml", "yml", "json", "sh", "txt"],
+                      key=upload_key(RL_UPLOAD), on_change=on_rl_upload,
+                      help="Read as data, never executed (1 MB at most): sets the RL plan's settings and the "
+                           "policy's model, micro-batch, recompute, precision and GPUs the file states; explicit "
+                           "changes afterwards win. Every key it does not read is listed.")
