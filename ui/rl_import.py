@@ -91,16 +91,16 @@ def on_rl_upload() -> None:
         store[field] = value
         st.session_state[f"rl_{field}"] = value          # the section's live widget, drawn next
     set_rl = ", ".join(f"{RL_FIELD[k].label} = {v}" for k, v in rl.items())
-    set_page = ", ".join(f"{k} = {v}" for k, v in page.items() if k not in ARCH_FIELDS and k not in
-                         PRECISION_FIELDS or k == "convention")
+    # the fields the file named (a preset's architecture and a convention's dtypes come with them, unlisted)
+    named = {k: v for k, v in page.items() if k not in ARCH_FIELDS and k not in PRECISION_FIELDS or k == "convention"}
+    set_page = ", ".join(f"{k} = {v}" for k, v in named.items())
     details = [f"RL settings: {set_rl or 'none'}.", f"The policy (this page's plan): {set_page or 'unchanged'}."]
     details += [f"Not on the page (the CLI reads it): {k}" for k in unread + flags]
     details += [f"Ignored {i['key']}: {i['reason']}" for i in imported.ignored[:50]]
     if len(imported.ignored) > 50:
         details.append(f"... and {len(imported.ignored) - 50:,} more keys ignored.")
     details += list(imported.notes)
-    shown = sum(1 for k in page if k not in ARCH_FIELDS and k not in PRECISION_FIELDS or k == "convention")
-    _say("success", f"Imported {name} ({FORMATS[fmt]}): {len(rl)} RL setting(s) and {shown} of the policy's "
+    _say("success", f"Imported {name} ({FORMATS[fmt]}): {len(rl)} RL setting(s) and {len(named)} of the policy's "
                     f"field(s) set, {len(imported.ignored):,} key(s) ignored. Open the RL view to see the plan.",
          details)
 
