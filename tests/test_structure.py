@@ -29,7 +29,10 @@ FACADE = ("zerocalc", "zerocalc.__main__")      # the package's public names and
 # Third-party libraries a reader of one format imports lazily, inside the function that needs them (DESIGN.md).
 # (httpx2 is huggingface_hub's HTTP client: the Hub reader names its errors.)
 LAZY_THIRD_PARTY = {"huggingface_hub": "zerocalc.model.hub", "httpx2": "zerocalc.model.hub",
-                    "yaml": "zerocalc.frameworks.accelerate"}
+                    "yaml": "zerocalc.frameworks.accelerate",
+                    # the MCP SDK and what it runs on, for `python -m zerocalc mcp` alone (an optional extra)
+                    "mcp": "zerocalc.cli.agent.server", "mcp_types": "zerocalc.cli.agent.server",
+                    "anyio": "zerocalc.cli.agent.server", "uvicorn": "zerocalc.cli.agent.server"}
 MAX_LINES = 450
 
 
@@ -165,7 +168,7 @@ def test_pyproject_ships_every_package_and_no_dependency():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     meta = project["project"]
     assert meta["name"] == "zerocalc" and meta["requires-python"] == ">=3.11" and meta["dependencies"] == []
-    assert meta["scripts"] == {"zerocalc": "zerocalc.cli.main:main"}
+    assert meta["scripts"] == {"zerocalc": "zerocalc.cli.entry:main"}
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "zerocalc.__version__"}
     # setuptools' find takes every folder with an __init__.py whose name matches: so every folder of the core
     # holding Python files must have one

@@ -46,8 +46,25 @@ from .types import (UsageError, _capacity, _count, _dtype_or_none, _factor, _nam
                     _probability, _stage_layers, _targets)
 
 
+SUBCOMMANDS = """Exact training memory per GPU: model states for ZeRO 0-3 / FSDP, and with a model the peak working set,
+the verdict against a GPU, the fixes and the solvers.
+
+commands:
+  python -m zerocalc FLAGS        a training plan (this page's flags, below)
+  python -m zerocalc rl FLAGS     an RL post-training plan (GRPO, PPO, DPO; verl, TRL, OpenRLHF), phase by phase:
+                                  python -m zerocalc rl --help
+  python -m zerocalc mcp          the same answers as tools for coding agents (Model Context Protocol; needs
+                                  pip install 'zerocalc[mcp]'): python -m zerocalc mcp --help
+
+examples:
+  python -m zerocalc --model llama-3-70b --gpu H100-SXM-80GB --workers 64 --micro-batch 2 --check-stage 2
+  python -m zerocalc --model llama-3-8b --ds-config ds_config.json --json
+"""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m zerocalc", description="Exact ZeRO model-state memory per worker, stages 0-3.")
+    p = _Parser(prog="python -m zerocalc", usage="python -m zerocalc [rl | mcp] [FLAGS ...]",
+                formatter_class=argparse.RawDescriptionHelpFormatter, description=SUBCOMMANDS)
     p.add_argument("--version", action="version", version=f"zerocalc {__version__}")
     p.add_argument("--params", type=_count, help="parameter count: 1e9, 7B, 1.5T, 350M, 124439808 "
                                                  "(or give a model below)")
