@@ -29,6 +29,9 @@ def resources() -> dict:
     if ledger.is_file():
         found[LEDGER_URI] = ("validation ledger summary", "application/json",
                              lambda: json.dumps(json.loads(ledger.read_text())["summary"], indent=2))
+    for schema in sorted((DOCS / "schema").glob("*.json")) if DOCS.is_dir() else ():
+        found[f"zerocalc://schema/{schema.name}"] = (f"JSON Schema: {schema.name}", "application/schema+json",
+                                                     lambda schema=schema: schema.read_text())
     for page in sorted(DOCS.glob("*.md")) if DOCS.is_dir() else ():
         found[f"zerocalc://docs/{page.name}"] = (f"docs/{page.name}", "text/markdown",
                                                  lambda page=page: page.read_text())
