@@ -61,6 +61,7 @@ SOURCE_TITLES = {
     "peft": "Hugging Face PEFT docs (accelerate guides)",
     "answerai-fsdp-qlora": "Answer.AI fsdp_qlora benchmarks (FSDP + LoRA/QLoRA, 2 x RTX 3090)",
     "rl-runs": "RL post-training runs (verl, TRL, OpenRLHF; `python -m zerocalc rl`)",
+    "ms-swift": "ModelScope ms-swift example scripts (the memory in each script's first line)",
 }
 
 
