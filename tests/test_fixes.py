@@ -78,7 +78,7 @@ def test_a_higher_stage_offload_more_workers_and_a_bigger_gpu():
     assert kinds["offload"].scenario == {"offload_optimizer": "cpu"}
     assert kinds["workers"].scenario == {"workers": 4, "shard_group": None}
     assert [f.kind for f in fixes(scenario, work, 3)] == ["offload", "workers", "gpu"]      # cheapest first
-    # the smallest card PyTorch can use more of than the A100 40GB's 39.39 GiB: the H100 PCIe (78.40 GiB, estimated)
+    # the smallest card PyTorch can use more of than the A100 40GB's 39.39 GiB: the H100 PCIe (79.11 GiB)
     assert kinds["gpu"].workload == {"gpu": "H100-PCIe-80GB", "gpu_memory": None}
 
 

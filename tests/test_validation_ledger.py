@@ -91,16 +91,22 @@ def test_like_with_like():
 
 
 def test_the_summary_agrees_with_the_rows():
+    """Issue 31: the headline (median, worst, within 10%) is the point error, what a user sees; the band's error
+    sits beside it."""
     doc = json.loads((ROOT / "docs" / "validation.json").read_text(encoding="utf-8"))
     rows, s = doc["cases"], doc["summary"]
     assert {"cases", "expressed", "median_error", "worst_error", "worst_case", "within_10_percent",
-            "sources"} <= set(s)
+            "median_band_error", "within_10_percent_band", "under", "over", "sources"} <= set(s)
     done = [r for r in rows if r["result"]["expressed"]]
-    errors = [r["result"]["error"] for r in done]
+    errors = [r["result"]["point_error"] for r in done]
+    assert all(r["result"]["error"] == r["result"]["point_error"] for r in done)
+    bands = [r["result"].get("band_error", r["result"]["point_error"]) for r in done]
+    assert s["median_band_error"] == pytest.approx(statistics.median(bands))
+    assert s["within_10_percent_band"] == pytest.approx(sum(abs(e) <= 0.10 for e in bands) / len(bands))
     assert s["cases"] == len(rows) == len(CASES) and s["expressed"] == len(done) == len(EXPRESSIBLE)
     assert s["median_error"] == pytest.approx(statistics.median(errors))
     assert abs(s["worst_error"]) == pytest.approx(max(abs(e) for e in errors))
-    assert next(r for r in rows if r["id"] == s["worst_case"])["result"]["error"] == s["worst_error"]
+    assert next(r for r in rows if r["id"] == s["worst_case"])["result"]["point_error"] == s["worst_error"]
     assert s["within_10_percent"] == pytest.approx(sum(abs(e) <= 0.10 for e in errors) / len(errors))
     for r in done:
         res = r["result"]
@@ -112,6 +118,43 @@ def test_the_summary_agrees_with_the_rows():
     assert f"{s['expressed']} of {s['cases']} cases expressed" in md
     for r in rows:
         assert f"| {r['id']} |" in md
+    assert f"median {vl.pct(s['median_error'])}" in md.split("## How to read it")[0]     # the point error leads
+
+
+def test_every_row_says_under_or_over_and_the_summary_lists_every_under_prediction():
+    """Issue 31: under (zerocalc below the measurement) is the unsafe side; every row is marked and every under-
+    prediction is listed, worst first, in the summary and per source."""
+    doc = json.loads((ROOT / "docs" / "validation.json").read_text(encoding="utf-8"))
+    rows, s = doc["cases"], doc["summary"]
+    done = [r for r in rows if r["result"]["expressed"]]
+    for r in done:
+        e = r["result"]["point_error"]
+        assert r["result"]["side"] == ("under" if e < 0 else "over" if e > 0 else "exact"), r["id"]
+    under = sorted((r["result"]["point_error"], r["id"]) for r in done if r["result"]["point_error"] < 0)
+    assert [(e, i) for i, e in s["under"]] == under
+    assert s["over"] == sum(r["result"]["point_error"] > 0 for r in done)
+    for name, t in s["sources"].items():
+        assert [i for i, _ in t["under"]] == [i for e, i in under if next(r for r in done if r["id"] == i)
+                                               ["source_name"] == name], name
+    md = (ROOT / "docs" / "validation.md").read_text(encoding="utf-8")
+    head = md.split("## How to read it")[0]
+    for case, err in s["under"]:
+        assert f"{case} {vl.pct(err)}" in head, case
+    # AA-03: inside the reserve band (0%) yet 27% low at the point: it reads under, and the headline shows it
+    aa03 = next(r for r in done if r["id"] == "AA-03")["result"]
+    assert aa03["band_error"] == 0.0 and aa03["point_error"] < -0.25 and aa03["side"] == "under"
+    assert s["worst_case"] == "AA-03" or abs(s["worst_error"]) >= abs(aa03["point_error"])
+
+
+def test_the_side_of_a_row():
+    assert vl.side(-0.01) == "under" and vl.side(0.02) == "over" and vl.side(0.0) == "exact"
+    rows = [{"id": i, "source_name": "x", "result": vl._headline({"expressed": True, "point_error": e})}
+            for i, e in (("a", -0.3), ("b", 0.05), ("c", -0.02))]
+    rows[0]["result"]["band_error"] = 0.0
+    t = vl.summarise(rows)
+    assert t["median_error"] == -0.02 and t["worst_case"] == "a" and t["under"] == [["a", -0.3], ["c", -0.02]]
+    assert t["within_10_percent"] == pytest.approx(2 / 3) and t["within_10_percent_band"] == 1.0
+    assert t["over"] == 1 and t["median_band_error"] == 0.0
 
 
 @pytest.mark.parametrize("kind", ["max_memory_reserved", "device"])
@@ -125,12 +168,13 @@ def test_reserved_and_device_figures_add_what_they_count(kind):
     assert other["phase"] == allocated["phase"] and parts == allocated["parts"]
     extra = parts[vl.RESERVE] + (parts[vl.CONTEXT] if kind == "device" else 0)
     assert other["zerocalc_bytes"] == allocated["zerocalc_bytes"] + extra
-    if kind == "max_memory_reserved" and "band_bytes" in other:     # the band, where ranges gives one
+    assert other["error"] == other["point_error"]                    # the headline is the point error
+    if kind == "max_memory_reserved" and "band_bytes" in other:     # the band, where ranges gives one, beside it
         low, high = other["band_bytes"]
         assert low <= other["zerocalc_bytes"] <= high
-        assert other["error"] == vl.band_error(low, high, case["measured_bytes"])
+        assert other["band_error"] == vl.band_error(low, high, case["measured_bytes"])
     else:
-        assert "band_bytes" not in other and other["error"] == other["point_error"]
+        assert "band_bytes" not in other and "band_error" not in other
     if kind == "max_memory_reserved":
         from zerocalc.answers.ranges import ASSUMPTIONS
         assert ("band_bytes" in other) == ("allocator_reserve" in ASSUMPTIONS)

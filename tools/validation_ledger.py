@@ -16,7 +16,11 @@ no figure here reads them). Its figure is compared like with like:
 - device (nvidia-smi / nvml): the whole peak, CUDA context included.
 
 Each is the largest over the phases of one rank class: the last pipeline stage where the source measured there
-(Megatron logs rank world_size - 1), else the busiest rank. The error is zerocalc / measured - 1, signed.
+(Megatron logs rank world_size - 1), else the busiest rank. The error is zerocalc / measured - 1, signed, of the
+point estimate (what a user sees): the headline, the median, the worst and "within 10%" count it. A reserved
+figure's error to the band of the reserve assumption sits beside it. Every row says whether zerocalc reads under
+the measurement (the unsafe side: the plan would be told it fits when it may not) or over; the summary lists
+every under-prediction, per source.
 
 An RL run (`rl_argv`: the arguments of `python -m zerocalc rl`) is read from the plan's phases on the training
 processes' GPU class, at one end of the band (`rl_end`: "max", every sequence at its longest, or "typical"), in the
@@ -57,6 +61,8 @@ SOURCE_TITLES = {
     "peft": "Hugging Face PEFT docs (accelerate guides)",
     "answerai-fsdp-qlora": "Answer.AI fsdp_qlora benchmarks (FSDP + LoRA/QLoRA, 2 x RTX 3090)",
     "rl-runs": "RL post-training runs (verl, TRL, OpenRLHF; `python -m zerocalc rl`)",
+    "ms-swift": "ModelScope ms-swift example scripts (the memory in each script's first line)",
+    "litgpt": "LitGPT config hub table (LoRA / QLoRA on one A10G)",
 }
 
 
@@ -169,7 +175,18 @@ def evaluate_rl(case: dict) -> dict:
     out = {"expressed": True, "rank": gpu, "rank_rule": f"{case.get('rl_end', 'max')} end of the band",
            "phase": phase["name"], "zerocalc_bytes": figure, "parts": dict(phase["parts"]),
            "point_error": error_to(figure, measured)}
+    return _headline(out)
+
+
+def side(point_error: float) -> str:
+    """'under' (zerocalc below the measurement: the unsafe side), 'over', or 'exact'."""
+    return "under" if point_error < 0 else "over" if point_error > 0 else "exact"
+
+
+def _headline(out: dict) -> dict:
+    """The row's headline: the point error (what a user sees), and which side of the measurement it falls."""
     out["error"] = out["point_error"]
+    out["side"] = side(out["point_error"])
     return out
 
 
@@ -189,7 +206,7 @@ def evaluate(case: dict) -> dict:
         raise KeyError(f"{case['id']}: the report's phase has no {RESERVE!r} or {CONTEXT!r} part: {sorted(parts)}")
     out = {"expressed": True, "rank": row["name"], "rank_rule": how, "phase": phase, "zerocalc_bytes": figure,
            "parts": dict(parts), "point_error": error_to(figure, measured)}
-    out["error"] = out["point_error"]
+    _headline(out)
     if case.get("steady_bytes") and parts.get("model states"):
         # what stays allocated between steps (Megatron logs it too) against zerocalc's persistent part, the model
         # states and the library workspaces (taken once per process and kept): splits the error into what persists
@@ -206,21 +223,34 @@ def evaluate(case: dict) -> dict:
         band = reserve_band(scenario, workload, stage, figure - parts.get(RESERVE, 0), parts.get(CONTEXT, 0), worst)
         if band is not None:
             out["band_bytes"] = list(band)
-            out["error"] = band_error(band[0], band[1], measured)
+            out["band_error"] = band_error(band[0], band[1], measured)
     return out
 
 
+def band_or_point(result: dict) -> float:
+    """The error to the reserve band where the row has one, else the point error (the band column's figure)."""
+    return result.get("band_error", result["point_error"])
+
+
 def summarise(rows: list) -> dict:
-    """Counts, median and worst error and the share within 10% of the expressed rows."""
+    """Of the expressed rows: the point error's median, worst and share within 10% (the headline), the same of the
+    band column beside it, and every under-prediction (id, point error), worst first."""
     done = [r for r in rows if r["result"]["expressed"]]
-    errors = [r["result"]["error"] for r in done]
+    errors = [r["result"]["point_error"] for r in done]
+    bands = [band_or_point(r["result"]) for r in done]
     out = {"cases": len(rows), "expressed": len(done), "median_error": None, "worst_error": None,
-           "worst_case": None, "within_10_percent": None}
+           "worst_case": None, "within_10_percent": None, "median_band_error": None,
+           "within_10_percent_band": None, "under": [], "over": 0}
     if done:
-        worst = max(done, key=lambda r: (abs(r["result"]["error"]), r["id"]))
-        out.update(median_error=statistics.median(errors), worst_error=worst["result"]["error"],
-                   worst_case=worst["id"],
-                   within_10_percent=sum(abs(e) <= WITHIN for e in errors) / len(errors))
+        worst = max(done, key=lambda r: (abs(r["result"]["point_error"]), r["id"]))
+        out.update(median_error=statistics.median(errors), worst_error=worst["result"]["point_error"],
+                   worst_case=worst["id"], within_10_percent=sum(abs(e) <= WITHIN for e in errors) / len(errors),
+                   median_band_error=statistics.median(bands),
+                   within_10_percent_band=sum(abs(e) <= WITHIN for e in bands) / len(bands),
+                   under=[[r["id"], r["result"]["point_error"]] for r in
+                          sorted(done, key=lambda r: (r["result"]["point_error"], r["id"]))
+                          if r["result"]["side"] == "under"],
+                   over=sum(r["result"]["side"] == "over" for r in done))
     return out
 
 
@@ -269,10 +299,18 @@ def case_command(r: dict) -> str:
     return command(r["argv"]) if "argv" in r else command(["rl", *r["rl_argv"]])
 
 
+def under_list(under: list) -> str:
+    return ", ".join(f"{case} {pct(err)}" for case, err in under) or "none"
+
+
 def summary_lines(s: dict) -> list:
-    return [(f"- **{s['expressed']} of {s['cases']} cases expressed**; median error {pct(s['median_error'])}, "
-            f"worst {pct(s['worst_error'])} ({s['worst_case'] or 'none'}), within 10%: "
-            f"{share(s['within_10_percent'])}")]
+    return [(f"- **{s['expressed']} of {s['cases']} cases expressed**; point error (zerocalc's figure against the "
+             f"measured one): median {pct(s['median_error'])}, worst {pct(s['worst_error'])} "
+             f"({s['worst_case'] or 'none'}), within 10%: {share(s['within_10_percent'])}"),
+            (f"- **{len(s['under'])} read under** the measurement (the unsafe side), {s['over']} over; "
+             f"{sum(e < -WITHIN for _, e in s['under'])} under by more than 10%"),
+            (f"- beside it, the error to the reserve band (reserved figures only; the others count their point "
+             f"error): median {pct(s['median_band_error'])}, within 10%: {share(s['within_10_percent_band'])}")]
 
 
 def render_md(doc: dict) -> str:
@@ -283,21 +321,31 @@ def render_md(doc: dict) -> str:
              "when this file differs from what zerocalc computes now. zerocalc " + doc["zerocalc_version"] + ".", "",
              "## Summary", ""]
     lines += summary_lines(s)
-    lines += ["", "| source | cases | expressed | median error | worst | within 10% |", "|---|---|---|---|---|---|"]
+    lines += ["", "| source | cases | expressed | median point error | worst point error | within 10% (point) | "
+              "under / over | median to the band | within 10% (band) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, t in s["sources"].items():
         lines.append(f"| {SOURCE_TITLES.get(name, name)} | {t['cases']} | {t['expressed']} | "
                      f"{pct(t['median_error'])} | {pct(t['worst_error'])} ({t['worst_case'] or '-'}) | "
-                     f"{share(t['within_10_percent'])} |")
+                     f"{share(t['within_10_percent'])} | {len(t['under'])} / {t['over']} | "
+                     f"{pct(t['median_band_error'])} | {share(t['within_10_percent_band'])} |")
+    lines += ["", "### Every under-prediction (zerocalc below the measurement: the unsafe side), worst first", ""]
+    for name, t in s["sources"].items():
+        if t["expressed"]:
+            lines.append(f"- **{SOURCE_TITLES.get(name, name)}**: {under_list(t['under'])}")
     lines += ["", "## How to read it", "",
               ("- **Like with like.** `max_memory_allocated` is compared with zerocalc's live tensors (the peak "
               "without its allocator reserve and CUDA context); `max_memory_reserved` with tensors + allocator "
-              "reserve, the error measured to the reserve assumption's band when the report gives one (the point error, at "
-              "zerocalc's 5% reserve, in brackets); a `device` "
-              "reading (nvidia-smi, nvml) with the whole peak, CUDA context included."),
+              "reserve at zerocalc's 5% reserve (the point error), its error to the reserve assumption's band, where "
+              "the report gives one, beside it; a `device` reading (nvidia-smi, nvml) with the whole peak, CUDA "
+              "context included."),
               ("- **Rank.** Megatron logs memory on rank world_size - 1, the last pipeline stage: that rank class is "
               "read. Elsewhere the busiest rank class is read (torchtitan's tables give the maximum across GPUs)."),
-              ("- **Error** = zerocalc / measured - 1: positive when zerocalc says more than the GPU measured. Byte "
-              "figures here are GiB (2^30 bytes) with two decimals; `docs/validation.json` has the exact bytes."),
+              ("- **Point error** = zerocalc / measured - 1 of the figure zerocalc shows: positive when zerocalc says "
+              "more than the GPU measured. It is the headline (median, worst, within 10%), because a user sees the "
+              "point estimate, not the band. **under** marks a row where zerocalc reads below the measurement: the "
+              "unsafe side, where a plan is told it fits and may not. The band error is 0 when the measurement "
+              "falls inside the reserve band. Byte figures here are GiB (2^30 bytes) with two decimals; "
+              "`docs/validation.json` has the exact bytes."),
               ("- **Expressed** means every memory-relevant setting the source states can be set in zerocalc; the "
               "assumptions each case needed are listed under it. The other cases stay below with the features "
               "zerocalc lacks (or the settings the source does not publish)."),
@@ -312,17 +360,17 @@ def render_md(doc: dict) -> str:
         if not mine:
             continue
         lines += [f"## {SOURCE_TITLES.get(name, name)}", "",
-                  "| id | source | quoted figure | kind | measured | zerocalc | rank, phase | error |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| id | source | quoted figure | kind | measured | zerocalc | rank, phase | point error | side | "
+                  "error to the band |", "|---|---|---|---|---|---|---|---|---|---|"]
         for r in mine:
             res = r["result"]
             band = f" (band {gib(res['band_bytes'][0])}..{gib(res['band_bytes'][1])})" if "band_bytes" in res \
                 else ""
-            point = f" (point {pct(res['point_error'])})" if "band_bytes" in res else ""
+            to_band = pct(res["band_error"]) if "band_error" in res else "-"
             lines.append(f"| {r['id']} | {link(r['source'])} | {cell(r['figure']['value'])} "
                          f"{r['figure']['printed_unit']} | {r['kind']} | {gib(r['measured_bytes'])} | "
                          f"{gib(res['zerocalc_bytes'])}{band} | {cell(res['rank'])} (ZeRO {r['stage']}), "
-                         f"{res['phase']} | {pct(res['error'])}{point} |")
+                         f"{res['phase']} | {pct(res['point_error'])} | {res['side']} | {to_band} |")
         lines += ["", "Commands and assumptions:", ""]
         for r in mine:
             lines.append(f"- **{r['id']}** ({cell(r['gpu'])}): {case_command(r)}, ZeRO stage {r['stage']}, "
@@ -396,8 +444,9 @@ def main(argv=None) -> int:
     for line in summary_lines(summary):
         print(line)
     for name, t in summary["sources"].items():
-        print(f"  {name}: {t['expressed']}/{t['cases']} expressed, median {pct(t['median_error'])}, worst "
-              f"{pct(t['worst_error'])} ({t['worst_case']}), within 10% {share(t['within_10_percent'])}")
+        print(f"  {name}: {t['expressed']}/{t['cases']} expressed, point error median {pct(t['median_error'])}, "
+              f"worst {pct(t['worst_error'])} ({t['worst_case']}), within 10% {share(t['within_10_percent'])}; "
+              f"under: {under_list(t['under'])}")
     return 0
 
 

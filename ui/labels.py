@@ -1,5 +1,7 @@
 """Every control's label and, for jargon, its help text: data the sidebar and the compare table read."""
 
+from zerocalc.gpus import estimated_names
+
 LABELS = {
     "model": "Model (type to search)", "params": "Parameters (7B, 1.5T, 350M, 1e9 ...)", "layers": "Layers",
     "hidden": "Hidden size", "heads": "Attention heads", "kv_heads": "KV heads (GQA)",
@@ -81,7 +83,11 @@ HELP = {
     "stage": "The ZeRO stage you plan to run: 0 plain data parallel, 1 shards the optimizer state, 2 also the "
              "gradients, 3 also the parameters (FSDP FULL_SHARD). The verdict, the fixes and the step timeline "
              "check this one.",
-    "gpu": "Capacities as nvidia-smi / rocm-smi report them (an H100 80GB has 81,559 MiB = 85.52 GB).",
+    "gpu": ("The verdict uses what PyTorch can use on the card (torch.cuda.get_device_properties' total_memory, the "
+            "OOM message's \"total capacity\"), below nvidia-smi's total: an H100 80GB shows 81,559 MiB = 85.52 GB "
+            "in nvidia-smi, 79.11 GiB = 84.94 GB in PyTorch. Each card's figure is published (How to read it: the "
+            "GPU catalogue). Still estimated, no PyTorch figure published: " + ", ".join(estimated_names())
+            + " (nvidia-smi's total less the largest gap published for their memory family)."),
     "gpu_memory": ("What PyTorch can use on your GPU, with its unit: 48 GB, 44.4 GiB, 46068 MiB. The OOM "
                    "message's \"total capacity\" or torch.cuda.get_device_properties(0).total_memory gives it; nvidia-smi's "
                    "total is higher (the driver keeps part of it). A bare number is bytes and must be at least 1 GiB."),

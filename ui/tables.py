@@ -163,11 +163,13 @@ def validation_sentence(summary) -> str:
     """'Checked against N published GPU runs: median error x%, worst y% ...' from the ledger's summary."""
     if not summary:
         return "The validation ledger (docs/validation.md) is not in this copy of zerocalc."
-    within = summary["within_10_percent"]
+    within, under = summary["within_10_percent"], summary.get("under", [])
+    low = sum(err < -0.10 for _, err in under)
     return (f"**Checked against {summary['expressed']} published GPU runs** (of {summary['cases']} collected; the "
             f"others need features zerocalc lacks): median error {100 * summary['median_error']:+.1f}%, worst "
-            f"{100 * summary['worst_error']:+.1f}% ({summary['worst_case']}), {100 * within:.0f}% within 10%. "
-            "Every row, its source and its command: docs/validation.md (choose it below).")
+            f"{100 * summary['worst_error']:+.1f}% ({summary['worst_case']}), {100 * within:.0f}% within 10%, "
+            f"for the figure shown (the point estimate). {len(under)} read low (the unsafe side), {low} by more "
+            "than 10%. Every row, its source and its command: docs/validation.md (choose it below).")
 
 
 def catalog_table(rows: list, unit: str) -> "pandas.DataFrame":

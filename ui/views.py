@@ -12,7 +12,7 @@ from pathlib import Path
 import streamlit as st
 
 from zerocalc.answers.sweep import AXES, axes_for, sweep_sentence
-from zerocalc.gpus import catalog_rows
+from zerocalc.gpus import catalog_rows, estimated_names
 from zerocalc.parallel.search import recompute_variant, split_for
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
@@ -229,7 +229,8 @@ allocator behaviour beyond a flat percentage.
 that `torch.cuda.get_device_properties().total_memory` and the OOM message's "total capacity" report, below
 nvidia-smi's total (the driver keeps part of it: 79.11 GiB against 81,559 MiB on an H100 80GB). Each catalogued
 card carries both, each with its published source; a card without a published PyTorch figure is estimated as
-nvidia-smi's total less 1 GiB and marked so. Never the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
+nvidia-smi's total less the largest gap published for its memory family (GDDR, NVIDIA HBM, AMD HBM) and marked so.
+Still estimated: """ + ", ".join(estimated_names()) + """. Never the marketing "GB". GB = 10^9 bytes, GiB = 2^30 bytes.
 """
 
 

@@ -9,9 +9,13 @@
   (84.94 GB) in PyTorch: a plan at 85.08 GB passes the first and cannot run.
 
 Both figures move by tens of MiB between driver versions (docs/research/gpu_capacities.md); where several were
-published the lowest is used, so a verdict holds on every driver seen. A card with no published PyTorch figure
-gets nvidia-smi's total less ESTIMATE_GAP, marked estimated: the published gaps run from 0.02 GiB (MI300X) to
-1.08 GiB (GH200, two drivers), so 1.25 GiB is below every sourced figure.
+published the lowest is used, so a verdict holds on every driver seen. A card with no published PyTorch figure is
+estimated from the cards of its memory family that have one: nvidia-smi's total less the family's largest published
+gap (nvidia-smi's total - PyTorch's), rounded up to 128 MiB, so the estimate is below every sourced card of the
+family had it been estimated the same way. The gaps differ by family, not by size (docs/research/gpu_capacities.md:
+0.3-0.64 GiB on GDDR cards of 16-48 GB, 0.5-1.08 GiB on NVIDIA HBM cards of 40-275 GiB, under 0.02 GiB on AMD's
+HBM), so no fit by size would be safer. A family with fewer than MIN_FAMILY sourced cards (AMD's: two) keeps the
+flat ESTIMATE_GAP, above every published gap of every family; so does a capacity typed without its card.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from types import MappingProxyType
 from typing import NamedTuple, Optional, Tuple
 
 MIB, GIB = 2**20, 2**30
-ESTIMATE_GAP = 1280 * MIB
+ESTIMATE_GAP = 1280 * MIB       # any card: above every published gap (the largest, GH200's, is 1,103 MiB)
+GAP_STEP = 128 * MIB            # a family's largest gap is rounded up to this: drift between drivers is tens of MiB
+MIN_FAMILY = 3                  # sourced cards a family needs before its own gap replaces ESTIMATE_GAP
 
 
 class GPU(NamedTuple):
@@ -30,8 +36,9 @@ class GPU(NamedTuple):
     smi_source: str       # as printed, and where it was published
     usable_bytes: int     # what PyTorch can use: total_memory / the OOM message's "total capacity"
     usable_source: str    # as printed and where, or how it was estimated
-    estimated: bool       # no published PyTorch figure: nvidia-smi's total less ESTIMATE_GAP
+    estimated: bool       # no published PyTorch figure: nvidia-smi's total less the family's gap
     compute_capability: Optional[Tuple[int, int]] = None    # CUDA's (major, minor); None on AMD
+    family: str = ""      # the memory family whose published gaps bound an estimate (FAMILY)
 
     @property
     def reported_as(self) -> str:       # the driver's figure as printed (kept for the catalogue listing)
@@ -46,10 +53,10 @@ def _printed(text: str) -> int:
 
 
 def _card(name, smi, smi_source, usable=None, usable_source=None) -> GPU:
+    """A card as published; one without a PyTorch figure is marked estimated and gets its capacity in _estimate."""
     smi_bytes = _printed(smi)
     if usable is None:
-        return GPU(name, smi_bytes, f"{smi} ({smi_source})", smi_bytes - ESTIMATE_GAP,
-                   f"estimated: nvidia-smi's {smi} less 1.25 GiB (no published PyTorch figure)", True)
+        return GPU(name, smi_bytes, f"{smi} ({smi_source})", smi_bytes, "", True)
     return GPU(name, smi_bytes, f"{smi} ({smi_source})", _printed(usable), f"{usable} ({usable_source})", False)
 
 
@@ -66,7 +73,9 @@ _CARDS = {
         "NVIDIA H100 80GB HBM3 (SXM)", "81559 MiB", "NVIDIA/nccl#1264",
         "79.11 GiB", "OOM message on H100 80GB, vllm-project/vllm#12756"),
     "H100-PCIe-80GB": _card(
-        "NVIDIA H100 PCIe 80GB", "81559 MiB", "as the SXM card, modal-labs/modal-client#2797"),
+        "NVIDIA H100 PCIe 80GB", "81559 MiB", "as the SXM card, modal-labs/modal-client#2797",
+        "81008 MiB", "total_memory=81008MB (79.11 GiB, as the SXM card's OOM message) on an 'NVIDIA H100 PCIe', "
+        "torch 2.0.1+cu117, the setup of pytorch/pytorch#110153"),
     "H100-NVL-94GB": _card(
         "NVIDIA H100 NVL 94GB", "95830 MiB", "NVIDIA/gpu-admin-tools#4",
         "99961274368 B", "fastfetch's GPU total, the 93.10 GiB OOM messages print; fastfetch-cli/fastfetch#1658"),
@@ -94,7 +103,9 @@ _CARDS = {
         "NVIDIA A10G 24GB (AWS)", "23028 MiB", "NVIDIA/DCGM#232",
         "22587 MiB", "total_memory=22587MB (22.06 GiB) in TorchCodec's CUDA tutorial output; 22723MB in "
         "shylane/YoloV3@ae59d77b README.md, 22.49 GiB in AUTOMATIC1111/stable-diffusion-webui#1259 (2022)"),
-    "A10-24GB": _card("NVIDIA A10 24GB", "23028 MiB", "modal-labs/modal-client#2797"),
+    "A10-24GB": _card(
+        "NVIDIA A10 24GB", "23028 MiB", "modal-labs/modal-client#2797",
+        "21.99 GiB", "OOM message on a Lambda A10 instance, zai-org/CogVLM#236"),
     "T4-16GB": _card(
         "NVIDIA T4 16GB", "15360 MiB", "modal-labs/modal-client#2797",
         "14.56 GiB", "OOM message on a Colab T4 (2025), johnpfeiffer/source.johnpfeiffer.github.io@5624f9be "
@@ -113,8 +124,12 @@ _CARDS = {
     "RTX-6000-Ada-48GB": _card(
         "NVIDIA RTX 6000 Ada Generation 48GB", "46068 MiB", "ECC on, DINGYANB/MTVCrafter#21",
         "44.43 GiB", "OOM message, the same issue"),
-    "V100-16GB": _card("NVIDIA Tesla V100 16GB (SXM2 / PCIe)", "16160 MiB",
-                       "older drivers (16384 MiB on driver 570, 1CatAI/1Cat-vLLM#85)"),
+    "V100-16GB": _card(
+        "NVIDIA Tesla V100 16GB (SXM2 / PCIe)", "16160 MiB", "older drivers (16384 MiB on driver 570, "
+        "1CatAI/1Cat-vLLM#85)",
+        "16130 MiB", "total_memory=16130MB on a Tesla V100-SXM2-16GB (15.75 GiB), ultralytics/yolov3 README.md "
+        "(2019, its mAP section); 15.77 GiB in the OOM message on Azure's V100 16GB (Standard_NC6s_v3), "
+        "stanford-futuredata/ARES@6a383e02 README.md"),
     "V100-32GB": _card(
         "NVIDIA Tesla V100 32GB (SXM2 / PCIe)", "32510 MiB", "older drivers (32768 MiB on driver 560)",
         "31.74 GiB", "OOM message on a V100 32GB, liucongg/ChatGLM-Finetuning#73"),
@@ -146,8 +161,44 @@ COMPUTE_CAPABILITY = MappingProxyType({
     "RTX-6000-Ada-48GB": (8, 9), "V100-16GB": (7, 0), "V100-32GB": (7, 0), "RTX-3090-24GB": (8, 6),
     "RTX-4090-24GB": (8, 9), "RTX-5090-32GB": (12, 0),
 })
-GPU_CATALOG = MappingProxyType({key: card._replace(compute_capability=COMPUTE_CAPABILITY.get(key))
-                                for key, card in _CARDS.items()})
+# The memory family per card: what the driver keeps differs between GDDR boards, NVIDIA's HBM modules and AMD's.
+FAMILY = MappingProxyType({
+    **dict.fromkeys(("A100-40GB", "A100-80GB", "H100-SXM-80GB", "H100-PCIe-80GB", "H100-NVL-94GB", "H20-96GB",
+                     "H200-141GB", "GH200-96GB", "B200-180GB", "B300-288GB", "V100-16GB", "V100-32GB"), "NVIDIA HBM"),
+    **dict.fromkeys(("L4-24GB", "A10G-24GB", "A10-24GB", "T4-16GB", "L40S-48GB", "A40-48GB", "RTX-A6000-48GB",
+                     "RTX-A6000-48GB-ECC", "RTX-6000-Ada-48GB", "RTX-3090-24GB", "RTX-4090-24GB", "RTX-5090-32GB"),
+                    "NVIDIA GDDR"),
+    **dict.fromkeys(("MI300X-192GB", "MI325X-256GB", "MI355X-288GB"), "AMD HBM"),
+})
+
+
+def family_gaps(cards: dict) -> dict:
+    """family -> (the gap an estimate subtracts, the sourced cards it rests on): the family's largest published gap
+    rounded up to GAP_STEP, or ESTIMATE_GAP below MIN_FAMILY sourced cards."""
+    out = {}
+    for family in dict.fromkeys(FAMILY.values()):
+        sourced = [k for k, g in cards.items() if FAMILY[k] == family and not g.estimated]
+        largest = max((cards[k].smi_bytes - cards[k].usable_bytes for k in sourced), default=0)
+        gap = -(-largest // GAP_STEP) * GAP_STEP if len(sourced) >= MIN_FAMILY else ESTIMATE_GAP
+        out[family] = (gap, tuple(sourced))
+    return out
+
+
+def _estimate(key: str, card: GPU, gaps: dict) -> GPU:
+    family = FAMILY[key]
+    card = card._replace(compute_capability=COMPUTE_CAPABILITY.get(key), family=family)
+    if not card.estimated:
+        return card
+    gap, sourced = gaps[family]
+    why = (f"the largest published gap of the {len(sourced)} sourced {family} cards, rounded up to 128 MiB"
+           if len(sourced) >= MIN_FAMILY else
+           f"the flat gap: {len(sourced)} sourced {family} cards are too few to bound one")
+    return card._replace(usable_bytes=card.smi_bytes - gap, usable_source=(
+        f"estimated: nvidia-smi's {card.reported_as} less {gap // MIB} MiB ({why}; no published PyTorch figure)"))
+
+
+FAMILY_GAPS = MappingProxyType(family_gaps(_CARDS))
+GPU_CATALOG = MappingProxyType({key: _estimate(key, card, FAMILY_GAPS) for key, card in _CARDS.items()})
 DEFAULT_GPU = "H100-SXM-80GB"
 
 
@@ -156,4 +207,10 @@ def catalog_rows() -> list:
     return [{"name": key, "capacity_bytes": gpu.usable_bytes, "marketing_name": gpu.name,
              "capacity_source": gpu.usable_source, "estimated": gpu.estimated, "nvidia_smi_bytes": gpu.smi_bytes,
              "reported_as": gpu.reported_as, "nvidia_smi_source": gpu.smi_source,
-             "compute_capability": gpu.compute_capability} for key, gpu in GPU_CATALOG.items()]
+             "compute_capability": gpu.compute_capability, "family": gpu.family}
+            for key, gpu in GPU_CATALOG.items()]
+
+
+def estimated_names() -> list:
+    """The marketing names of the cards whose capacity is still estimated (the page lists them)."""
+    return [gpu.name for gpu in GPU_CATALOG.values() if gpu.estimated]
