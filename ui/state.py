@@ -1,10 +1,10 @@
 """The app's whole state as one flat dict of plain values, and its URL form.
 
-Every input is a named field with a kind and an allowed range (FIELDS, data). A link holds only the fields that
-differ from their defaults, as plain readable query parameters (?model=llama-3-8b&workers=64&stage=3); the
-defaults of dtype fields come from the chosen convention and those of architecture fields from the chosen model,
-so a link stays short and still reproduces the view exactly. Nothing from a URL is trusted: each value is parsed
-by its kind and range, never evaluated; a bad or unknown one falls back to its default with a warning naming it.
+Every input is a named field with a kind and an allowed range (FIELDS, data). A link holds only the fields that differ
+from their defaults, as plain readable query parameters (?model=llama-3-8b&workers=64&stage=3); the defaults of dtype
+fields come from the chosen convention and those of architecture fields from the chosen model, so a link stays short
+and still reproduces the view exactly. Nothing from a URL is trusted: each value is parsed by its kind and range,
+never evaluated; a bad or unknown one falls back to its default with a warning naming it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import math
 from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, kept_in_link
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.model.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
 from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
@@ -281,12 +282,12 @@ def _significant_for(params_only: bool, finetune: str, full_recompute: bool) -> 
 def to_query(state: dict) -> Dict[str, str]:
     """The URL parameters of a state: fields that differ from their defaults, in FIELDS order."""
     default = _defaults(state["model"], state["convention"])
-    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default[n]}
+    keep = kept_in_link(state, default)    # the defaults policy (pipelines fill) would not give these back alone
+    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default[n] or n in keep}
 
 
 def unknown_keys_warnings(keys) -> List[str]:
-    """One warning per unknown link key, the first MAX_LISTED_KEYS of them, then how many more (a link can hold
-    thousands: each would be a line on the page)."""
+    """One warning per unknown link key, the first MAX_LISTED_KEYS of them, then how many more (a link has many)."""
     keys = list(keys)
     out = [f"Ignored unknown link parameter {str(k)[:40]!r}." for k in keys[:MAX_LISTED_KEYS]]
     if len(keys) > MAX_LISTED_KEYS:
@@ -316,14 +317,11 @@ def from_query(query) -> Tuple[dict, List[str]]:
                 warnings.append(f"Link parameter {f.name}={str(raw[f.name])[:40]!r} is not allowed "
                                 f"({allowed(f)}); using the default, {format_value(f, default_for(f.name, state))}.")
         state[f.name] = default_for(f.name, state)
+    state.update(implied(state, [t for t in POLICY_TARGETS if t not in raw]))     # as the CLI: pipelines fill
     return state, warnings
 
 
 # --- state -> core inputs -------------------------------------------------------------------------------------
-
-def _none(value):
-    return None if value == "none" else value
-
 
 def architecture(state: dict) -> Optional[Architecture]:
     if state["model"] == PARAMS_ONLY:
@@ -344,7 +342,8 @@ def architecture(state: dict) -> Optional[Architecture]:
 def scenario_fields(state: dict, params: int) -> dict:
     return dict(params=params, workers=state["workers"], shard_group=state["shard_group"] or None,
                 **{n: state[n] for n in ("gpus_per_node", "offload_optimizer", "offload_params", "convention",
-                                         *OPTIMIZER_OPTION_FIELDS)}, **{n: _none(state[n]) for n in PRECISION_FIELDS})
+                                         *OPTIMIZER_OPTION_FIELDS)}, **{n: None if state[n] == "none" else state[n]
+                                                                          for n in PRECISION_FIELDS})
 
 
 LAYOUT_FIELDS = ("tp", "pp", "schedule", "vpp", "cp", "sequence_parallel", "loss_parallel", "vocab_divisor", "ep",

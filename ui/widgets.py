@@ -14,6 +14,7 @@ import functools
 
 import streamlit as st
 
+from zerocalc.defaults import implied
 from zerocalc.model.inventory import counts
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.units import capacity_text
@@ -134,12 +135,15 @@ def _on_targets_change():
         set_fields({"lora_targets": ["all-linear"] if added_all else [t for t in chosen if t != "all-linear"]})
 
 
+def _implied(trigger: str, targets) -> None:
+    """The core's defaults policy (zerocalc/defaults.py), as the CLI applies it: the changed field's rules."""
+    fields = {name: current(name) for name in ("pp", "micro_batches", "finetune", "kbit_prepare", "recompute")}
+    set_fields(implied(fields, targets, trigger))
+
+
 def _on_pp_change():
-    """Honest defaults: a pipeline fills with micro-batches. Raising pp above the micro-batches per step sets
-    them to 4 x pp (a bubble under a fifth of the step), as Megatron and torchtitan runs keep a multiple of pp."""
-    pp = st.session_state["pp"]
-    if pp > 1 and current("micro_batches") < pp:
-        set_fields({"micro_batches": min(4 * pp, int(FIELD["micro_batches"].hi))})
+    """A pipeline fills with micro-batches: raising pp above the micro-batches per step sets them to 4 x pp."""
+    _implied("pp", ["micro_batches"])
 
 
 def _on_workers_change():
@@ -149,10 +153,8 @@ def _on_workers_change():
 
 
 def _on_finetune_change():
-    """QLoRA with peft's kbit preparation checkpoints every block, as prepare_model_for_kbit_training does by
-    default (use_gradient_checkpointing=True)."""
-    if st.session_state["finetune"] == "qlora" and current("kbit_prepare") and current("recompute") == "none":
-        set_fields({"recompute": "full"})
+    """QLoRA with peft's kbit preparation checkpoints every block, as prepare_model_for_kbit_training does."""
+    _implied("finetune", ["recompute"])
 
 
 TOTAL_GPUS = "total_gpus"   # session key: dp x tp x pp x cp, shown beside dp; typing a total sets dp from it

@@ -25,6 +25,7 @@ from ..scenario import FieldError, Scenario
 from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS
 from ..answers.sweep import AXES
+from ..defaults import implied, reasons
 from .advice import advice_dict, advice_text
 from .recipe_flags import add_recipe_flags
 from .optimizer import OPTIMIZER_FIELDS, add_optimizer_flags
@@ -274,6 +275,8 @@ def _inputs(args):
         params = param_count(arch)
         if args.params is not None and args.params != params:
             raise UsageError(f"--params: got {args.params:,}; the model has {params:,} parameters (leave it out)")
+    if arch is not None and not import_given(args):      # a framework config says its own pipeline and recompute
+        _apply_defaults(args)
     try:
         workload = workload_from_args(args, arch) if arch is not None else None
         if args.gpus is not None and not import_given(args):
@@ -289,6 +292,17 @@ def _inputs(args):
     except FieldError as exc:
         raise UsageError(framework_error_message(imported_flag(args), exc)) from None
     return scenario, arch, workload, imported
+
+
+def _apply_defaults(args) -> None:
+    """The defaults policy the page applies (zerocalc/defaults.py) for the flags not given: --pp 2 alone fills its
+    pipeline, QLoRA with k-bit preparation checkpoints every block. Each is said on stderr, as the page says it."""
+    fields = {"pp": args.pp or 1, "micro_batches": args.micro_batches or 1, "finetune": args.finetune,
+              "kbit_prepare": args.kbit_prepare != "no", "recompute": args.recompute or "none"}
+    changes = implied(fields, [f for f in ("micro_batches", "recompute") if getattr(args, f) is None])
+    for name, why in reasons(changes).items():
+        setattr(args, name, changes[name])
+        print(f"zerocalc: note: --{name.replace('_', '-')} {changes[name]} (not given: {why})", file=sys.stderr)
 
 
 def _workers_from_gpus(args, model_parallel: int) -> None:
