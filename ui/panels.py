@@ -14,6 +14,7 @@ import html
 import streamlit as st
 
 from zerocalc.answers.fixes import sentence as fix_sentence
+from zerocalc.answers.verdict import headline, stage_verdicts
 from zerocalc.units import format_bytes, percent_text
 
 from . import figures, finetune, plain
@@ -176,15 +177,17 @@ CARD_CSS = """<style>
 </style>"""
 
 
-def _card(p: dict, unit: str, checked: bool, band: dict = None, states: int = None, measured: dict = None) -> str:
-    fits = p["fits"]
-    head = "✓ fits" if fits else "✗ does not fit"
+def _card(p: dict, unit: str, checked: bool, verdict: dict, band: dict = None, states: int = None,
+          measured: dict = None) -> str:
+    fits = verdict["fits"]                 # the core's verdict (answers/verdict.py): the GPU, host RAM, the band
+    head = "✓ fits" if fits else ("✗ " + verdict["answer"])
+    if not fits and "host RAM per node" in verdict["failing"]:
+        head += " (host RAM)"
     room = format_bytes(abs(p["headroom_bytes"]), unit)
     headroom = (f'<span class="zc-pos">{room} headroom</span>' if fits else
                 f'<span class="zc-neg">−{room} over</span>')
     band_html = ""
     if measured is not None:       # measured beats estimated: the run's figure decides this card
-        fits = measured["fits"]
         head = "✓ fits (measured)" if fits else "✗ does not fit (measured)"
         what = "needed at least" if measured["out_of_memory"] else "measured peak"
         headroom = f'estimate {format_bytes(p["peak_bytes"], unit)}'
@@ -253,22 +256,16 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
         return ""
     peaks, gpu = report["peak"], report["gpu"]["name"]
     on = {} if measured is None else {measured["stage"]: measured}
-    verdicts = {p["stage"]: on[p["stage"]]["fits"] if p["stage"] in on else p["fits"] for p in peaks}
-    fit = [s for s, ok in verdicts.items() if ok]
-    nofit = [s for s, ok in verdicts.items() if not ok]
+    verdicts = stage_verdicts(peaks, report.get("host_memory", ()), (ranges or {}).get("stages", ()), on)
+    answer = headline(verdicts)
     workers = f"{report['layout']['world_size']:,} x {gpu}"
-    if not nofit:
-        answer = "every ZeRO stage fits"
-    elif not fit:
-        answer = "no ZeRO stage fits"
-    else:
-        answer = f"{_names(fit)} fit{'s' if len(fit) == 1 else ''}; {_names(nofit)} do{'es' if len(nofit) == 1 else ''} not"
-    p = peaks[stage]
+    p, v = peaks[stage], verdicts[stage]
     check = (f"Checking {STAGE_LABELS[stage]}: peak {format_bytes(p['peak_bytes'], unit)}, "
              f"{percent_text(p['peak_bytes'], p['capacity_bytes'], 0)} of the "
              f"{format_bytes(p['capacity_bytes'], unit)} PyTorch can use "
-             + ("(fits)." if p["fits"] else "(does not fit).") + (f" Worst rank: {p['rank']}."
-                                                                  if len(report["ranks"]) > 1 else "")
+             + (f"({v['answer']})." if v["fits"] or v["deciding"].startswith("GPU memory")
+                else f"({v['answer']}: {v['deciding']}).")
+             + (f" Worst rank: {p['rank']}." if len(report["ranks"]) > 1 else "")
              + (" " + measured["sentence"] if measured is not None and measured["stage"] == stage else ""))
     check += _pipeline_words(report["layout"])
     sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {html.escape(workers)}?'
@@ -277,8 +274,8 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
     # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
     # on the GPU (parameters + gradients + optimizer state the peak holds; offloaded state is host memory), not a
     # markdown, a caption and a metric per stage.
-    cards = "".join(_card(p, unit, p["stage"] == stage, bands.get(p["stage"]), s["gpu_bytes_per_worker"],
-                          on.get(p["stage"])) for p, s in zip(peaks, report["stages"]))
+    cards = "".join(_card(p, unit, p["stage"] == stage, v, bands.get(p["stage"]), s["gpu_bytes_per_worker"],
+                          on.get(p["stage"])) for p, s, v in zip(peaks, report["stages"], verdicts))
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 
 

@@ -85,6 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offload-optimizer", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--offload-params", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--gpus-per-node", type=_count, help="default 8")
+    p.add_argument("--host-ram", dest="host_memory_bytes", type=_capacity, metavar="CAPACITY",
+                   help="one node's host RAM the offloads may use, with its unit: 512GB, 2TiB (default: not "
+                        "checked; the report still says what a node needs)")
     p.add_argument("--units", choices=UNIT_CHOICES, default="decimal",
                    help="GB, GiB, TB, ... or decimal / binary: an automatic unit of that system (default decimal)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (integers are bytes)")

@@ -13,7 +13,9 @@ from .. import __version__
 from ..gpus import GPU_CATALOG
 from ..answers.explore import fits_on, ledger_cells, scaling
 from ..answers.explore import stage_rows as ledger_rows_of
+from ..answers.ranges import ranges, ranges_dict
 from ..answers.solve import solve
+from ..answers.verdict import stage_verdicts
 from ..model.finetune import caveats, describe
 from ..model.inventory import counts, largest_layer
 from ..layout import stage_sizes
@@ -306,6 +308,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
     }
+    out["verdicts"] = verdicts_of(report)
     if answers or layouts:
         solution = solve(s, workload, sequences)
         out["solve"] = {
@@ -323,6 +326,14 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
     if workload.finetune.quantized:
         out["finetune_comparison"] = quantized_vs_plain(report)
     return out
+
+
+def verdicts_of(report: LayoutReport) -> list:
+    """The one verdict per stage every surface reads (answers/verdict.py): the GPU at each phase, the host RAM per
+    node, the assumptions' band."""
+    peaks = [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)]
+    bands = ranges_dict(ranges(report.scenario, report.workload))["stages"]
+    return stage_verdicts(peaks, host_memory(report), bands)
 
 
 def quantized_vs_plain(report: LayoutReport) -> dict:

@@ -15,7 +15,7 @@ from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
 from .optimizers import ledger_total
 from .groups import group_bytes, group_label, group_ledgers, trainable_counts
-from .report import ledger_rows, recipe_text
+from .report import ledger_rows, recipe_text, verdicts_of
 
 
 def recompute_text(workload) -> str:
@@ -185,6 +185,15 @@ def capacity_text(workload, unit) -> str:
     return f"{text}{estimated}; nvidia-smi shows {format_bytes(workload.nvidia_smi_bytes, unit)}"
 
 
+def _verdict_cell(v: dict) -> str:
+    """The verdict column (answers/verdict.py): yes, NO, or NO with what decides it when not the GPU's peak."""
+    if v["fits"]:
+        return "yes"
+    if v["answer"] != "does not fit":
+        return f"NO ({v['answer']})"
+    return "NO" if v["deciding"].startswith("GPU memory") else f"NO ({v['deciding']})"
+
+
 def peak_text(report, units) -> str:
     s, workload = report.scenario, report.workload
     a = workload.arch
@@ -192,6 +201,7 @@ def peak_text(report, units) -> str:
     shape = heaviest.shape
     unit = resolve_unit(workload.capacity_bytes, units)
     solution = solve(s, workload)
+    verdicts = verdicts_of(report)
     lines = [
         layout_line(report),
         f"Peak working set per GPU on {workload.gpu_label} ({capacity_text(workload, unit)}): "
@@ -203,11 +213,11 @@ def peak_text(report, units) -> str:
         f"{format_bytes(shape.activation_bytes, units)} in flight"
         f"{_offloaded(shape, units)}; "
         f"largest layer {largest_layer(a)[0]} ({largest_layer(a)[1]:,} params)",
-        _table(["stage", "peak", "phase", "capacity", "headroom", "used", "fits", "worst rank"],
+        _table(["stage", "peak", "phase", "capacity", "headroom", "used", "verdict", "worst rank"],
                [[p.stage, format_bytes(p.peak_bytes, unit), p.peak_phase, format_bytes(p.capacity_bytes, unit),
                  format_bytes(p.headroom_bytes, unit), f"{100 * p.peak_bytes / p.capacity_bytes:.1f}%",
-                 "yes" if p.fits else "NO", report.ranks[i].rank.name]
-                for p, i in zip(report.peaks, report.worst)]),
+                 _verdict_cell(v), report.ranks[i].rank.name]
+                for p, i, v in zip(report.peaks, report.worst, verdicts)]),
     ]
     if workload.finetune.mode != "full":
         lines += [""] + finetune_text(report, unit)

@@ -1,0 +1,82 @@
+"""One verdict per stage (zerocalc/answers/verdict.py) over every constraint the plan states, read by the CLI's
+text and JSON and by the page's cards alike (issue 33: the host RAM's red box sat under a green "ZeRO-3 fits")."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.app_helpers import answer_text, run_app, verdict_cards
+from zerocalc.answers.verdict import FITS, LOW_ONLY, NO_FIT, headline, stage_verdicts
+from zerocalc.cli.main import run
+
+OFFLOAD = {"model": "llama-3-70b", "workers": "8", "gpu": "H100-SXM-80GB", "offload_optimizer": "cpu",
+           "offload_params": "cpu"}
+FLAGS = ["--model", "llama-3-70b", "--workers", "8", "--gpu", "H100-SXM-80GB", "--offload-optimizer", "cpu",
+         "--offload-params", "cpu"]
+
+
+def peak(stage, fits, phase="backward", peak_bytes=10, capacity=8):
+    return {"stage": stage, "fits": fits, "peak_phase": phase, "rank": "every rank", "peak_bytes": peak_bytes,
+            "capacity_bytes": capacity}
+
+
+def test_each_constraint_can_say_no_and_is_named():
+    v = stage_verdicts([peak(0, True, capacity=12)], [{"stage": 0, "fits_host": False}])[0]
+    assert (v["fits"], v["answer"], v["deciding"]) == (False, NO_FIT, "host RAM per node")
+    band = {"stage": 0, "low_bytes": 7, "capacity_bytes": 8, "drivers": ["CUDA context"]}
+    v = stage_verdicts([peak(0, False)], [], [band])[0]
+    assert (v["fits"], v["answer"]) == (False, LOW_ONLY) and "CUDA context" in v["deciding"]
+    v = stage_verdicts([peak(0, False, "optimizer_step")], [], [dict(band, low_bytes=9)])[0]
+    assert (v["answer"], v["deciding"]) == (NO_FIT, "GPU memory in the optimizer step phase (every rank)")
+    v = stage_verdicts([peak(0, True, capacity=12)], [], [], {0: {"fits": False}})[0]     # measured beats estimated
+    assert (v["fits"], v["deciding"], v["measured"]) == (False, "the measured run (Calibrate)", True)
+    assert headline([{"stage": 2, "fits": True}, {"stage": 3, "fits": True}]) == "every ZeRO stage fits"
+    assert headline([{"stage": s, "fits": s > 1} for s in range(4)]) == "ZeRO-2 and ZeRO-3 fit; ZeRO-0 and ZeRO-1 do not"
+
+
+def test_too_little_host_ram_turns_the_cli_and_the_page_red():
+    report = json.loads(run(FLAGS + ["--host-ram", "256GB", "--json"]))
+    assert report["peak"][3]["fits"]                                  # the GPU alone would say it fits
+    assert report["verdicts"][3]["fits"] is False and report["verdicts"][3]["deciding"] == "host RAM per node"
+    assert "NO (host RAM per node)" in run(FLAGS + ["--host-ram", "256GB"])
+    at = run_app({**OFFLOAD, "host_memory_bytes": "256000000000"})
+    cards = {stage: (fits, text) for stage, fits, text in verdict_cards(at)}
+    assert cards[3][0] is False and "host RAM" in cards[3][1]
+    assert "No ZeRO stage fits" in answer_text(at) and "host RAM per node" in answer_text(at)
+    enough = json.loads(run(FLAGS + ["--host-ram", "4TB", "--json"]))
+    assert enough["verdicts"][3]["fits"] is True
+
+
+PLANS = st.fixed_dictionaries({
+    "model": st.sampled_from(["llama-3-8b", "qwen3-8b", "gpt2", "mixtral-8x7b", "gemma-3-4b"]),
+    "workers": st.sampled_from(["1", "2", "8", "64"]),
+    "gpu": st.sampled_from(["H100-SXM-80GB", "A100-40GB", "L4-24GB", "RTX-4090-24GB"]),
+    "micro_batch": st.sampled_from(["1", "4", "16"]),
+    "seq_len": st.sampled_from(["512", "2048", "8192"]),
+    "offload_optimizer": st.sampled_from(["none", "cpu"]),
+    "host_memory_bytes": st.sampled_from(["0", "64000000000", "1000000000000"]),
+})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=list(HealthCheck))
+@given(PLANS)
+def test_the_cli_json_its_text_and_the_page_cards_give_one_verdict(plan):
+    flags = []
+    for key, value in plan.items():
+        name = {"host_memory_bytes": "host-ram"}.get(key, key.replace("_", "-"))
+        if key == "host_memory_bytes":
+            if value == "0":
+                continue
+            value = f"{value}B"
+        flags += [f"--{name}", value]
+    report = json.loads(run(flags + ["--json"]))
+    cli = [v["fits"] for v in report["verdicts"]]
+    text = run(flags)
+    rows = [line.split() for line in text.splitlines() if line[:1].isdigit() and ("yes" in line or "NO" in line)]
+    assert [r[0] for r in rows][:4] == ["0", "1", "2", "3"]
+    assert ["yes" in r for r in rows[:4]] == cli
+    query = {k: v for k, v in plan.items() if v not in ("0", "none")}
+    cards = verdict_cards(run_app(query))
+    assert [fits for _, fits, _ in cards] == cli, (plan, cards)
