@@ -437,6 +437,11 @@ class _Reader(LegacyReader):
         options = {"Adam": "adam", "AdamW": "adamw", "Muon": "muon"}   # components/optimizer.py optimizer_classes
         value = options[choice("optimizer.name", name, tuple(options))]
         self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
+        if value != "muon":          # build_optimizers: {implementation: True} as foreach / fused (default fused)
+            impl = choice("optimizer.implementation", self.get("optimizer", "implementation", "fused"),
+                          ("fused", "foreach", "for-loop"))
+            self.b.set("scenario", "optimizer_impl", impl,
+                       "optimizer.implementation" if self.doc.has("optimizer", "implementation") else SRC)
         if value == "muon":
             self.b.note(MUON_NOTE)
 
