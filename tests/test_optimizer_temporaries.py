@@ -56,7 +56,7 @@ def test_auto_is_fused_under_megatron_and_foreach_elsewhere():
     for comm in ("deepspeed", "fsdp", "none"):
         assert describe(Scenario(params=1, optimizer="adamw"), comm)["implementation"] == "foreach"
     assert describe(Scenario(params=1, optimizer="adamw", optimizer_impl="for-loop"), "megatron")["why"] \
-        .endswith("set")
+        .endswith("chosen (optimizer_impl)")
     assert describe(Scenario(params=1, optimizer="lion"), "none")["implementation"] is None
     megatron = step_parts(LLAMA2, convention="megatron", stage=1)
     assert adam_terms(megatron) == 0

@@ -93,7 +93,7 @@ def resolve_impl(scenario, comm: str) -> Tuple[str, str]:
     """The Adam / AdamW implementation the step assumes (a tables.ADAM_STEP row) and why; comm: the framework
     (step/buffers.py framework)."""
     if scenario.optimizer_impl != "auto":
-        return scenario.optimizer_impl, "set"
+        return scenario.optimizer_impl, "chosen (optimizer_impl)"
     impl = "fused" if comm == "megatron" else "foreach"
     return impl, "auto: " + _AUTO_WHY[impl]
 
