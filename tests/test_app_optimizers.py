@@ -50,3 +50,17 @@ def test_an_optimizer_that_cannot_step_the_model_falls_back_with_a_warning():
     shown = warnings_shown(at)
     assert "optimizer: 'adam-mini' is not allowed here" in shown and "experts.gate_up_proj" in shown
     assert core_report({"model": "mixtral-8x7b"})["scenario"]["optimizer"] == "adam"
+
+
+def test_adams_step_implementation_is_a_page_field_that_reaches_the_link_and_the_core():
+    """Issue 31: Adam / AdamW show "Adam step implementation"; its link key is optimizer_impl and the core names
+    the term it sets (a for-loop's denom of the largest tensor)."""
+    at = run_app({"optimizer": "adamw"}, sections=["sec_precision"])
+    assert at.selectbox(key="optimizer_impl").value == "auto"
+    at.selectbox(key="optimizer_impl").set_value("for-loop").run()
+    assert dict(at.query_params) == {"optimizer": "adamw", "optimizer_impl": "for-loop"}
+    report = core_report(dict(at.query_params))
+    assert report["optimizer_impl"]["implementation"] == "for-loop"
+    assert any(k.startswith("AdamW for-loop") for k in report["peak"][0]["phases"]["optimizer_step"])
+    bad, warnings = from_query({"optimizer_impl": "cuda"})
+    assert bad["optimizer_impl"] == "auto" and any("optimizer_impl" in w for w in warnings)

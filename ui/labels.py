@@ -28,6 +28,7 @@ LABELS = {
     "optimizer_dtype": "Optimizer state dtype", "comm_dtype": "Communication dtype",
     "fallback_optimizer": "Muon's fallback optimizer", "ns_dtype": "Newton-Schulz dtype",
     "muon_tp": "Muon under tensor parallelism", "optimizer_rank": "Projection rank (GaLore / APOLLO)",
+    "optimizer_impl": "Adam step implementation",
     "workers": "Data-parallel workers (dp)", "shard_group": "Shard group (0: all workers)",
     "gpus_per_node": "Workers per node", "offload_optimizer": "Offload optimizer",
     "offload_params": "Offload parameters (ZeRO-3)",
@@ -134,6 +135,11 @@ HELP = {
     "muon_tp": "full: each matrix is gathered whole over tensor parallelism and orthogonalised (Moonlight, "
                "Dion); local: each rank orthogonalises its own shard.",
     "optimizer_rank": "GaLore / APOLLO: the rank of the projected gradient and its moments.",
+    "optimizer_impl": "What Adam / AdamW's step allocates beside its state. fused (torch fused=True, DeepSpeed's, "
+                      "apex's and Transformer Engine's FusedAdam): nothing; foreach (torch's default on CUDA): a "
+                      "copy of the second moments; for-loop (foreach=False): two copies of the largest tensor's, "
+                      "which is the whole partition DeepSpeed hands it. auto: fused under Megatron, foreach "
+                      "otherwise (Hugging Face's Trainer on torch >= 2.8 and torchtitan run fused).",
     "comm_dtype": "dtype gradients and gathered parameters travel in (FSDP mixed precision); none: their own.",
     "shard_group": "Hybrid sharding (FSDP HYBRID_SHARD, ZeRO++ hpZ, MiCS): state split within groups of this "
                    "size and replicated across groups.",

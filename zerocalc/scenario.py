@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Optional
 
 from .tables import (CONVENTIONS, DEFAULT_CONVENTION, DEFAULT_FACTORED_DIM, DTYPE_BITS, FALLBACK_OPTIMIZERS, MUON_TP,
-                     OFFLOAD_TARGETS, OPTIMIZER_NAMES)
+                     OFFLOAD_TARGETS, OPTIMIZER_IMPLS, OPTIMIZER_NAMES)
 
 # Integer ranges, shared by the validation below, the CLI and the UI's widgets.
 INT_LIMITS = {
@@ -129,6 +129,9 @@ class Scenario:
     ns_dtype: str = "bf16"
     muon_tp: str = "full"
     optimizer_rank: int = 128
+    # Adam / AdamW's step implementation (tables.ADAM_STEP: fused, foreach, for-loop); "auto": by the framework
+    # (step/optimizer_step.py resolve_impl).
+    optimizer_impl: str = "auto"
 
     def __post_init__(self):
         validate(self)
@@ -180,6 +183,7 @@ def validate(s: Scenario) -> None:
     require_choice("fallback_optimizer", s.fallback_optimizer, FALLBACK_OPTIMIZERS)
     require_choice("ns_dtype", s.ns_dtype, DTYPE_BITS)
     require_choice("muon_tp", s.muon_tp, MUON_TP)
+    require_choice("optimizer_impl", s.optimizer_impl, OPTIMIZER_IMPLS)
     for field in ("offload_optimizer", "offload_params"):
         require_choice(field, getattr(s, field), OFFLOAD_TARGETS)
     require_choice("convention", s.convention, CONVENTIONS)

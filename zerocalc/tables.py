@@ -198,6 +198,45 @@ SHAPED_OPTIMIZERS = MappingProxyType({
                     _s("state2 (paged)", "size>=100000", "param", "fp32", place="unified"),
                     _s("state2", "size<100000", "param", "fp32")),
 })
+# --- the optimizer step's temporaries (Adam / AdamW): what each implementation allocates beyond its state ------
+# One row per implementation: how many copies of its unit are alive at once, and the unit: "moments", the second
+# moments one step call sees (torch steps param group by param group; DeepSpeed hands it one flat partition per
+# group), or "tensor", the largest tensor its per-tensor loop sees. The rule is step/optimizer_step.py adam_items.
+# Every row was traced op by op on the CPU (tests/measure/optimizer_step.py, torch 2.13.0).
+
+
+class StepImpl(NamedTuple):
+    copies: int        # temporaries of the unit alive at once
+    unit: str          # "moments" | "tensor" | "" (none)
+    does: str          # what it allocates, in words
+    source: str
+
+
+ADAM_STEP = MappingProxyType({
+    # torch fused=True: torch/optim/adam.py _fused_adam calls torch._fused_adamw_ / _fused_adam_, one kernel that
+    # updates the parameter and both moments in place (CUDA, and CPU where it is measured: 0 bytes). DeepSpeed's
+    # FusedAdam (deepspeed/ops/adam/fused_adam.py step: multi_tensor_applier(self.multi_tensor_adam, ...)) and apex's
+    # / Transformer Engine's FusedAdam (Megatron-LM's Adam) are the same multi-tensor kernel in place.
+    "fused": StepImpl(0, "", "one kernel, in place", "torch/optim/adam.py _fused_adam (torch._fused_adamw_); "
+                      "deepspeed/ops/adam/fused_adam.py; apex / Transformer Engine FusedAdam"),
+    # torch foreach (its default on CUDA when neither foreach nor fused is given: torch/optim/optimizer.py
+    # _default_to_fused_or_foreach): _multi_tensor_adam's exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs),
+    # a copy of every second moment of the group's device/dtype bucket, then divided and offset in place and read
+    # by _foreach_addcdiv_. Its local name is rebound bucket by bucket, so two buckets' copies meet: the group's
+    # whole second moments with two dtypes, less with three or more (measured).
+    "foreach": StepImpl(1, "moments", "a copy of the second moments (torch._foreach_sqrt)",
+                        "torch/optim/adam.py _multi_tensor_adam"),
+    # torch foreach=False: _single_tensor_adam's denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps):
+    # the square root and the quotient of one tensor's second moment alive together, while the previous
+    # tensor's denom is still bound (measured). On DeepSpeed's flat partition that tensor is the partition.
+    "for-loop": StepImpl(2, "tensor", "denom: the square root and the quotient of one tensor's second moment",
+                         "torch/optim/adam.py _single_tensor_adam"),
+})
+# Scenario.optimizer_impl: one of the rows, or "auto" (step/optimizer_step.py resolve_impl: by the framework).
+OPTIMIZER_IMPLS = ("auto",) + tuple(ADAM_STEP)
+# DeepSpeed ZeRO-3 steps its fp32 partition in sub-groups of this many elements (zero/config.py sub_group_size,
+# default 1e9; stage3.py _optimizer_step hands the optimizer one sub-group's flat tensor at a time).
+DEEPSPEED_SUB_GROUP = 1_000_000_000
 # What Muon's fallback may be: optimizers whose state is per parameter (OPTIMIZERS above).
 FALLBACK_OPTIMIZERS = ("adamw", "adam", "lion", "sgd-momentum", "sgd", "adam-8bit")
 # Which tensors Newton-Schulz orthogonalises under tensor parallelism: the whole matrix gathered over TP (Moonlight's

@@ -1,13 +1,14 @@
 """The optimizer's flags: which optimizer, its state dtype, and the options of the shaped ones (tables.
-SHAPED_OPTIMIZERS): Muon's fallback, Newton-Schulz dtype and tensor-parallel scope, GaLore / APOLLO's rank."""
+SHAPED_OPTIMIZERS): Muon's fallback, Newton-Schulz dtype and tensor-parallel scope, GaLore / APOLLO's rank; Adam /
+AdamW's step implementation (tables.ADAM_STEP: its temporaries)."""
 
 from __future__ import annotations
 
-from ..tables import DTYPE_BITS, FALLBACK_OPTIMIZERS, MUON_TP, OPTIMIZER_NAMES
+from ..tables import DTYPE_BITS, FALLBACK_OPTIMIZERS, MUON_TP, OPTIMIZER_IMPLS, OPTIMIZER_NAMES
 
 # Scenario fields these flags set (None when not given: the convention's value or the Scenario default).
 OPTIMIZER_FIELDS = ("optimizer", "optimizer_dtype", "factored_dim", "fallback_optimizer", "ns_dtype", "muon_tp",
-                    "optimizer_rank")
+                    "optimizer_rank", "optimizer_impl")
 
 
 def add_optimizer_flags(p, count) -> None:
@@ -25,3 +26,7 @@ def add_optimizer_flags(p, count) -> None:
     p.add_argument("--muon-tp", choices=MUON_TP, help="Muon under tensor parallelism: orthogonalise the whole "
                                                       "matrix, gathered (full, default) or each shard (local)")
     p.add_argument("--optimizer-rank", type=count, help="GaLore / APOLLO: projection rank (default 128)")
+    p.add_argument("--optimizer-impl", choices=OPTIMIZER_IMPLS,
+                   help="Adam / AdamW's step: fused (nothing beside its state), foreach (a copy of the second "
+                        "moments), for-loop (two copies of the largest tensor's; DeepSpeed's whole partition); "
+                        "auto (default): fused under Megatron, foreach otherwise")

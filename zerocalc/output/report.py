@@ -25,6 +25,7 @@ from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
 from ..step.buffers import describe as comm_buffers, framework
 from ..step.grad_lifetime import describe as grad_lifetime
+from ..step.optimizer_step import describe as optimizer_impl
 from ..step.losses import LOSS_NAMES
 from ..step.megatron_recompute import megatron_recompute_words
 from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
@@ -305,6 +306,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
         "gpu": gpu_dict(workload),
         "comm_buffers": comm_buffers(s, workload, shape),
         "grad_lifetime": grad_lifetime(workload, framework(s, workload, shape)),
+        "optimizer_impl": optimizer_impl(s, framework(s, workload, shape)),
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
     }

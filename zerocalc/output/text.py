@@ -11,6 +11,7 @@ from ..parallel.search import SearchBoundError, search_layouts
 from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers, framework
 from ..step.grad_lifetime import describe as grad_lifetime
+from ..step.optimizer_step import describe as optimizer_impl
 from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
 from .optimizers import ledger_total
@@ -235,6 +236,8 @@ def peak_text(report, units) -> str:
                              "holds " + ", ".join(f"{k} {format_bytes(step[k], unit)}" for k in own))
     lines.append(f"  communication buffers: {comm_buffers(s, workload, shape)['why']}")
     lines.append(f"  gradients live: {grad_lifetime(workload, framework(s, workload, shape))['why']}")
+    if s.optimizer in ("adam", "adamw"):
+        lines.append(f"  optimizer step: {optimizer_impl(s, framework(s, workload, shape))['why']}")
     mp = workload.layout.model_parallel
     lines += ["", "Answers (the layout held):"]
     for stage in range(4):

@@ -11,8 +11,8 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
   updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
-  optimizer's own working set (step/optimizer_step.py: Muon's gathered matrix and Newton-Schulz iteration, paged
-  states paged in).
+  optimizer's own working set or Adam / AdamW's temporaries (step/optimizer_step.py: Muon's gathered matrix and
+  Newton-Schulz iteration, paged states paged in; foreach's copy of the second moments, the for-loop's denom).
 Gathered parameters and gradient buckets follow the framework (Workload.comm_buffers, step/buffers.py): DeepSpeed's
 fixed-size buckets and ZeRO-3 prefetch; nothing beyond the ledger for Megatron's DDP (it reduces in its grad
 buffer); FSDP's per-unit all-gather, unsharded gradient and reduce-scatter input; nothing without data parallelism.
@@ -197,7 +197,8 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         backward.append(("float8 casts (one linear)", casts["backward"]))
         backward.append(("dequantized 4-bit weight", shape.dequantized))
         optimizer.append(("fp32 gradient copy", 0 if fused_step else _fp32_grad_copy(scenario, s, shape)))
-        optimizer += optimizer_step_items(scenario, s, shape)      # Muon's gather, paged states (optimizer_step.py)
+        if not fused_step:        # Muon, paged states, Adam's temporaries (optimizer_step.py)
+            optimizer += optimizer_step_items(scenario, s, shape, comm)
         if fused_step:
             backward.append(("one gradient (optimizer in backward)", one_gradient_bytes(scenario, shape)))
         kept = kept_parts(workload, s, shape, comm)          # FSDP2 under PP: the stage unsharded (fsdp_pipeline.py)

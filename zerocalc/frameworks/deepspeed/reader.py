@@ -371,6 +371,12 @@ class _Reader(BatchReader, PrecisionReader):
                                                        "muon); the view's optimizer is kept")
             return
         self.b.set("scenario", "optimizer", name, self.name("optimizer.type"))
+        if name in ("adam", "adamw"):     # engine.py get_optimizer_configuration: FusedAdam unless torch_adam
+            torch_adam = self.doc.get("optimizer", "params", "torch_adam", default=False) is True
+            foreach = self.doc.get("optimizer", "params", "foreach", default=None) if torch_adam else None
+            self.b.set("scenario", "optimizer_impl", "fused" if not torch_adam else
+                       "for-loop" if foreach is False else "foreach",
+                       self.name("optimizer.params.torch_adam" if torch_adam else "optimizer.type"))
         if name == "muon":
             self.b.note("optimizer.type muon: DeepSpeed's MuonWithAuxAdam steps the parameters the model tags "
                         "use_muon with Muon and the rest with Adam; zerocalc tags Moonlight's set (2-D and up, not "

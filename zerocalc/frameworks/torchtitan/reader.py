@@ -30,7 +30,7 @@ from ..common import (
     line_col,
     strict_int,
 )
-from .recipe import read_compile, read_float8
+from .recipe import read_compile, read_float8, read_optimizer_impl
 from .fields import DTYPES, FIELDS, LIMIT, MUON_NOTE, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
 
@@ -437,8 +437,7 @@ class _Reader(LegacyReader):
         options = {"Adam": "adam", "AdamW": "adamw", "Muon": "muon"}   # components/optimizer.py optimizer_classes
         value = options[choice("optimizer.name", name, tuple(options))]
         self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
-        if value == "muon":
-            self.b.note(MUON_NOTE)
+        self.b.note(MUON_NOTE) if value == "muon" else read_optimizer_impl(self)     # recipe.py
 
     def model_notes(self):
         name = self.get("model", "name", "llama3")

@@ -1,9 +1,10 @@
 """torchtitan's recipe settings beyond checkpointing: torch.compile of the blocks and of the loss, async tensor
-parallelism, float8 linears."""
+parallelism, float8 linears, the optimizer's implementation."""
 
 from __future__ import annotations
 
-from ..common import FrameworkConfigError
+from ..common import FrameworkConfigError, choice
+from .fields import SRC
 
 
 def read_compile(reader) -> None:
@@ -67,3 +68,12 @@ def read_float8(reader, converters) -> list:
     if gather:
         reader.b.set("workload", "float8_all_gather", True, "quantize.linear.float8.enable_fsdp_float8_all_gather")
     return rest
+
+
+def read_optimizer_impl(reader) -> None:
+    """[optimizer] implementation: "for-loop", "foreach" or "fused" (default), which components/optimizer.py passes
+    to torch's Adam / AdamW as foreach / fused: Scenario.optimizer_impl (its temporaries, tables.ADAM_STEP)."""
+    impl = choice("optimizer.implementation", reader.get("optimizer", "implementation", "fused"),
+                  ("fused", "foreach", "for-loop"))
+    reader.b.set("scenario", "optimizer_impl", impl,
+                 "optimizer.implementation" if reader.doc.has("optimizer", "implementation") else SRC)
