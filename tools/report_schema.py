@@ -18,6 +18,8 @@ SCHEMA_VERSION rises when a key is removed or changes type (a client may rely on
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import sys
 from pathlib import Path
@@ -59,10 +61,11 @@ RL_PLANS = (
 def reports(rl: bool):
     from zerocalc.cli.main import _inputs, build_parser, run
     from zerocalc.cli.rl import run as rl_run
-    if rl:
-        return [json.loads(rl_run(a + ["--json"], lambda rest: _inputs(build_parser().parse_args(rest))))
-                for a in RL_PLANS]
-    return [json.loads(run(a + ["--json"])) for a in PLANS]
+    with contextlib.redirect_stderr(io.StringIO()):         # the CLI's notes (defaults it applied): not the shape
+        if rl:
+            return [json.loads(rl_run(a + ["--json"], lambda rest: _inputs(build_parser().parse_args(rest))))
+                    for a in RL_PLANS]
+        return [json.loads(run(a + ["--json"])) for a in PLANS]
 
 
 def _type(value) -> str:
