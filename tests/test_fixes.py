@@ -38,7 +38,8 @@ def check(scenario, work, stage, layouts=False):
             if name != "micro_batches" or work.layout.micro_batches > 1:
                 assert held[name] in text, (name, text)
         assert "Held:" in text
-    assert [(f.cost, -f.headroom_bytes) for f in found] == sorted((f.cost, -f.headroom_bytes) for f in found)
+    # fixes that keep the job first (issue 33), then the cheapest, then the most headroom
+    assert [f.order for f in found] == sorted(f.order for f in found)
     return found
 
 

@@ -161,6 +161,25 @@ COMPUTE_CAPABILITY = MappingProxyType({
     "RTX-6000-Ada-48GB": (8, 9), "V100-16GB": (7, 0), "V100-32GB": (7, 0), "RTX-3090-24GB": (8, 6),
     "RTX-4090-24GB": (8, 9), "RTX-5090-32GB": (12, 0),
 })
+# How a node's GPUs talk (vendor datasheets): NVLink / NVSwitch or Infinity Fabric between every GPU of an HGX or
+# OAM board ("nvlink"; the A100 and V100 rows, named for both form factors, are taken as SXM), an NVLink bridge
+# between pairs of PCIe cards ("pairs": H100 NVL, A40, RTX A6000, RTX 3090), or PCIe alone ("pcie"). Tensor and
+# context parallelism exchange activations every layer: a layout fix over PCIe is slow, and says so.
+INTERCONNECT = MappingProxyType({
+    **dict.fromkeys(("A100-40GB", "A100-80GB", "H100-SXM-80GB", "H20-96GB", "H200-141GB", "GH200-96GB", "B200-180GB",
+                     "B300-288GB", "V100-16GB", "V100-32GB", "MI300X-192GB", "MI325X-256GB", "MI355X-288GB"), "nvlink"),
+    **dict.fromkeys(("H100-NVL-94GB", "A40-48GB", "RTX-A6000-48GB", "RTX-A6000-48GB-ECC", "RTX-3090-24GB"), "pairs"),
+    **dict.fromkeys(("H100-PCIe-80GB", "L4-24GB", "A10G-24GB", "A10-24GB", "T4-16GB", "L40S-48GB", "RTX-6000-Ada-48GB",
+                     "RTX-4090-24GB", "RTX-5090-32GB"), "pcie"),
+})
+
+
+def fast_links(gpu: str, group: int) -> bool:
+    """Whether a tensor / context parallel group of `group` GPUs talks over NVLink (a custom card: assumed so)."""
+    kind = INTERCONNECT.get(gpu, "nvlink")
+    return group <= 1 or kind == "nvlink" or (kind == "pairs" and group <= 2)
+
+
 # The memory family per card: what the driver keeps differs between GDDR boards, NVIDIA's HBM modules and AMD's.
 FAMILY = MappingProxyType({
     **dict.fromkeys(("A100-40GB", "A100-80GB", "H100-SXM-80GB", "H100-PCIe-80GB", "H100-NVL-94GB", "H20-96GB",

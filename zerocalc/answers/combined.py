@@ -116,7 +116,7 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
         if found:                         # three costly changes only where two and the free ones were not enough
             break
     if found:
-        return _undominated(sorted(found, key=lambda f: (f.cost, len(f.parts), -f.headroom_bytes)))[:LISTED]
+        return _undominated(sorted(found, key=lambda f: f.order))[:LISTED]
     return [closest] if closest is not None else []
 
 
@@ -136,7 +136,7 @@ def _undominated(found: List[Fix]) -> List[Fix]:
         if not any(k <= keys for k in sets):
             kept.append(fix)
             sets.append(keys)
-    return sorted(kept, key=lambda f: (f.cost, len(f.parts), -f.headroom_bytes))
+    return sorted(kept, key=lambda f: f.order)
 
 
 def _search(groups, scenario, workload, stage: int, bigger, before: dict, found: list, closest):
@@ -180,4 +180,4 @@ def advice(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
     if not single:
         return combined_fixes(scenario, workload, stage)
     cheaper = combined_fixes(scenario, workload, stage, single)       # joined changes cheaper than any single one
-    return sorted(single + cheaper, key=lambda f: (f.cost, len(f.parts), -f.headroom_bytes))
+    return sorted(single + cheaper, key=lambda f: f.order)

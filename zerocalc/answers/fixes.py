@@ -20,8 +20,7 @@ more compute), full recompute with a smaller micro-batch, a model-parallel layou
 GPUs, a bigger GPU, a shorter sequence; ties by the most headroom. Each sentence (sentence()) names the change,
 its peak against the capacity, and the settings it holds fixed.
 
-change_effect() answers the companion question for compare views: how many bytes one change moves (the peak at
-the checked stage and the model states there), from whole reports of the view before and after it.
+What one change moves, for compare views, is answers/effect.py (change_effect, re-exported here).
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from ..gpus import GPU_CATALOG
+from ..gpus import GPU_CATALOG, fast_links
 from ..layout import LAYOUT_LIMITS
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
@@ -39,6 +38,7 @@ from ..step.losses import LOSS_NAMES
 from ..step.peak import peak_on_gpu
 from ..units import format_bytes, percent_text
 from .recompute_fixes import change_text, compute_share, fewest_block_layers, module_changes
+from .effect import change_effect, effect_dict  # noqa: F401 - the compare view's import
 from .solve import max_micro_batch, min_workers
 
 # kind -> cost rank (lower is cheaper) and what the change costs besides memory
@@ -63,6 +63,10 @@ COSTS = {
     "seq_len": (11, "changes what is trained: shorter sequences"),
     "combined": (12, "the costs of each change it joins"),      # answers/combined.py: its cost is their sum
 }
+# The changes that alter the job itself (what is trained, the hardware, the global batch): listed after every
+# change that keeps the job, and labelled with what they change (issue 33).
+JOB_CHANGES = {"seq_len": "trains shorter sequences", "gpu": "another GPU",
+               "workers": "more GPUs: a larger global batch unless accumulation steps are cut"}
 STAGE_NAMES = ("ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3")
 RECOMPUTE_ORDER = ("none", "selective", "op", "full")
 
@@ -87,6 +91,17 @@ class Fix(NamedTuple):
     @property
     def headroom_bytes(self) -> int:
         return self.capacity_bytes - self.peak_bytes
+
+    @property
+    def job_change(self) -> str:
+        """What the fix changes of the job ("" when it keeps it): JOB_CHANGES of its kind or of a part's."""
+        return "; ".join(dict.fromkeys(JOB_CHANGES[k] for k in (self.kind, *(p.kind for p in self.parts))
+                                       if k in JOB_CHANGES))
+
+    @property
+    def order(self) -> tuple:
+        """Fixes that keep the job first, then the cheapest, then the most headroom."""
+        return bool(self.job_change), self.cost, len(self.parts), -self.headroom_bytes
 
     @property
     def utilisation(self) -> float:
@@ -194,6 +209,8 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
             yield f"recompute_{level}", stage, {}, change, {}, peak
+            if level == "op" and workload.implementation != "megatron":
+                continue                 # torchtitan's op-level policy: full recompute is what others can set
             break
         largest = max_micro_batch(scenario, w)[stage]
         found = _micro_batch_change(scenario, w, stage, largest) if largest else None
@@ -201,12 +218,13 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             wc, lc, peak = found
             yield "recompute_micro_batch", stage, {}, {**change, **wc}, lc, peak
             break
-    for change in module_changes(workload):                          # Megatron's modules, cheapest first
+    megatron = workload.implementation == "megatron"                 # its recompute flags exist in Megatron only
+    for change in module_changes(workload) if megatron else ():      # Megatron's modules, cheapest first
         peak = _peak(scenario, replace(workload, **change), stage)
         if peak is not None and peak <= capacity:
             yield "recompute_modules", stage, {}, change, {}, peak
             break
-    block = fewest_block_layers(scenario, workload, stage, _peak)      # Megatron's block method, fewest N
+    block = fewest_block_layers(scenario, workload, stage, _peak) if megatron else None   # the block method
     if block:
         yield "recompute_block", stage, {}, block[0], {}, block[1]
     for kind, change in _recipe_changes(workload):                  # recipes, one at a time
@@ -306,6 +324,10 @@ def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
     out = []
     for kind, at, s_changes, w_changes, l_changes, peak in _candidates(scenario, workload, stage, layouts):
         cost, note = COSTS[kind]
+        group = l_changes.get("tp", workload.layout.tp) * l_changes.get("cp", workload.layout.cp)
+        if kind == "layout" and not fast_links(w_changes.get("gpu", workload.gpu), group):
+            cost, note = cost + 2, note + f"; {group} GPUs exchange activations over PCIe (no NVLink between " \
+                "these cards): expect a slow step"
         fix = Fix(kind, at, s_changes, w_changes, l_changes, peak, 0, (), cost, note)
         s, w = apply(fix, scenario, workload)
         if kind in ("recompute_modules", "recompute_block"):        # its price in FLOPs, from the plan itself
@@ -313,7 +335,7 @@ def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
         after = held_settings(s, w, at)
         held = tuple(n for n in before if before[n] == after[n])
         out.append(fix._replace(capacity_bytes=w.capacity_bytes, held=held))
-    return sorted(out, key=lambda f: (f.cost, -f.headroom_bytes))
+    return sorted(out, key=lambda f: f.order)
 
 
 def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
@@ -377,10 +399,11 @@ def sentence(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) 
     held = held_settings(scenario, workload, fix.stage)
     kept = [held[n] for n in fix.held if n in held and (n != "micro_batches" or workload.layout.micro_batches > 1)]
     change = _change_text(fix, scenario, workload, stage)
+    changes = f" Changes the job: {fix.job_change}." if fix.job_change else ""
     return (f"{change[:1].upper()}{change[1:]}: "
             f"{STAGE_NAMES[fix.stage]} peak {format_bytes(fix.peak_bytes, unit)}, "
             f"{percent_text(fix.peak_bytes, fix.capacity_bytes)} of {format_bytes(fix.capacity_bytes, unit)}. "
-            f"Held: {', '.join(kept)}.")
+            f"Held: {', '.join(kept)}.{changes}")
 
 
 def fix_dict(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) -> dict:
@@ -389,48 +412,9 @@ def fix_dict(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) 
             "layout": dict(fix.layout), "peak_bytes": fix.peak_bytes, "capacity_bytes": fix.capacity_bytes,
             "headroom_bytes": fix.headroom_bytes, "held": list(fix.held), "cost": fix.cost,
             "cost_note": fix.cost_note, "fits": fix.fits, "parts": [part.kind for part in fix.parts],
+            "changes_job": fix.job_change,
             "sentence": sentence(fix, scenario, workload, unit, stage)}
 
 
 def fixes_dict(scenario, workload, stage: int, layouts: bool = False, unit: str = "GB") -> List[dict]:
     return [fix_dict(f, scenario, workload, unit, stage) for f in fixes(scenario, workload, stage, layouts)]
-
-
-class Effect(NamedTuple):
-    """What one change moves: the worst rank's peak at each view's checked stage and its model states on the GPU
-    there."""
-    peak_before: Optional[int]        # None without a workload (a parameter count alone has no peak)
-    peak_after: Optional[int]
-    states_before: int
-    states_after: int
-
-    @property
-    def moved_peak_bytes(self) -> Optional[int]:
-        if self.peak_before is None or self.peak_after is None:
-            return None
-        return self.peak_after - self.peak_before
-
-    @property
-    def moved_state_bytes(self) -> int:
-        return self.states_after - self.states_before
-
-
-def _stage_bytes(scenario, workload, stage: int) -> Tuple[Optional[int], int]:
-    from ..parallel.ranks import report_for
-    report = report_for(scenario, workload)
-    peak = None if workload is None else report.peaks[stage].peak_bytes
-    return peak, report.stages[stage].gpu_bytes          # on the GPU: an offload moves them off it
-
-
-def change_effect(before: tuple, after: tuple) -> Effect:
-    """The bytes a change moves, for compare views: `before` and `after` are (scenario, workload or None, stage)
-    as each view checks it. Every number comes from whole reports of the two views."""
-    p0, s0 = _stage_bytes(*before)
-    p1, s1 = _stage_bytes(*after)
-    return Effect(p0, p1, s0, s1)
-
-
-def effect_dict(effect: Effect) -> dict:
-    return {"peak_before_bytes": effect.peak_before, "peak_after_bytes": effect.peak_after,
-            "moved_peak_bytes": effect.moved_peak_bytes, "states_before_bytes": effect.states_before,
-            "states_after_bytes": effect.states_after, "moved_state_bytes": effect.moved_state_bytes}

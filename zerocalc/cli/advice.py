@@ -44,6 +44,7 @@ def advice_dict(scenario, workload, stage: Optional[int], units: str = "decimal"
                     "flags": flag_values(fix) + ["--check-stage", str(fix.stage)],
                     "peak_bytes": fix.peak_bytes, "capacity_bytes": fix.capacity_bytes,
                     "peak_bytes_per_stage": peaks, "cost": fix.cost, "cost_note": fix.cost_note,
+                    "changes_job": fix.job_change,
                     "sentence": sentence(fix, scenario, workload, units, stage)})
     return {"stage": stage, "fits": fits, "fixes": out}
 
