@@ -80,3 +80,22 @@ def test_the_cli_json_its_text_and_the_page_cards_give_one_verdict(plan):
     query = {k: v for k, v in plan.items() if v not in ("0", "none")}
     cards = verdict_cards(run_app(query))
     assert [fits for _, fits, _ in cards] == cli, (plan, cards)
+
+
+def test_host_memory_is_counted_whole_as_deepspeed_counts_it():
+    """DeepSpeed's estimate_zero3_model_states_mem_needs (states/deepspeed_estimator.py reproduces it): without
+    zero.Init every process of the node builds the fp32 model, total_params x 4 x GPUs per node x 1.5; zerocalc's
+    start-up row says the same, and the node's need is the larger of start-up and the step's offloads."""
+    from zerocalc.states.deepspeed_estimator import zero3_estimate
+    flags = ["--model", "llama-3-8b", "--workers", "8", "--offload-optimizer", "cpu", "--offload-params", "cpu",
+             "--convention", "deepspeed"]
+    every = json.loads(run(flags + ["--model-loading", "every-rank", "--json"]))
+    row = every["host_memory"][3]
+    cpu, _, _ = zero3_estimate(every["params"], every["architecture"]["largest_layer_params"], 8, 1, True, True, False)
+    assert row["loading_bytes_per_node"] == cpu and row["decided_by"] == "start-up" and row["per_node_bytes"] == cpu
+    auto = json.loads(run(flags + ["--json"]))["host_memory"][3]          # ZeRO-3 under DeepSpeed: zero.Init
+    zi, _, _ = zero3_estimate(every["params"], every["architecture"]["largest_layer_params"], 8, 1, True, True, True)
+    assert auto["loading"] == "zero-init" and auto["decided_by"] == "step"
+    assert auto["per_node_bytes"] >= zi           # 20 bytes a parameter (the deepspeed ledger) against its 18
+    red = json.loads(run(flags + ["--model-loading", "every-rank", "--host-ram", "300GB", "--json"]))
+    assert red["verdicts"][3]["deciding"] == "host RAM per node"

@@ -41,6 +41,7 @@ LABELS = {
     "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
     "measured_extra_bytes": "Measured beyond the estimate (bytes)",
     "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
+    "model_loading": "Model loading at start-up",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
     "grad_lifetime": "Gradients live",
@@ -155,6 +156,11 @@ HELP = {
     "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors: the point "
                              "(5%). The band shown: 0-35% of the tensors plus two ZeRO-3 unit cycles with the "
                              "default allocator, 0-10% with expandable segments, 0-15% flat (docs/peak-memory.md 3a).",
+    "model_loading": "How a node's processes load the model before it is sharded: the host RAM at start-up. auto: "
+                     "zero.Init under DeepSpeed ZeRO-3 (the Hugging Face integration turns it on), meta under "
+                     "Megatron, else every process's own fp32 copy (the safe side; transformers 5 loads a bf16 "
+                     "checkpoint in 16 bits: every-rank-16bit). rank0: one process per node loads and broadcasts "
+                     "(FSDP sync_module_states, accelerate's cpu_ram_efficient_loading).",
     "host_memory_bytes": "One node's RAM the offloads may use (2T = 2 x 10^12 bytes; a DGX H100 has 2 TiB): the "
                          "offloaded optimizer state and parameters and the offloaded activations of the node's GPUs "
                          "are checked against it.",

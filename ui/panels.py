@@ -118,19 +118,21 @@ def experts_line(report: dict, stage: int) -> None:
 
 
 def host_line(report: dict, stage: int, unit: str) -> None:
-    """The host RAM a node needs for the checked stage's offloads, against the node's RAM where it is given."""
+    """The host RAM a node needs for the checked stage (the core's host_memory: the larger of the start-up and the
+    step's offloads), against the node's RAM where it is given; shown when the plan offloads or gives the RAM."""
     row = next((r for r in report.get("host_memory", []) if r["stage"] == stage), None)
-    if row is None or not row["per_node_bytes"]:
+    if row is None or not row["per_node_bytes"] or not (row["step_bytes_per_node"] or row["host_capacity_bytes"]):
         return
-    need = (f"Host RAM per node for {STAGE_LABELS[stage]}: {format_bytes(row['per_node_bytes'], unit)} "
-            f"({row['gpus_per_node']} GPUs x {format_bytes(row['per_worker_bytes'], unit)} offloaded)")
+    when = (f"at start-up: {row['loading_why']}" if row["decided_by"] == "start-up" else
+            f"in the step: {row['gpus_per_node']} GPUs x {format_bytes(row['per_worker_bytes'], unit)} offloaded")
+    need = f"Host RAM per node for {STAGE_LABELS[stage]}: {format_bytes(row['per_node_bytes'], unit)}, {when}"
     if row["fits_host"] is None:
-        st.caption(need + "; give the node's RAM under Cluster to check it.")
+        st.caption(need + ". Give the node's RAM under Sharding (Host RAM per node) to check it.")
     elif row["fits_host"]:
-        st.caption(need + f", within the {format_bytes(row['host_capacity_bytes'], unit)} given.")
+        st.caption(need + f"; within the {format_bytes(row['host_capacity_bytes'], unit)} given.")
     else:
-        st.error(need + f": more than the {format_bytes(row['host_capacity_bytes'], unit)} the node has. The "
-                 "offload does not fit in host memory.")
+        st.error(need + f"; more than the {format_bytes(row['host_capacity_bytes'], unit)} the node has: it does "
+                 "not fit in host memory.")
 
 
 def caveats(report: dict) -> None:

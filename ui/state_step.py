@@ -9,6 +9,7 @@ from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.grad_lifetime import GRAD_LIFETIMES
+from zerocalc.step.host import LOADING_CHOICES
 from zerocalc.step.losses import LOSS_CHOICES
 from zerocalc.step.megatron_recompute import DEFAULT_MODULES, FULL_METHODS, RECOMPUTE_MODULES
 from zerocalc.step.op_checkpoint import OP_POLICIES, USER_POLICY_OPS, USER_POLICY_PREFIX
@@ -43,7 +44,8 @@ def step_fields(field) -> tuple:
             field("recompute_num_layers", "int", 1, (), *WORKLOAD_LIMITS["recompute_num_layers"]),
             # Calibrate's Set: live tensors a measurement showed beyond the estimate (issue 22)
             field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]),
-            field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]))
+            field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]),
+            field("model_loading", "choice", "auto", LOADING_CHOICES))
 
 
 def step_workload(state: dict) -> dict:
@@ -65,7 +67,7 @@ def step_workload(state: dict) -> dict:
             and bool(state["sequence_parallel"]) and state["implementation"] == "huggingface",
             "op_policy": op_policy(state), **megatron_recompute(state),
             "measured_extra_bytes": state["measured_extra_bytes"],
-            "host_memory_bytes": state["host_memory_bytes"]}
+            "host_memory_bytes": state["host_memory_bytes"], "model_loading": state["model_loading"]}
 
 
 def op_policy(state: dict) -> str:

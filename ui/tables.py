@@ -408,4 +408,6 @@ def host_memory_sentence(report: dict, unit: str, stage: int) -> str:
                      "OffloadActivations keeps them)")
     return (f"Host memory for {STAGE_LABELS[stage]}: " + " + ".join(parts)
             + f" = {format_bytes(row['per_worker_bytes'], system)} per GPU, "
-            f"{format_bytes(row['per_node_bytes'], system)} per node of {row['gpus_per_node']} GPUs.")
+            f"{format_bytes(row['step_bytes_per_node'], system)} per node of {row['gpus_per_node']} GPUs in the step"
+            f"; {format_bytes(row['loading_bytes_per_node'], system)} at start-up ({row['loading_why']}). The node "
+            f"needs {format_bytes(row['per_node_bytes'], system)}.")

@@ -153,7 +153,7 @@ def ranks_tab(report: dict, unit: str, stage: int, resolved=None) -> None:
         chart(figures.ranks(report, stage, unit), "fig_ranks")
         table_with_csv(tables.rank_table(report, unit, stage), "ranks", report)
     else:
-        st.caption("One rank class: every GPU holds the same bytes. Set tp, pp or cp under \"Model parallelism\" "
+        st.caption("One rank class: every GPU holds the same bytes. Set tp, pp or cp under \"Parallelism\" "
                    "for a per-rank view.")
     layouts(report, unit, resolved)
 

@@ -33,6 +33,7 @@ from .sweep import sweep_for, sweep_text
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from ..step.grad_lifetime import GRAD_LIFETIMES
+from ..step.host import LOADING_CHOICES
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
 from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS
 from ..units import UNIT_CHOICES
@@ -86,8 +87,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--offload-params", choices=OFFLOAD_TARGETS, help="default none")
     p.add_argument("--gpus-per-node", type=_count, help="default 8")
     p.add_argument("--host-ram", dest="host_memory_bytes", type=_capacity, metavar="CAPACITY",
-                   help="one node's host RAM the offloads may use, with its unit: 512GB, 2TiB (default: not "
-                        "checked; the report still says what a node needs)")
+                   help="one node's host RAM, with its unit: 512GB, 2TiB (default: not checked; the report still "
+                        "says what a node needs at start-up and in the step)")
+    p.add_argument("--model-loading", choices=LOADING_CHOICES,
+                   help="how a node's processes load the model at start-up (default auto: zero.Init under "
+                        "DeepSpeed ZeRO-3, meta under Megatron, else every process's own fp32 copy)")
     p.add_argument("--units", choices=UNIT_CHOICES, default="decimal",
                    help="GB, GiB, TB, ... or decimal / binary: an automatic unit of that system (default decimal)")
     p.add_argument("--json", action="store_true", help="print the report as JSON (integers are bytes)")

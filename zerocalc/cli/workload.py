@@ -25,7 +25,7 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "reshard_after_forward", "reduce_dtype",
                   "cuda_context_bytes", "workspace_bytes", "fragmentation_percent",
                   "allocator", "allocator_units", "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent",
-                  "host_memory_bytes")
+                  "host_memory_bytes", "model_loading")
 LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
                 "vocab_divisor", "ep", "etp", "stage_layers", "stage_split", "first_stage_layers", "last_stage_layers",
                 "embedding_weight", "head_weight")

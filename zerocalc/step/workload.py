@@ -22,6 +22,7 @@ from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
+from .host import LOADING_CHOICES
 from .async_tp import refusal as async_tp_refusal
 from .float8 import FLOAT8_RECIPES
 from .grad_lifetime import GRAD_LIFETIMES
@@ -126,6 +127,8 @@ class Workload:
     # One node's host RAM the offloads may use (ZeRO-Offload's states, activation offloading's pinned blocks), in
     # bytes; 0: not checked (the report still says what the node needs).
     host_memory_bytes: int = 0
+    # How the node's processes load the model at start-up (step/host.py LOADING; auto: the framework's way).
+    model_loading: str = "auto"
     gpu: str = DEFAULT_GPU
     gpu_memory: Optional[int] = None          # a custom capacity PyTorch can use, in bytes; overrides the catalog
     layout: Layout = Layout()                 # tensor, pipeline and context parallelism; dp is Scenario.workers
@@ -163,7 +166,7 @@ class Workload:
                                ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES),
                                ("reshard_after_forward", RESHARD_CHOICES), ("comm_buffers", COMM_BUFFERS),
                                ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS), ("loss", LOSS_CHOICES),
-                               ("grad_lifetime", GRAD_LIFETIMES)):
+                               ("grad_lifetime", GRAD_LIFETIMES), ("model_loading", LOADING_CHOICES)):
             require_choice(field, getattr(self, field), options)
         if self.recompute_every > 1 and self.recompute != "full":
             raise FieldError("recompute_every", self.recompute_every, "1 unless recompute is full")
