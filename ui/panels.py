@@ -18,7 +18,7 @@ from zerocalc.answers.verdict import headline, stage_verdicts
 from zerocalc.units import format_bytes, percent_text
 
 from . import figures, finetune, plain
-from .figures import PLOTLY_CONFIG, STAGE_LABELS
+from .figures import PHASE_LABELS, PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
 from .state_stages import NONE as STAGE_NONE, ui_value
 from .widgets import set_fields
@@ -179,6 +179,12 @@ CARD_CSS = """<style>
 </style>"""
 
 
+def peak_states(p: dict, stage_row: dict) -> int:
+    """The model states the peak holds (its phase's part: gradients freed each step are not there), not the
+    stage's whole ledger (issue 33: 64.73 GB shown, 34.27 GB in the peak)."""
+    return p["phases"][p["peak_phase"]].get("model states", stage_row["gpu_bytes_per_worker"])
+
+
 def _card(p: dict, unit: str, checked: bool, verdict: dict, band: dict = None, states: int = None,
           measured: dict = None) -> str:
     fits = verdict["fits"]                 # the core's verdict (answers/verdict.py): the GPU, host RAM, the band
@@ -208,8 +214,8 @@ def _card(p: dict, unit: str, checked: bool, verdict: dict, band: dict = None, s
             f'<div class="zc-sub">{percent_text(p["peak_bytes"], p["capacity_bytes"], 0)} of '
             f'{format_bytes(p["capacity_bytes"], unit)} · '
             f'{headroom}</div>{band_html}'
-            f'<div class="zc-states">of which model states {format_bytes(states, unit)} per worker on the GPU'
-            f'</div>'
+            f'<div class="zc-states">of which model states {format_bytes(states, unit)} per worker in the peak '
+            f'({PHASE_LABELS[p["peak_phase"]]})</div>'
             f'</div>')
 
 
@@ -276,7 +282,7 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
     # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
     # on the GPU (parameters + gradients + optimizer state the peak holds; offloaded state is host memory), not a
     # markdown, a caption and a metric per stage.
-    cards = "".join(_card(p, unit, p["stage"] == stage, v, bands.get(p["stage"]), s["gpu_bytes_per_worker"],
+    cards = "".join(_card(p, unit, p["stage"] == stage, v, bands.get(p["stage"]), peak_states(p, s),
                           on.get(p["stage"])) for p, s, v in zip(peaks, report["stages"], verdicts))
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 

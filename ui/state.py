@@ -14,7 +14,7 @@ import math
 from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
-from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, kept_in_link
+from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, link_defaults
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.model.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
 from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
@@ -282,8 +282,8 @@ def _significant_for(params_only: bool, finetune: str, full_recompute: bool) -> 
 def to_query(state: dict) -> Dict[str, str]:
     """The URL parameters of a state: fields that differ from their defaults, in FIELDS order."""
     default = _defaults(state["model"], state["convention"])
-    keep = kept_in_link(state, default)    # the defaults policy (pipelines fill) would not give these back alone
-    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default[n] or n in keep}
+    default = {**default, **link_defaults(state, default)}     # what the defaults policy gives back (pipelines fill)
+    return {n: format_value(FIELD[n], state[n]) for n in _significant(state) if state[n] != default[n]}
 
 
 def unknown_keys_warnings(keys) -> List[str]:
@@ -317,7 +317,8 @@ def from_query(query) -> Tuple[dict, List[str]]:
                 warnings.append(f"Link parameter {f.name}={str(raw[f.name])[:40]!r} is not allowed "
                                 f"({allowed(f)}); using the default, {format_value(f, default_for(f.name, state))}.")
         state[f.name] = default_for(f.name, state)
-    state.update(implied(state, [t for t in POLICY_TARGETS if t not in raw]))     # as the CLI: pipelines fill
+    free = [t for t in POLICY_TARGETS if t not in raw]          # as the CLI: pipelines fill, on the fields the
+    state.update(implied(resolve(state).state, free) if free else {})   # core accepts (a refused pp is reset)
     return state, warnings
 
 

@@ -58,8 +58,8 @@ def reasons(changes: dict) -> Dict[str, str]:
 TARGETS = tuple(dict.fromkeys(r.target for r in RULES))
 
 
-def kept_in_link(state: dict, default: dict) -> list:
-    """The targets a link must carry even at their plain default (micro_batches 1 under pp 2): left out, reading
-    the link back would let a rule imply another value."""
-    return [t for t in TARGETS if state.get(t) == default.get(t)
-            and implied({**state, t: default[t]}, [t]).get(t, state[t]) != state[t]]
+def link_defaults(state: dict, default: dict) -> dict:
+    """target -> the value a link that leaves it out reads back (its plain default, or what a rule implies from
+    the other fields): a link carries a target only where the state differs from this (micro_batches 1 under
+    pp 2 is written, 8 is not)."""
+    return {t: implied({**state, t: default[t]}, [t]).get(t, default[t]) for t in TARGETS if t in default}
