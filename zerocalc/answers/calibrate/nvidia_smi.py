@@ -29,6 +29,7 @@ def _smi_value(cell: str, header_unit: Optional[str]) -> Optional[int]:
 def _smi_rows(text: str):
     """(label, used, total) per data row of --query-gpu CSV output; None if there is none."""
     header, rows, notes = None, [], []
+    names, units, memory = ["memory.used", "memory.total"], {}, True
     for line in text_lines(text):
         cells = [c.strip() for c in line.split(",")]
         if not line.strip():
@@ -38,11 +39,12 @@ def _smi_rows(text: str):
             for c in cells:
                 m = _SMI_HEADER_CELL.fullmatch(c)
                 header.append((m.group(1), m.group(2)) if m else (c, None))
+            # what each row is read with, once per header (per row, a wide header made this quadratic)
+            names, units = [h[0] for h in header], {h[0]: h[1] for h in header}
+            memory = "memory.used" in names or "memory.total" in names
             continue
-        names = [h[0] for h in header] if header else ["memory.used", "memory.total"]
-        if len(cells) != len(names) or ("memory.used" not in names and "memory.total" not in names):
+        if len(cells) != len(names) or not memory:
             continue
-        units = {h[0]: h[1] for h in header} if header else {}
         try:
             values = {n: _smi_value(c, units.get(n)) for n, c in zip(names, cells)
                       if n in ("memory.used", "memory.total")}
