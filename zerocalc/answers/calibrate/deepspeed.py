@@ -9,7 +9,7 @@ from .measurement import GIB, CalibrationError, Measurement, Reading
 from .sizes import NUMBER, decimal_places, half_unit, scaled_bytes, text_lines
 
 _DS_UNIT = r"(GB|MB|KB)"
-DS_LINE = re.compile(rf"\bMA ({NUMBER}) {_DS_UNIT}\s+Max_MA ({NUMBER}) {_DS_UNIT}\s+CA ({NUMBER}) {_DS_UNIT}\s+"
+DS_LINE = re.compile(rf"\bMA ({NUMBER}) {_DS_UNIT}\s++Max_MA ({NUMBER}) {_DS_UNIT}\s++CA ({NUMBER}) {_DS_UNIT}\s++"
                       rf"Max_CA ({NUMBER}) {_DS_UNIT}", re.ASCII)
 DS_STATUS = re.compile(rf"current alloc=({NUMBER})GB \(delta=-?{NUMBER}GB max=({NUMBER})GB\) "
                         rf"current cache=({NUMBER})GB "

@@ -10,9 +10,10 @@ from typing import Optional
 from .measurement import Measurement, Reading
 from .sizes import text_lines, to_bytes
 
-_SMI_VALUE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(MiB|GiB|KiB|B)?", re.ASCII)
-_SMI_HEADER_CELL = re.compile(r"([A-Za-z_.]+)\s*(?:\[([A-Za-z%]+)\])?", re.ASCII)
-_SMI_TABLE = re.compile(r"\|\s*([0-9]+)MiB\s*/\s*([0-9]+)MiB\s*\|", re.ASCII)
+# Possessive (*+, ++) wherever what follows cannot start with what was taken: nothing is ever given back.
+_SMI_VALUE = re.compile(r"([0-9]++(?:\.[0-9]++)?)\s*+(MiB|GiB|KiB|B)?", re.ASCII)
+_SMI_HEADER_CELL = re.compile(r"([A-Za-z_.]++)\s*+(?:\[([A-Za-z%]++)\])?", re.ASCII)
+_SMI_TABLE = re.compile(r"\|\s*+([0-9]++)MiB\s*+/\s*+([0-9]++)MiB\s*+\|", re.ASCII)
 _SMI_NA = ("[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]")
 
 
