@@ -73,7 +73,7 @@ def _rl(fmt):
 ENTRIES = {
     # parse.py: every format on the same text (the page's entry, via compare.calibration_dict), the issue's paste
     "calibrate.parse": (_calibrate("parse"), (
-        "max_memory_allocated: 1000\nmax_alloc", "zerocalc-probe v1 ", "[see_memory_usage] ", "| 1MiB /"),
+        "max_memory_allocated: 1000\nmax_alloc", "[see_memory_usage] ", "| 1MiB /"),
         ("\t", "'", ","), ("x", "\n" + DS_LINE)),
     "calibrate.parse gb=binary": (_calibrate("parse", gb="binary"), ("max_memory_allocated: 1000\nmax_alloc",),
                                   ("\t",), ("GBx",)),
@@ -144,7 +144,10 @@ def _repeated(prefix: str, run: str):
 
 def _wide_then_lines(prefix: str, run: str):
     """A wide first line, then short rows: what the first line sets up (a header) must not be re-read per row."""
-    return lambda n: prefix + run * (n // 2) + "\n" + "1\n" * min(MAX_LINES - 2, n // 32)
+    def text(n):
+        rows = min(MAX_LINES - 2, n // 32)
+        return prefix + run * max(0, n - len(prefix) - 1 - 2 * rows) + "\n" + "1\n" * rows
+    return text
 
 
 def _cases(entry):
