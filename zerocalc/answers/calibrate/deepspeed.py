@@ -9,17 +9,22 @@ from .measurement import GIB, CalibrationError, Measurement, Reading
 from .sizes import NUMBER, decimal_places, half_unit, scaled_bytes, text_lines
 
 _DS_UNIT = r"(GB|MB|KB)"
-DS_LINE = re.compile(rf"\bMA ({NUMBER}) {_DS_UNIT}\s+Max_MA ({NUMBER}) {_DS_UNIT}\s+CA ({NUMBER}) {_DS_UNIT}\s+"
+DS_LINE = re.compile(rf"\bMA ({NUMBER}) {_DS_UNIT}\s++Max_MA ({NUMBER}) {_DS_UNIT}\s++CA ({NUMBER}) {_DS_UNIT}\s++"
                       rf"Max_CA ({NUMBER}) {_DS_UNIT}", re.ASCII)
 DS_STATUS = re.compile(rf"current alloc=({NUMBER})GB \(delta=-?{NUMBER}GB max=({NUMBER})GB\) "
                         rf"current cache=({NUMBER})GB "
                         rf"\(delta=-?{NUMBER}GB max=({NUMBER})GB\)", re.ASCII)
-_DS_PREFIX = re.compile(r"^.*?\[[^\]]*see_memory_usage\]\s*", re.ASCII)
+# The logger's prefix before a label ("[2024-01-01 10:00:00,000] [INFO] [utils.py:800:see_memory_usage] before
+# forward"): the first bracket that closes right after see_memory_usage. Searched with no leading ".*?" and no
+# bracket inside the brackets, each '[' scans only to the next bracket: linear (the old "^.*?\[[^\]]*" scanned from
+# every '[' to the line's end, quadratic on a run of '[').
+_DS_PREFIX = re.compile(r"\[[^\[\]]*see_memory_usage\]", re.ASCII)
 _DS_BINARY = {"GB": 2**30, "MB": 2**20, "KB": 2**10}   # see_memory_usage divides by 1024 ** k
 
 
 def _ds_label(previous: str) -> Optional[str]:
-    label = _DS_PREFIX.sub("", previous).strip()
+    prefix = _DS_PREFIX.search(previous)
+    label = previous[prefix.end():].strip() if prefix else previous.strip()
     if not label or "CPU Virtual Memory" in label or DS_LINE.search(label) or len(label) > 120:
         return None
     return label

@@ -8,7 +8,8 @@ from typing import Optional
 
 from .measurement import MAX_BYTES, Measurement
 
-_STAT_PAIR = re.compile(r"""['"]([A-Za-z_][A-Za-z0-9_.]{0,120})['"]\s*[:,]\s*(-?[0-9]{1,20})\b""", re.ASCII)
+# Bounded, and possessive wherever what follows cannot start with what was taken: nothing is ever given back.
+_STAT_PAIR = re.compile(r"""['"]([A-Za-z_][A-Za-z0-9_.]{0,120}+)['"]\s*+[:,]\s*+(-?[0-9]{1,20}+)\b""", re.ASCII)
 
 
 def _flatten(obj, prefix="", out=None, depth=0) -> dict:

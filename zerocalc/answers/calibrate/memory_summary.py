@@ -8,7 +8,8 @@ from typing import Optional
 from .measurement import BINARY, Measurement, Reading
 from .sizes import text_lines, to_bytes
 
-_SUMMARY_SIZE = re.compile(r"([0-9]+)\s*(B|KiB|MiB|GiB|TiB|PiB)\b", re.ASCII)
+# Possessive (*+, ++) wherever what follows cannot start with what was taken: nothing is ever given back.
+_SUMMARY_SIZE = re.compile(r"([0-9]++)\s*+(B|KiB|MiB|GiB|TiB|PiB)\b", re.ASCII)
 _SUMMARY_ROWS = {"Allocated memory": "allocated", "GPU reserved memory": "reserved", "Requested memory": "requested",
                  "Non-releasable memory": "non-releasable"}
 
@@ -17,9 +18,9 @@ def read_memory_summary(text: str) -> Optional[Measurement]:
     if "PyTorch CUDA memory summary" not in text:
         return None
     found, tol = {}, {}
-    device = re.search(r"device ID\s+([0-9]+)", text, re.ASCII)
-    retries = re.search(r"cudaMalloc retries:\s*([0-9]+)", text, re.ASCII)
-    ooms = re.search(r"CUDA OOMs:\s*([0-9]+)", text, re.ASCII)
+    device = re.search(r"device ID\s++([0-9]+)", text, re.ASCII)
+    retries = re.search(r"cudaMalloc retries:\s*+([0-9]+)", text, re.ASCII)
+    ooms = re.search(r"CUDA OOMs:\s*+([0-9]+)", text, re.ASCII)
     for line in text_lines(text):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) < 3 or cells[0] not in _SUMMARY_ROWS or _SUMMARY_ROWS[cells[0]] in found:

@@ -10,9 +10,10 @@ from typing import Optional
 from .measurement import Measurement, Reading
 from .sizes import text_lines, to_bytes
 
-_SMI_VALUE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(MiB|GiB|KiB|B)?", re.ASCII)
-_SMI_HEADER_CELL = re.compile(r"([A-Za-z_.]+)\s*(?:\[([A-Za-z%]+)\])?", re.ASCII)
-_SMI_TABLE = re.compile(r"\|\s*([0-9]+)MiB\s*/\s*([0-9]+)MiB\s*\|", re.ASCII)
+# Possessive (*+, ++) wherever what follows cannot start with what was taken: nothing is ever given back.
+_SMI_VALUE = re.compile(r"([0-9]++(?:\.[0-9]++)?)\s*+(MiB|GiB|KiB|B)?", re.ASCII)
+_SMI_HEADER_CELL = re.compile(r"([A-Za-z_.]++)\s*+(?:\[([A-Za-z%]++)\])?", re.ASCII)
+_SMI_TABLE = re.compile(r"\|\s*+([0-9]++)MiB\s*+/\s*+([0-9]++)MiB\s*+\|", re.ASCII)
 _SMI_NA = ("[N/A]", "N/A", "[Not Supported]", "[Unknown Error]", "[Insufficient Permissions]")
 
 
@@ -29,6 +30,7 @@ def _smi_value(cell: str, header_unit: Optional[str]) -> Optional[int]:
 def _smi_rows(text: str):
     """(label, used, total) per data row of --query-gpu CSV output; None if there is none."""
     header, rows, notes = None, [], []
+    names, units, memory = ["memory.used", "memory.total"], {}, True
     for line in text_lines(text):
         cells = [c.strip() for c in line.split(",")]
         if not line.strip():
@@ -38,11 +40,12 @@ def _smi_rows(text: str):
             for c in cells:
                 m = _SMI_HEADER_CELL.fullmatch(c)
                 header.append((m.group(1), m.group(2)) if m else (c, None))
+            # what each row is read with, once per header (per row, a wide header made this quadratic)
+            names, units = [h[0] for h in header], {h[0]: h[1] for h in header}
+            memory = "memory.used" in names or "memory.total" in names
             continue
-        names = [h[0] for h in header] if header else ["memory.used", "memory.total"]
-        if len(cells) != len(names) or ("memory.used" not in names and "memory.total" not in names):
+        if len(cells) != len(names) or not memory:
             continue
-        units = {h[0]: h[1] for h in header} if header else {}
         try:
             values = {n: _smi_value(c, units.get(n)) for n, c in zip(names, cells)
                       if n in ("memory.used", "memory.total")}

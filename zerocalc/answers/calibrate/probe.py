@@ -12,8 +12,9 @@ from .sizes import text_lines
 
 PROBE_PREFIX = "zerocalc-probe"
 PROBE_VERSION = 1
-_PROBE_KEY = re.compile(r"(?:^|\s)([A-Za-z0-9_\-][A-Za-z0-9_.\-]*)=", re.ASCII)
-_PROBE_START = re.compile(PROBE_PREFIX + r"\s+v([0-9]+)\b", re.ASCII)
+# Possessive (*+, ++): neither "=" nor a word boundary after digits can follow a shorter take.
+_PROBE_KEY = re.compile(r"(?:^|\s)([A-Za-z0-9_\-][A-Za-z0-9_.\-]*+)=", re.ASCII)
+_PROBE_START = re.compile(PROBE_PREFIX + r"\s++v([0-9]++)\b", re.ASCII)
 PROBE_FIELDS = {"alloc": "allocated_peak_bytes", "reserved": "reserved_peak_bytes", "driver_used": "used_bytes"}
 
 

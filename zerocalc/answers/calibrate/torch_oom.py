@@ -11,10 +11,10 @@ from .sizes import decimal_places, half_unit, to_bytes
 
 
 def _oom_size_re(name: str) -> str:
-    return rf"(?P<{name}>[0-9]+(?:\.[0-9]+)?) (?P<{name}_unit>bytes|KiB|MiB|GiB)"
+    return rf"(?P<{name}>[0-9]++(?:\.[0-9]++)?) (?P<{name}_unit>bytes|KiB|MiB|GiB)"   # possessive: a space follows
 
 
-_ANY_SIZE = r"[0-9]+(?:\.[0-9]+)? (?:bytes|KiB|MiB|GiB)"
+_ANY_SIZE = r"[0-9]++(?:\.[0-9]++)? (?:bytes|KiB|MiB|GiB)"
 # c10/cuda/CUDACachingAllocator.cpp (torch >= 2.1): "CUDA out of memory. Tried to allocate X. GPU n has a total
 # capacity of X of which X is free. " + proc_info ("Process p has X memory in use. " per process, then "Including
 # non-PyTorch memory, this process has X memory in use. ") + allowed_info ("X allowed; ") + "Of the allocated memory X

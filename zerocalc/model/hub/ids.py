@@ -20,7 +20,7 @@ REPO_ID_ALLOWED = ("ORG/NAME as the Hub spells it (e.g. meta-llama/Llama-3.1-8B)
 # Git ref names (git check-ref-format), narrowed to what the Hub's branches and tags use: components of
 # A-Z a-z 0-9 _ . + - separated by single slashes (refs/pr/1), each starting with a letter, digit or _, none ending in
 # '.' or '.lock', no '..'; a commit is 40 hex digits, which this also admits.
-_REF_PART = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*"
+_REF_PART = r"[A-Za-z0-9_][A-Za-z0-9_.+-]*+"     # possessive: a part ends at "/" or the end
 _REVISION = re.compile(rf"{_REF_PART}(?:/{_REF_PART})*")
 MAX_REVISION = 255
 REVISION_ALLOWED = ("a branch, tag, refs/pr/N or 40-hex commit (e.g. main, v1.0): parts of A-Z a-z 0-9 _ . + - "
@@ -30,7 +30,7 @@ MAX_TOKEN = 1024
 TOKEN_ALLOWED = ("an access token as copied from https://huggingface.co/settings/tokens: 1 to 1,024 printable "
                  "characters without spaces (or nothing, to use HF_TOKEN)")
 HIDDEN = "(hidden)"
-_LOOKS_LIKE_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8,}")
+_LOOKS_LIKE_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8}")      # eight are enough to say so
 
 
 class HubError(FieldError):
