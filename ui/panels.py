@@ -179,10 +179,10 @@ CARD_CSS = """<style>
 </style>"""
 
 
-def peak_states(p: dict, stage_row: dict) -> int:
-    """The model states the peak holds (its phase's part: gradients freed each step are not there), not the
-    stage's whole ledger (issue 33: 64.73 GB shown, 34.27 GB in the peak)."""
-    return p["phases"][p["peak_phase"]].get("model states", stage_row["gpu_bytes_per_worker"])
+def peak_states(p: dict) -> int:
+    """The model states the peak holds (its phase's part: gradients freed each step are not there; none when all
+    are offloaded), not the stage's whole ledger (issue 33: 64.73 GB shown, 34.27 GB in the peak)."""
+    return p["phases"][p["peak_phase"]].get("model states", 0)
 
 
 def _card(p: dict, unit: str, checked: bool, verdict: dict, band: dict = None, states: int = None,
@@ -282,8 +282,8 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
     # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
     # on the GPU (parameters + gradients + optimizer state the peak holds; offloaded state is host memory), not a
     # markdown, a caption and a metric per stage.
-    cards = "".join(_card(p, unit, p["stage"] == stage, v, bands.get(p["stage"]), peak_states(p, s),
-                          on.get(p["stage"])) for p, s, v in zip(peaks, report["stages"], verdicts))
+    cards = "".join(_card(p, unit, p["stage"] == stage, v, bands.get(p["stage"]), peak_states(p),
+                          on.get(p["stage"])) for p, v in zip(peaks, verdicts))
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 
 
