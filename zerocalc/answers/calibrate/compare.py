@@ -11,6 +11,7 @@ from ...gpus import ESTIMATE_GAP
 from ...scenario import FieldError
 from ...units import format_bytes
 from .measurement import Measurement
+from .phase import PHASE_WORDS
 from .verdict import lowers_estimate, measured_fit
 
 TENSOR_EXCLUDED = ("allocator reserve", "CUDA context")
@@ -160,6 +161,27 @@ def _keep_direction(suggestions: list, sentences: list) -> list:
     return kept
 
 
+def _failed_request_sentence(m: Measurement, parts: Dict[str, int], _gib) -> str:
+    """The failing phase, from the traceback, and the estimate's term of that phase the failed request matches
+    (within the message's printed rounding, or 1%): "3.14 GiB = one fp32 partition's Adam temporary"."""
+    ask = m.failed_request_bytes
+    slack = max(m.tolerance_bytes.get("allocated_peak_bytes", 0), ask // 100)
+    sizes = []                              # (bytes, how the sentence names it): a term, or one of its N copies
+    for name, value in parts.items():
+        if name in TENSOR_EXCLUDED:
+            continue
+        sizes.append((value, f"the estimate's \"{name}\""))
+        copies = name.rpartition(" x ")[2]
+        if copies.isdigit() and int(copies) > 1:
+            sizes.append((value // int(copies), f"one of the {copies} copies in the estimate's \"{name}\""))
+    match = min(((abs(v - ask), v, said) for v, said in sizes if abs(v - ask) <= slack), default=None)
+    said = (f"The run ran out of memory in {PHASE_WORDS[m.failed_phase]} (the traceback's frame {m.failed_frame!r}), "
+            f"asking for {_gib(ask)} more")
+    if match is None:
+        return said + f"; no single term of the estimate's {PHASE_WORDS[m.failed_phase]} is that size."
+    return said + f": {_gib(ask)} = {match[2]} ({_gib(match[1])}) in that phase."
+
+
 def compare(measurement: Measurement, peak, workload, units: str = "binary") -> Calibration:
     """The measurement against one stage's estimated peak (a peak.StagePeak, or a report's "peak" row).
 
@@ -194,7 +216,11 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
              "CUDA context", "nvidia_smi_used_bytes")):
         if value is not None and estimate:
             phase, est = _largest(estimate)
+            if m.failed_phase in estimate:           # the traceback's phase: the failure is compared where it was
+                phase, est = m.failed_phase, estimate[m.failed_phase]
             residuals.append(Residual(quantity, value, est, covers, phase, tol.get(tkey, 0)))
+    if m.out_of_memory and m.failed_phase in phases:
+        sentences.append(_failed_request_sentence(m, phases[m.failed_phase], _gib))
 
     alloc_r = next((r for r in residuals if r.quantity == "allocated"), None)
     if alloc_r is not None:

@@ -73,6 +73,10 @@ class Measurement:
     # An out-of-memory message's "Tried to allocate": the request that failed. The run needed at least
     # allocated + this, and it did not fit the capacity it ran under.
     failed_request_bytes: Optional[int] = None
+    # The phase the traceback pasted with it names (calibrate/phase.py: forward, backward, optimizer_step), and the
+    # frame that says so; None without a known frame.
+    failed_phase: Optional[str] = None
+    failed_frame: Optional[str] = None
 
     @property
     def out_of_memory(self) -> bool:
@@ -93,4 +97,5 @@ class Measurement:
                 "per_phase_reserved": dict(self.per_phase_reserved), "source_format": self.source_format,
                 "notes": list(self.notes), "readings": [asdict(r) for r in self.readings],
                 "tolerance_bytes": dict(self.tolerance_bytes), "gpu_name": self.gpu_name,
-                "failed_request_bytes": self.failed_request_bytes}
+                "failed_request_bytes": self.failed_request_bytes, "failed_phase": self.failed_phase,
+                "failed_frame": self.failed_frame}

@@ -125,4 +125,6 @@ def _merge(found) -> Measurement:
                        tuple(n for m in found for n in m.notes) + tuple(notes),
                        tuple(r for m in found for r in m.readings), tolerance,
                        next((m.gpu_name for m in found if m.gpu_name), None),
-                       max((m.failed_request_bytes for m in found if m.failed_request_bytes is not None), default=None))
+                       max((m.failed_request_bytes for m in found if m.failed_request_bytes is not None), default=None),
+                       next((m.failed_phase for m in found if m.failed_phase), None),
+                       next((m.failed_frame for m in found if m.failed_frame), None))

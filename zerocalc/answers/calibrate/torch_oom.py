@@ -7,6 +7,7 @@ from typing import Optional
 
 from ...units import format_bytes
 from .measurement import BINARY, CalibrationError, Measurement
+from .phase import PHASE_WORDS, failed_phase
 from .sizes import decimal_places, half_unit, to_bytes
 
 
@@ -87,6 +88,10 @@ def _read_oom(text: str) -> Optional[Measurement]:
              "get, so its real peak is higher than these"]
     if used_note:
         notes.append(f"torch_oom: the used figure is {used_note}")
+    where = failed_phase(text)
+    if where:
+        notes.append(f"torch_oom: the traceback's frame {where[1]!r} puts the failure in {PHASE_WORDS[where[0]]}")
     return Measurement(alloc, reserved, used, usable_total_bytes=total_b, source_format="torch_oom", notes=tuple(notes),
                        tolerance_bytes={k: v for k, v in tol.items() if v},
-                       failed_request_bytes=_oom_size(*_oom_get(m, "ask")))
+                       failed_request_bytes=_oom_size(*_oom_get(m, "ask")),
+                       failed_phase=where[0] if where else None, failed_frame=where[1] if where else None)
