@@ -18,7 +18,7 @@ from mcp.client.stdio import StdioServerParameters  # noqa: E402
 
 from tests.e2e.server import free_port, status  # noqa: E402
 from zerocalc.cli.agent.server import build_server  # noqa: E402
-from zerocalc.cli.agent.tools import TOOLS, schema_of  # noqa: E402
+from zerocalc.cli.agent.commands import TOOLS, schema_of  # noqa: E402
 from zerocalc.cli.main import build_parser, run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

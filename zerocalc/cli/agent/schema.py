@@ -1,6 +1,6 @@
 """A CLI parser as a tool's input schema, and a tool's arguments back as that parser's argv.
 
-The agent tools (cli/agent/tools.py) take exactly the CLI's flags, so the schema is read off the same argparse table
+The agent tools (cli/agent/commands.py) take exactly the CLI's flags, so the schema is read off the same argparse table
 the CLI builds: a flag added there is a field here, with its help as the description and its choices as an enum.
 Each field is the flag's long name without the dashes, dashes kept (`micro-batch`), so an agent's call reads like
 the command line it stands for.

@@ -1,4 +1,4 @@
-"""`python -m zerocalc mcp`: the agent tools (cli/agent/tools.py) as an MCP server, on the official MCP Python SDK's
+"""`python -m zerocalc mcp`: the agent tools (cli/agent/commands.py) as an MCP server, on the official MCP Python SDK's
 low-level server (the schemas are ours, generated from the CLI's parser, so the SDK's signature-to-schema layer is
 not wanted). Over stdio for a coding agent that starts it, or streamable HTTP for a shared one.
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ... import __version__
 from ...scenario import FieldError
-from .tools import TOOLS, call, schema_of
+from .commands import TOOLS, call, schema_of
 
 DOCS = Path(__file__).resolve().parents[3] / "docs"
 LEDGER_URI = "zerocalc://validation/summary"
