@@ -11,11 +11,11 @@ import streamlit as st
 
 from zerocalc.frameworks.common import FrameworkConfigError
 from zerocalc.model.presets import MODEL_PRESETS
-from zerocalc.rl.configs import READERS, guess_format
 from zerocalc.scenario import FieldError
 
 from . import worker
-from .imports import HEAVY_UPLOAD_BYTES, _say, clear_upload, refusal, shown_model, upload_key
+from .tasks import read_rl
+from .imports import _say, clear_upload, refusal, shown_model, upload_key
 from .rl_state import RL_FIELD, RL_VALUES, defaults, values_from_settings
 from .state import ARCH_FIELDS, FIELD, PRECISION_FIELDS, default_for, parse_value, resolve
 from .widgets import read_state, set_fields
@@ -59,30 +59,30 @@ def page_values(imported, state: dict) -> tuple:
     return out, unused
 
 
-def _read(fmt: str, data: bytes, gpus: int):
-    return READERS[fmt](data, processes=gpus) if fmt == "trl" else READERS[fmt](data)
-
-
 def on_rl_upload() -> None:
     upload = st.session_state.get(upload_key(RL_UPLOAD))
     if upload is None:
         return
     name, data = upload.name[:80], upload.getvalue()
     chosen = st.session_state.get(FORMAT_KEY, "guess")
-    fmt = guess_format(data) if chosen == "guess" else chosen
-    state = read_state()
+    fmt = None if chosen == "guess" else chosen
     try:
-        before = resolve(state)
+        before = resolve(read_state())
         gpus = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
-        imported = worker.run(len(data) > HEAVY_UPLOAD_BYTES, _read, fmt, data, gpus)
+        fmt, imported = worker.call("import", read_rl, fmt, data, gpus)
         rl, unread = values_from_settings(imported.settings)
         page, flags = page_values(imported, before.state)
         after = resolve({**before.state, **page})
         if after.warnings:
             raise FrameworkConfigError("policy", page.get("model", before.state["model"]), after.warnings[0])
     except (FrameworkConfigError, FieldError) as exc:
-        _say("error", f"{name} refused ({FORMATS[fmt]}): {refusal(exc)}. The view is unchanged: still showing "
+        _say("error", f"{name} refused ({FORMATS.get(fmt, 'RL config')}): {refusal(exc)}. The view is unchanged: still showing "
                       f"{shown_model()}.")
+        clear_upload(RL_UPLOAD)
+        return
+    except Exception as exc:  # noqa: BLE001 - anything else: a message here, the trace in the server's log
+        _say("error", f"{worker.failure_text(exc, name, 'verl / TRL / OpenRLHF config')} The view is unchanged: "
+                      f"still showing {shown_model()}.")
         clear_upload(RL_UPLOAD)
         return
     set_fields(page)
