@@ -18,6 +18,18 @@ HOSTILE = {
     "lone surrogate escape": b'{"model_type": "\\ud800", "zero_optimization": {"stage": "\\udfff"}}',
     "a list at the top": b"[1, 2, 3]",
     "verl nnodes 10^9": b"python3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=8 trainer.nnodes=1000000000",
+    # issue 38's crashes: 5,000-digit integers in YAML or TOML, hex integers, a float GPU count, a list for a
+    # dtype, OpenRLHF's --zero_stage 2.0, and text times 10^9 (a gigabyte: the worker's memory limit stops it)
+    "5,000 digits in YAML": b"distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: " + b"9" * 5_000 +
+                            b"\n  gradient_accumulation_steps: " + b"9" * 5_000 + b"\nnum_processes: " + b"9" * 5_000,
+    "5,000 digits in TOML": b"[training]\nlocal_batch_size = " + b"9" * 5_000 + b"\nseq_len = " + b"9" * 5_000,
+    "hex integers": b"[training]\nlocal_batch_size = 0xff\n[parallelism]\ntensor_parallel_degree = 0x2\n",
+    "verl float GPUs": b"trainer:\n  n_gpus_per_node: 8.5\n  nnodes: 1\nactor_rollout_ref:\n  actor:\n"
+                       b"    ppo_micro_batch_size_per_gpu: 2\n",
+    "a list for a dtype": b"actor_rollout_ref:\n  actor:\n    fsdp_config:\n      model_dtype: [1, 2]\n"
+                          b"      param_dtype: [bf16]\n",
+    "OpenRLHF --zero_stage 2.0": b"deepspeed --module openrlhf.cli.train_ppo_ray --pretrain x --zero_stage 2.0",
+    "text times 10^9": b"python3 -m verl.trainer.main_ppo trainer.n_gpus_per_node=x trainer.nnodes=1000000000",
 }
 UPLOADERS = (("Hugging Face config.json", "config.json", "sec_load"),
              ("Training config", "ds_config.json", "sec_load"),

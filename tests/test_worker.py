@@ -175,3 +175,21 @@ def test_an_unexpected_error_in_an_upload_is_a_message_and_a_logged_trace(monkey
     assert "Could not read config.json (Hugging Face config.json): internal error, logged on the server." in text
     assert "ValueError" not in text and "Traceback" not in text
     assert any(r.exc_info and r.exc_info[0] is ValueError for r in caplog.records)
+
+
+def test_a_task_asking_for_gigabytes_gets_memory_error_not_the_hosts_ram():
+    """The worker's address space is capped (RLIMIT_AS): text times 10^9 fails there, and the page says so."""
+    with pytest.raises((MemoryError, worker.WorkerError)) as caught:
+        worker.call("import", worker_tasks.repeat, "x", 10**9)
+    assert "more memory than one visitor's task may take" in worker.failure_text(caught.value, "run.sh")
+    assert worker.call("import", worker_tasks.repeat, "x", 3) == "xxx"
+
+
+def test_a_link_the_reader_chokes_on_opens_the_default_page_with_a_message(monkeypatch):
+    import ui.share
+    real = ui.share.split_query
+    monkeypatch.setattr(ui.share, "split_query", lambda q: real(q) if not q else worker_tasks.fail("boom"))
+    at = run_app({"model": "llama-3-8b"})
+    assert not at.exception
+    assert "Could not read the link (its parameters): internal error, logged on the server. Opened the default " \
+           "page." in " ".join(alerts(at, "warning") + [w.value for w in at.warning])

@@ -27,3 +27,7 @@ def fail(text: str):
 
 def die():
     os._exit(3)
+
+
+def repeat(text: str, times: int) -> str:
+    return text * times

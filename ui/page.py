@@ -22,7 +22,12 @@ ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to rea
 
 def render() -> None:
     worker.warm()                        # the worker processes start now, in the background, not on a first paste
-    link_warnings = share.start_session()
+    try:
+        link_warnings = share.start_session()
+    except Exception as exc:  # noqa: BLE001 - a link the reader chokes on opens the default page, with a message
+        st.query_params.clear()
+        link_warnings = [worker.failure_text(exc, "the link", "its parameters") + " Opened the default page."]
+        link_warnings += share.start_session()
     state = widgets.read_state()          # the widgets' values are in the session before they are drawn
     problems = share.texts_into_state(state)
     resolved = resolve(state)

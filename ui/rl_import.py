@@ -55,7 +55,10 @@ def page_values(imported, state: dict) -> tuple:
             raise FrameworkConfigError("GPUs", int(gpus), f"a multiple of the page's tp x pp x cp ({mp:,})")
         out["workers"], out["shard_group"] = int(gpus) // mp, 0
     if "policy_stage" in imported.settings:
-        out["stage"] = imported.settings["policy_stage"]
+        stage = imported.settings["policy_stage"]
+        if type(stage) is not int or not 0 <= stage <= 3:        # 2.0 from a flag drew no page (issue 38)
+            raise FrameworkConfigError("ZeRO stage", stage, "0, 1, 2 or 3 (a whole number)")
+        out["stage"] = stage
     return out, unused
 
 

@@ -43,6 +43,9 @@ QUEUE_S = 20.0           # how long a task may wait for a free worker before it 
 LEAST = 2
 MOST = max(LEAST, int(os.environ.get("ZEROCALC_WORKERS", "4") or 4))
 IDLE_S = 120.0           # a worker beyond LEAST idle this long stops
+# Address space a worker may map (RLIMIT_AS): a worker maps 25 MB idle and 99 MB at most over every worst input of
+# tests/budget_cases.py (VmPeak, measured 2026-12-06); ZEROCALC_WORKER_MEMORY_MIB changes it.
+MEMORY_BYTES = int(os.environ.get("ZEROCALC_WORKER_MEMORY_MIB", "512") or 512) * 2**20
 NICE = 10                # the workers' niceness: the server's threads (every visitor's reruns) come first
 POSIX = os.name == "posix"          # a pipe's descriptor passed to a fresh interpreter
 START_S = 60.0           # a worker that is not ready this long after its start is replaced
@@ -83,6 +86,10 @@ def failure_text(exc: BaseException, what: str, field: str = "", verb: str = "re
     where = f" ({field})" if field else ""
     if isinstance(exc, WorkerTimeout):
         return f"Could not {verb} {what}{where}: {timeout_text(exc)}."
+    if isinstance(exc, MemoryError) or isinstance(exc.__cause__, MemoryError) or "MemoryError" in str(exc):
+        LOG.warning("%s%s asked for more than a worker's %s MiB", what, where, MEMORY_BYTES >> 20)
+        return (f"Could not {verb} {what}{where}: it asked for more memory than one visitor's task may take "
+                f"({MEMORY_BYTES >> 20:,} MiB); no real input needs that much.")
     LOG.error("could not %s %s%s", verb, what, where, exc_info=exc)
     return f"Could not {verb} {what}{where}: internal error, logged on the server."
 
@@ -108,12 +115,20 @@ def serve(fd: int) -> None:
             os.nice(NICE)
         except OSError:
             pass
+    try:                     # a file that asks for gigabytes (text times 10^9) gets MemoryError, not the host's RAM
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_BYTES, MEMORY_BYTES))
+    except (ImportError, ValueError, OSError):
+        pass
     for name in PRELOAD:
         try:
             __import__(name)
         except Exception:  # noqa: BLE001 - a module that fails to import fails its task, with its own trace
             pass
-    conn.send(("ready", os.getpid()))
+    try:
+        conn.send(("ready", os.getpid()))
+    except OSError:                                 # the server went away meanwhile
+        return
     while True:
         try:
             fn, args = conn.recv()
