@@ -192,7 +192,8 @@ def _attack(stop: list, k: int, task, outcomes: list) -> None:
 def server_side(attackers: int, changes: int, only=None) -> dict:
     """(bystander idle, attacked) medians per attack: the bystander's reruns in the server's process and its own
     small paste through the workers, while `attackers` threads (each a session of its own) send one worst input back
-    to back through the workers, as the page does."""
+    to back through the workers, as the page does; and the server process's CPU over each window (the bystander's
+    own work, plus what the attack still costs the server: handing its inputs to the workers)."""
     import threading
     from collections import Counter
     from ui import worker
@@ -204,21 +205,26 @@ def server_side(attackers: int, changes: int, only=None) -> dict:
     for name, task in worst_inputs().items():
         if only and only not in name:
             continue
+        cpu_idle, wall_idle = time.process_time(), time.perf_counter()
         idle = [_bystander_answers(i) for i in range(changes)], [_bystander_paste(i) for i in range(changes)]
+        cpu_idle, wall_idle = time.process_time() - cpu_idle, time.perf_counter() - wall_idle
         stop, outcomes = [], []
         threads = [threading.Thread(target=_attack, args=(stop, k, task, outcomes), name=f"attacker-{k}")
                    for k in range(attackers)]
         for t in threads:
             t.start()
         time.sleep(1)
+        cpu, wall = time.process_time(), time.perf_counter()
         attacked = ([_bystander_answers(1000 + i) for i in range(changes)],
                     [_bystander_paste(1000 + i) for i in range(changes)])
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         stop.append(True)
         for t in threads:
             t.join()
         out[name] = {"rerun": (statistics.median(idle[0]), statistics.median(attacked[0])),
                      "paste": (statistics.median(idle[1]), statistics.median(attacked[1]), max(attacked[1])),
-                     "outcomes": dict(Counter(outcomes))}
+                     "outcomes": dict(Counter(outcomes)),
+                     "server_cpu": (cpu_idle / wall_idle, cpu / wall)}
     return out
 
 
@@ -241,6 +247,7 @@ def main(argv=None) -> int:
         (idle, attacked), (p_idle, p_attacked, p_max) = row["rerun"], row["paste"]
         print(f"  {name:52} rerun {idle * 1000:6.1f} -> {attacked * 1000:6.1f} ms ({attacked / idle:.2f}x)  "
               f"paste {p_idle * 1000:6.1f} -> {p_attacked * 1000:7.1f} ms (max {p_max * 1000:7.1f})  "
+              f"server process busy {row['server_cpu'][0]:.0%} -> {row['server_cpu'][1]:.0%} of a core  "
               f"attacks: {row['outcomes']}")
     if not args.browsers:
         return 0

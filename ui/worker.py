@@ -157,9 +157,10 @@ class _Task:
         self.seconds = DEADLINES[kind]
         self.started, self.done, self.value, self.error, self.release = None, threading.Event(), None, None, None
 
-    def finish(self, value=None, error: BaseException = None) -> None:
+    def finish(self, value=None, error: BaseException = None, release: bool = True) -> None:
         self.value, self.error = value, error
-        self.release(self)                      # its session may start its next task
+        if release:
+            self.release(self)                  # its session may start its next task
         self.done.set()
 
 
@@ -270,15 +271,17 @@ class _Worker:
         conn.close()
 
     def _fail(self, task: _Task, error: BaseException) -> None:
-        """Stop this task's process, give the caller its error, then start a fresh process (the caller does not
-        wait for the start: another worker, or this one once ready, takes the next task)."""
+        """Stop this task's process, give the caller its error, then start a fresh process. The caller does not
+        wait for the start; its session's next task does (a visitor who keeps a worker busy until it is killed
+        pays for the restart, not the worker kept free for everyone else)."""
         self._stop(self.proc, self.conn)
         self.proc = self.conn = None
         with self.pool.cond:
             self.pool.starting += 1
-        task.finish(error=error)
+        task.finish(error=error, release=False)
         self._start()
         self.pool.ready()
+        task.release(task)             # its session's next task waits for the restart it caused, not another's
 
     def _loop(self) -> None:
         self._start()
