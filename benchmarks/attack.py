@@ -11,7 +11,8 @@ a control row runs the same sessions on small pages).
 The bystander changes the worker count and waits for the chart to show the core's numbers (benchmarks/load.py's
 measure), first with the server idle, then while --attackers sessions each loop over the costliest legal actions
 a link allows: a new state of a large model on 2^20 GPUs with the layout search asked for (about a second of
-server CPU each, inside the search's bounds), and a 1 MB DeepSpeed config of 95,000 unknown keys. The target:
+server CPU each, inside the search's bounds), the 64,000-character paste the calibration parser reads in quadratic
+time, and a 1 MB DeepSpeed config of 95,000 unknown keys. The target:
 the bystander's median under attack within 1.5x of idle.
 
 The attackers' browser runs at nice 19: on a real host their browsers render on their own machines, so here their
@@ -39,6 +40,7 @@ from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, cpu_seconds, start,
 HEAVY = ("?model=qwen3-235b-a22b&workers=1048576&seq_len={seq}", "?model=custom&layers=1024&hidden=8192&heads=64"
          "&kv_heads=64&ffn=32768&workers=1048576&seq_len={seq}")
 LIGHT = ("?model=gpt2&seq_len={seq}", "?model=gpt2&workers=2&seq_len={seq}")
+QUADRATIC_PASTE = "max_memory_allocated: 1000\nmax_alloc" + " " * 63_950 + "x"      # quadratic for the parser
 
 
 async def bystander(browser, base: str, changes: int, think_s: float, offset: int) -> list:
@@ -70,6 +72,14 @@ async def attacker(browser, base: str, index: int, stop_at: list, done: list, up
                                                                         exact=True).click()
                 await page.wait_for_selector(READY, timeout=300_000)
                 await page.get_by_text("Search every tp x pp x cp x dp layout", exact=False).click()
+                await page.wait_for_selector(READY, timeout=300_000)
+            if kinds == "paste" or (kinds == "both" and step % 3 == 1):
+                await page.locator("[data-testid=stMain]").get_by_role("radio", name="Calibrate",
+                                                                        exact=True).click()
+                await page.wait_for_selector(READY, timeout=300_000)
+                box = page.get_by_role("textbox", name="Measured output")
+                await box.fill(QUADRATIC_PASTE + " " * step)
+                await box.press("Control+Enter")
                 await page.wait_for_selector(READY, timeout=300_000)
             if kinds == "upload" or (kinds == "both" and step % 3 == 2):
                 await page.locator("[data-testid=stSidebar]").get_by_role("button", name="Load a config",
@@ -153,7 +163,7 @@ def worst_inputs() -> dict:
     from zerocalc.frameworks import import_config
     from zerocalc.output.report import full_report
     r = resolve(from_query({"model": "llama-3-8b"})[0])
-    quadratic = "max_memory_allocated: 1000\nmax_alloc" + " " * 63_950 + "x"
+    quadratic = QUADRATIC_PASTE
     megabyte = "max_memory_allocated: 1000\nmax_alloc" + " " * (LIMIT - 40) + "x"
     deepspeed = "{" + ",".join(['"zero_optimization":{"stage":2}'] + _keys(LIMIT - 40)) + "}"
     verl = ("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct "
@@ -233,7 +243,7 @@ def main(argv=None) -> int:
     parser.add_argument("--attackers", type=int, default=3)
     parser.add_argument("--changes", type=int, default=15)
     parser.add_argument("--think", type=float, default=0.5)
-    parser.add_argument("--attack", choices=("search", "upload", "both", "light"), default="both",
+    parser.add_argument("--attack", choices=("search", "upload", "paste", "both", "light"), default="both",
                         help="light: the same sessions loading small pages (the control: what browsers alone cost)")
     parser.add_argument("--browsers", action="store_true", help="also the browser measurement (minutes)")
     parser.add_argument("--only", help="the server-side attacks whose name contains this text")
