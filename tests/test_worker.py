@@ -193,3 +193,22 @@ def test_a_link_the_reader_chokes_on_opens_the_default_page_with_a_message(monke
     assert not at.exception
     assert "Could not read the link (its parameters): internal error, logged on the server. Opened the default " \
            "page." in " ".join(alerts(at, "warning") + [w.value for w in at.warning])
+
+
+def test_compare_costs_each_pair_once_and_at_most_its_budget(monkeypatch):
+    """Compare's differences (ui/compare.py): computed once per pair of plans, in a worker; beyond COSTED_FIELDS the
+    fields are listed, not costed."""
+    from ui import compare, tasks
+    a = resolve(from_query({"model": "llama-3-8b", "workers": "24", "micro_batch": "3", "seq_len": "3000",
+                            "stage": "1"})[0]).state
+    b = resolve(from_query({"model": "llama-3-8b"})[0]).state
+    calls = []
+    real = worker.call
+    monkeypatch.setattr(worker, "call", lambda kind, fn, *args: calls.append(fn.__name__) or real(kind, fn, *args))
+    monkeypatch.setattr(compare, "COSTED_FIELDS", 2)
+    rows = compare.differences_of(a, b)
+    assert compare.differences_of(dict(a), dict(b)) is rows and calls == ["differences"]
+    assert {r["name"] for r in rows} == {"workers", "micro_batch", "seq_len", "stage"}
+    assert [r["costed"] for r in rows] == [True, True, False, False]
+    assert all(r["effect"] is not None for r in rows[:2]) and all(r["effect"] is None for r in rows[2:])
+    assert rows[:2] == tasks.differences(a, b)[:2]
