@@ -251,8 +251,8 @@ def main(argv=None) -> int:
     from ui import worker
     server = server_side(args.attackers, args.changes, args.only)
     print(f"the server's own, {args.attackers} attackers (a session each) sending one worst input back to back "
-          f"through at most {worker.MOST} worker processes; bystander medians of {args.changes}: its rerun's answers in "
-          "the server's process, and its own small paste through the workers:")
+          f"through at most {worker.MOST} worker processes; bystander medians of {args.changes}: its rerun's answers "
+          "in the server's process, and its own small paste through the workers:")
     for name, row in server.items():
         (idle, attacked), (p_idle, p_attacked, p_max) = row["rerun"], row["paste"]
         print(f"  {name:52} rerun {idle * 1000:6.1f} -> {attacked * 1000:6.1f} ms ({attacked / idle:.2f}x)  "

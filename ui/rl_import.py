@@ -79,8 +79,9 @@ def on_rl_upload() -> None:
         if after.warnings:
             raise FrameworkConfigError("policy", page.get("model", before.state["model"]), after.warnings[0])
     except (FrameworkConfigError, FieldError) as exc:
-        _say("error", f"{name} refused ({FORMATS.get(fmt, 'RL config')}): {refusal(exc)}. The view is unchanged: still showing "
-                      f"{shown_model()}.")
+        fmt = fmt or getattr(exc, "format", None)
+        _say("error", f"{name} refused ({FORMATS.get(fmt, 'RL config')}): {refusal(exc)}. The view is unchanged: "
+                      f"still showing {shown_model()}.")
         clear_upload(RL_UPLOAD)
         return
     except Exception as exc:  # noqa: BLE001 - anything else: a message here, the trace in the server's log

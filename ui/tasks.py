@@ -25,7 +25,11 @@ def read_rl(fmt, data: bytes, gpus: int):
     when None. TRL's reader takes the GPUs the policy runs on."""
     from zerocalc.rl.configs import READERS, guess_format
     fmt = fmt or guess_format(data)
-    return fmt, (READERS[fmt](data, processes=gpus) if fmt == "trl" else READERS[fmt](data))
+    try:
+        return fmt, (READERS[fmt](data, processes=gpus) if fmt == "trl" else READERS[fmt](data))
+    except Exception as exc:
+        exc.format = fmt                    # a refusal's message names the format it was read as
+        raise
 
 
 def _shown(name: str, query: dict, state: dict) -> str:

@@ -9,14 +9,15 @@ upload and every costly answer goes to a worker process instead, through one sch
   session whose turn comes finds a worker free: one visitor's queue never delays another's task;
 - bounded: a task running past its kind's deadline (DEADLINES) is stopped by terminating its process, which is
   replaced, and the caller gets WorkerTimeout; a task that waited QUEUE_S for a free worker is dropped the same way;
-- polite: the workers run at a lower priority (NICE) than the server, so a busy worker never takes a core from
-  another visitor's rerun.
+- polite: the workers run at a lower priority (NICE) than the server, so the server's threads (every visitor's
+  reruns) get the CPU first.
 
 Workers are processes this module starts itself, each a fresh interpreter (not a fork: a fork of a threaded server
-could inherit a lock another thread held) with one pipe (POSIX: the hosted server's platform; elsewhere the calls run
-in the server's process, without deadlines). warm() starts them in the background on a page's first run, so the first paste does
-not wait for a process to start. Every input of these calls is already bounded (tests/test_budgets.py: each worst
-case under 2 s of one core); the deadlines are the backstop for a loaded host.
+could inherit a lock another thread held; not multiprocessing's spawn: it re-runs __main__, which Streamlit makes
+the app's script) with one pipe. POSIX only (the hosted server's platform); elsewhere the calls run in the server's
+process, without deadlines. warm() starts them in the background on a page's first run, so the first paste does not
+wait for a process to start. Every input of these calls is already bounded (tests/test_budgets.py: each worst case
+under 2 s of one core); the deadlines are the backstop for a loaded host, or an input the bounds missed.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from collections import OrderedDict, deque
 
 LOG = logging.getLogger("zerocalc.worker")
 
-# Seconds a task may run. Under Streamlit's own limit: its server pings the
-# browser every 30 s and drops a connection that does not answer within 30 s; a page waiting longer looks dead.
+# Seconds a task may run: a few times the worst legal input's 2 s, and under the 30 s of Streamlit's websocket ping
+# timeout and of the tests' AppTest timeouts (a visitor has given up on a page "Running..." longer than that).
 DEADLINES = {"paste": 10.0, "import": 10.0, "answer": 20.0}
 QUEUE_S = 20.0           # how long a task may wait for a free worker before it is dropped
 # Worker processes: LEAST always (two: one stuck task leaves one free), up to MOST while several sessions' tasks
