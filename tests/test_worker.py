@@ -101,6 +101,8 @@ def test_a_session_with_a_queue_does_not_delay_another_sessions_task(monkeypatch
     """Session A queues 3 slow tasks, then session B asks one: B starts before A's queue drains (a single FIFO
     would run it after A's last), and A's tasks run one at a time (its share), not on every worker at once."""
     worker.call("answer", worker_tasks.pid)
+    while None in worker.pids():                 # a worker replaced by an earlier test is ready
+        time.sleep(0.05)
     _by_thread_name(monkeypatch)
     results = {}
 
