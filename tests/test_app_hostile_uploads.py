@@ -48,3 +48,13 @@ def test_every_hostile_file_ends_in_a_message(label, name, section):
         said = alerts(at, "error") + alerts(at, "success")
         assert said, kind
         assert not any("Traceback" in a for a in said), kind
+
+
+@pytest.mark.parametrize("kind, said", [("verl float GPUs", "GPUs: got 8.5 (a decimal number, not a whole number)"),
+                                        ("OpenRLHF --zero_stage 2.0", "ZeRO stage: got 2.0 (a decimal number")])
+def test_a_decimal_count_in_an_rl_file_is_refused_by_name(kind, said):
+    at = run_app({"model": "llama-3-8b"}, sections=["sec_rl"])
+    uploader(at, "verl / TRL / OpenRLHF config").upload("run.sh", HOSTILE[kind], "application/octet-stream")
+    at.run()
+    assert not at.exception
+    assert any(said in a and "refused" in a for a in alerts(at, "error")), alerts(at, "error")

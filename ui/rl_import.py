@@ -30,6 +30,14 @@ POLICY_FIELDS = {"--model": "model", "--micro-batch": "micro_batch", "--micro-ba
                  "--finetune": "finetune", "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
 
 
+def _number(text: str):
+    """A refused count as the file wrote it: a number when it reads as one (so the message says "a decimal")."""
+    try:
+        return float(text) if len(text) < 30 else text
+    except ValueError:
+        return text
+
+
 def page_values(imported, state: dict) -> tuple:
     """(the page fields the policy's flags set, the flags with no page field). A preset brings its architecture,
     a convention its dtypes, as choosing them in the sidebar does; --gpus sets dp over the page's tp x pp x cp."""
@@ -51,9 +59,12 @@ def page_values(imported, state: dict) -> tuple:
     gpus = imported.policy.get("--gpus")
     if gpus is not None:
         mp = state["tp"] * state["pp"] * state["cp"]
-        if int(gpus) % mp:
-            raise FrameworkConfigError("GPUs", int(gpus), f"a multiple of the page's tp x pp x cp ({mp:,})")
-        out["workers"], out["shard_group"] = int(gpus) // mp, 0
+        text = str(gpus).strip()
+        if not text.isascii() or not text.isdigit() or len(text) > 9 or int(text) < 1:   # "8.5" drew an internal error
+            raise FrameworkConfigError("GPUs", _number(text), "a whole number of GPUs from 1 to 999,999,999")
+        if int(text) % mp:
+            raise FrameworkConfigError("GPUs", int(text), f"a multiple of the page's tp x pp x cp ({mp:,})")
+        out["workers"], out["shard_group"] = int(text) // mp, 0
     if "policy_stage" in imported.settings:
         stage = imported.settings["policy_stage"]
         if type(stage) is not int or not 0 <= stage <= 3:        # 2.0 from a flag drew no page (issue 38)
