@@ -1,22 +1,24 @@
 """A bystander's page time while another visitor attacks the same server.
 
-Two measurements. The server's own: a bystander thread asks the core for a fresh state's answers (what each of
-its reruns asks) while --attackers threads ask the costliest legal answers back to back (a new layout search of a
-large model on 2^20 GPUs each time), once computed in the server's process, as Streamlit's session threads would,
-and once through ui/worker.py's worker process, as the page does. Then the browsers' (the hosted page, serve.py, on
-127.0.0.1, driven by Debian's Chromium; on a 2-core machine the browsers' own rendering weighs most, so a control
-row runs the same sessions on small pages).
+Two measurements. The server's own: for the worst known input of each surface (issue 38: a paste the calibration
+parser reads in quadratic time, a 1 MB paste, a 1 MB DeepSpeed upload of 95,000 keys, a verl script asking 10^9
+nodes, a layout search of a large model on 2^20 GPUs), --attackers threads, each a session of its own, send it back
+to back through ui/worker.py as the page does, while a bystander (its own session) times what its reruns ask the
+core in the server's process and its own small paste through the workers. Then the browsers' (the hosted page,
+serve.py, on 127.0.0.1, driven by Debian's Chromium; on a 2-core machine the browsers' own rendering weighs most, so
+a control row runs the same sessions on small pages).
 
 The bystander changes the worker count and waits for the chart to show the core's numbers (benchmarks/load.py's
 measure), first with the server idle, then while --attackers sessions each loop over the costliest legal actions
 a link allows: a new state of a large model on 2^20 GPUs with the layout search asked for (about a second of
-server CPU each, inside the search's bounds), and a 1 MB DeepSpeed config of 95,000 unknown keys. The target:
+server CPU each, inside the search's bounds), the 64,000-character paste the calibration parser reads in quadratic
+time, and a 1 MB DeepSpeed config of 95,000 unknown keys. The target:
 the bystander's median under attack within 1.5x of idle.
 
 The attackers' browser runs at nice 19: on a real host their browsers render on their own machines, so here their
 rendering must not take the bystander's browser's cores; what the attack costs the server is what is measured.
 
-    python benchmarks/attack.py [--attackers 3] [--changes 15] [--browsers]
+    python benchmarks/attack.py [--attackers 3] [--changes 15] [--only paste] [--browsers]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, cpu_seconds, start,
 HEAVY = ("?model=qwen3-235b-a22b&workers=1048576&seq_len={seq}", "?model=custom&layers=1024&hidden=8192&heads=64"
          "&kv_heads=64&ffn=32768&workers=1048576&seq_len={seq}")
 LIGHT = ("?model=gpt2&seq_len={seq}", "?model=gpt2&workers=2&seq_len={seq}")
+QUADRATIC_PASTE = "max_memory_allocated: 1000\nmax_alloc" + " " * 63_950 + "x"      # quadratic for the parser
 
 
 async def bystander(browser, base: str, changes: int, think_s: float, offset: int) -> list:
@@ -69,6 +72,14 @@ async def attacker(browser, base: str, index: int, stop_at: list, done: list, up
                                                                         exact=True).click()
                 await page.wait_for_selector(READY, timeout=300_000)
                 await page.get_by_text("Search every tp x pp x cp x dp layout", exact=False).click()
+                await page.wait_for_selector(READY, timeout=300_000)
+            if kinds == "paste" or (kinds == "both" and step % 3 == 1):
+                await page.locator("[data-testid=stMain]").get_by_role("radio", name="Calibrate",
+                                                                        exact=True).click()
+                await page.wait_for_selector(READY, timeout=300_000)
+                box = page.get_by_role("textbox", name="Measured output")
+                await box.fill(QUADRATIC_PASTE + " " * step)
+                await box.press("Control+Enter")
                 await page.wait_for_selector(READY, timeout=300_000)
             if kinds == "upload" or (kinds == "both" and step % 3 == 2):
                 await page.locator("[data-testid=stSidebar]").get_by_role("button", name="Load a config",
@@ -120,6 +131,7 @@ async def run(args) -> dict:
 
 
 def _bystander_answers(i: int) -> float:
+    """A bystander's rerun: the core's answers for a fresh state, in the server's process (its own thread)."""
     from ui.state import from_query, resolve
     from zerocalc.answers.fixes import fixes
     from zerocalc.output.report import full_report
@@ -130,38 +142,99 @@ def _bystander_answers(i: int) -> float:
     return time.perf_counter() - started
 
 
-def _attack_answers(stop: list, k: int, through_worker: bool) -> None:
+def _bystander_paste(i: int) -> float:
+    """A bystander's own small paste, read in a worker process as the page reads it (its round trip)."""
+    from ui import worker
     from ui.state import from_query, resolve
-    from ui.worker import run as in_worker
+    from zerocalc.answers.calibrate.compare import calibration_dict
+    r = resolve(from_query({"model": "llama-3-8b", "workers": str(16 + i)})[0])
+    started = time.perf_counter()
+    worker.call("paste", calibration_dict, f"max_memory_allocated: {61290913792 + i}", "decimal", r.scenario,
+                r.workload, 2, "binary")
+    return time.perf_counter() - started
+
+
+def worst_inputs() -> dict:
+    """The worst known input of each surface (issue 38), as the page hands it to the worker: name -> (the task's
+    kind, its function, a function of the attempt's number giving fresh arguments: nothing cached helps)."""
+    from ui.state import from_query, resolve
+    from ui.tasks import read_rl
+    from zerocalc.answers.calibrate.compare import calibration_dict
+    from zerocalc.frameworks import import_config
     from zerocalc.output.report import full_report
+    r = resolve(from_query({"model": "llama-3-8b"})[0])
+    quadratic = QUADRATIC_PASTE
+    megabyte = "max_memory_allocated: 1000\nmax_alloc" + " " * (LIMIT - 40) + "x"
+    deepspeed = "{" + ",".join(['"zero_optimization":{"stage":2}'] + _keys(LIMIT - 40)) + "}"
+    verl = ("python3 -m verl.trainer.main_ppo actor_rollout_ref.model.path=Qwen/Qwen2.5-7B-Instruct "
+            "trainer.n_gpus_per_node=8 trainer.nnodes=1000000000\n").encode()
+
+    def paste(text):
+        return lambda i: (text + " " * (i % 7), "decimal", r.scenario, r.workload, 2, "binary")
+
+    def search(i):
+        q = resolve(from_query({"model": "qwen3-235b-a22b", "workers": "1048576", "seq_len": str(2 ** (10 + i % 8)),
+                                "micro_batch": str(1 + i % 64)})[0])
+        return q.scenario, q.workload, 1.5, True
+    return {"paste: 64,000 characters, quadratic for the parser": ("paste", calibration_dict, paste(quadratic)),
+            "paste: 1 MB, the same pattern": ("paste", calibration_dict, paste(megabyte)),
+            "upload: 1 MB DeepSpeed config, 95,000 keys": ("import", import_config,
+                                                           lambda i: ("deepspeed", deepspeed + " " * (i % 7), None)),
+            "RL upload: verl script, 10^9 nodes": ("import", read_rl, lambda i: ("verl", verl + b" " * (i % 7), 8)),
+            "layout search: Qwen3-235B on 2^20 GPUs": ("answer", full_report, search)}
+
+
+def _attack(stop: list, k: int, task, outcomes: list) -> None:
+    from ui import worker
+    kind, fn, args = task
     i = 0
     while not stop:
-        query = {"model": "qwen3-235b-a22b", "workers": "1048576", "seq_len": str(2 ** (10 + (k * 7 + i) % 8)),
-                 "micro_batch": str(1 + i)}
-        r = resolve(from_query(query)[0])
-        in_worker(through_worker, full_report, r.scenario, r.workload, 1.5, True)
+        try:
+            worker.call(kind, fn, *args(k * 1000 + i))
+            outcomes.append("answered")
+        except worker.WorkerTimeout as exc:
+            outcomes.append("stopped" if not exc.queued else "not started")
+        except Exception as exc:  # noqa: BLE001 - a refusal (FieldError) is an answer too
+            outcomes.append("refused" if hasattr(exc, "field") else type(exc).__name__)
         i += 1
 
 
-def server_side(attackers: int, changes: int) -> dict:
+def server_side(attackers: int, changes: int, only=None) -> dict:
+    """(bystander idle, attacked) medians per attack: the bystander's reruns in the server's process and its own
+    small paste through the workers, while `attackers` threads (each a session of its own) send one worst input back
+    to back through the workers, as the page does; and the server process's CPU over each window (the bystander's
+    own work, plus what the attack still costs the server: handing its inputs to the workers)."""
     import threading
-    from ui.worker import isolated
-    from ui.state import from_query, resolve
-    from zerocalc.output.report import full_report
-    isolated(full_report, resolve(from_query({})[0]).scenario, None)          # the worker started
+    from collections import Counter
+    from ui import worker
+    worker.warm()
+    while None in worker.pids():
+        time.sleep(0.05)
+    _bystander_paste(0)
     out = {}
-    for through_worker in (False, True):
-        idle = [_bystander_answers(i) for i in range(changes)]
-        stop = []
-        threads = [threading.Thread(target=_attack_answers, args=(stop, k, through_worker)) for k in range(attackers)]
+    for name, task in worst_inputs().items():
+        if only and only not in name:
+            continue
+        cpu_idle, wall_idle = time.process_time(), time.perf_counter()
+        idle = [_bystander_answers(i) for i in range(changes)], [_bystander_paste(i) for i in range(changes)]
+        cpu_idle, wall_idle = time.process_time() - cpu_idle, time.perf_counter() - wall_idle
+        stop, outcomes = [], []
+        threads = [threading.Thread(target=_attack, args=(stop, k, task, outcomes), name=f"attacker-{k}")
+                   for k in range(attackers)]
         for t in threads:
             t.start()
         time.sleep(1)
-        attacked = [_bystander_answers(1000 + i) for i in range(changes)]
+        cpu, wall = time.process_time(), time.perf_counter()
+        attacked = ([_bystander_answers(1000 + i) for i in range(changes)],
+                    [_bystander_paste(1000 + i) for i in range(changes)])
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         stop.append(True)
         for t in threads:
             t.join()
-        out["worker" if through_worker else "inline"] = (statistics.median(idle), statistics.median(attacked))
+        out[name] = {"rerun": (statistics.median(idle[0]), statistics.median(attacked[0])),
+                     "paste": (statistics.median(idle[1]), statistics.median(attacked[1]), max(attacked[1])),
+                     "outcomes": dict(Counter(outcomes)),
+                     "server_cpu": (cpu_idle / wall_idle, cpu / wall)}
     return out
 
 
@@ -170,17 +243,22 @@ def main(argv=None) -> int:
     parser.add_argument("--attackers", type=int, default=3)
     parser.add_argument("--changes", type=int, default=15)
     parser.add_argument("--think", type=float, default=0.5)
-    parser.add_argument("--attack", choices=("search", "upload", "both", "light"), default="both",
+    parser.add_argument("--attack", choices=("search", "upload", "paste", "both", "light"), default="both",
                         help="light: the same sessions loading small pages (the control: what browsers alone cost)")
     parser.add_argument("--browsers", action="store_true", help="also the browser measurement (minutes)")
+    parser.add_argument("--only", help="the server-side attacks whose name contains this text")
     args = parser.parse_args(argv)
-    server = server_side(args.attackers, 3 * args.changes)
-    print(f"the server's own: a bystander's answers for a fresh state ({3 * args.changes} each), "
-          f"{args.attackers} attackers asking a new 2^20-GPU layout search back to back:")
-    for name, (idle, attacked) in server.items():
-        where = "in the server's process" if name == "inline" else "in the worker process (ui/worker.py)"
-        print(f"  attack {where:40} idle {idle * 1000:6.1f} ms  attacked {attacked * 1000:6.1f} ms  "
-              f"ratio {attacked / idle:.2f}x")
+    from ui import worker
+    server = server_side(args.attackers, args.changes, args.only)
+    print(f"the server's own, {args.attackers} attackers (a session each) sending one worst input back to back "
+          f"through at most {worker.MOST} worker processes; bystander medians of {args.changes}: its rerun's answers "
+          "in the server's process, and its own small paste through the workers:")
+    for name, row in server.items():
+        (idle, attacked), (p_idle, p_attacked, p_max) = row["rerun"], row["paste"]
+        print(f"  {name:52} rerun {idle * 1000:6.1f} -> {attacked * 1000:6.1f} ms ({attacked / idle:.2f}x)  "
+              f"paste {p_idle * 1000:6.1f} -> {p_attacked * 1000:7.1f} ms (max {p_max * 1000:7.1f})  "
+              f"server process busy {row['server_cpu'][0]:.0%} -> {row['server_cpu'][1]:.0%} of a core  "
+              f"attacks: {row['outcomes']}")
     if not args.browsers:
         return 0
     out = asyncio.run(run(args))

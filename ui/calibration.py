@@ -5,6 +5,7 @@ it, with a button that sets it. The probe script users run in their loop (tools/
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import streamlit as st
@@ -17,7 +18,6 @@ from .figures import STAGE_LABELS
 from .state import CUSTOM, FIELD
 from .widgets import set_fields
 
-HEAVY_PASTE_CHARS = 64_000      # a longer paste is read in the worker process
 PROBE = Path(__file__).resolve().parents[1] / "tools" / "zerocalc_probe.py"
 PROBE_USAGE = """Copy `zerocalc_probe.py` next to your training script, then:
 
@@ -42,6 +42,7 @@ for step, batch in enumerate(loader):
 SET_LABELS = {"fragmentation_percent": "Set the reserve", "cuda_context_bytes": "Set the context",
               "gpu_memory": "Set the capacity", "measured_extra_bytes": "Set the extra"}
 MEASURED = "calib_measured"      # session key: the last paste read, for the plan it was pasted on
+PARSED = "calib_parsed"          # session key: (the last reading's key, its outcome): a paste is parsed once
 # Fields that change an assumption or the display, not the job: a measurement still describes the plan after them
 # (the Set buttons change some of them; the capacity is compared afresh).
 NOT_PLAN = frozenset(("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
@@ -103,10 +104,41 @@ def _apply(field: str, value: int) -> None:
     set_fields({field: max(int(f.lo), min(int(f.hi), value))})
 
 
-def panel(resolved, unit: str) -> None:
-    # imported when the view first opens
+def _parse(text: str, gb: str, resolved, stage: int, unit: str):
+    """("ok", the calibration) or ("refused", the message): read in a worker process with the paste's deadline.
+    A refusal is kept like an answer (the same paste gives the same); a timeout or a failure is not."""
     from zerocalc.answers.calibrate.compare import calibration_dict
-    from zerocalc.answers.calibrate.measurement import FORMAT_HELP
+    try:           # sentences in the page's unit
+        return "ok", worker.call("paste", calibration_dict, text, gb, resolved.scenario, resolved.workload, stage,
+                                 tables.SYSTEM[unit])
+    except FieldError as exc:          # CalibrationError names the formats understood; it quotes the paste
+        return "refused", f"Could not read the pasted text: {exc}"
+
+
+def _read(text: str, gb: str, resolved, stage: int, unit: str):
+    """The paste's calibration, or None after saying why not. Parsed once per (paste, "GB", stage, unit, plan): the
+    run that reads a new paste reruns the page (remember), and the rerun, like every later one, reuses the first
+    reading instead of parsing the paste again."""
+    from .compute import state_key
+    key = (hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), gb, stage, unit,
+           state_key(resolved.state))
+    kept = st.session_state.get(PARSED)
+    if kept is None or kept[0] != key:
+        try:
+            kept = (key, _parse(text, gb, resolved, stage, unit))
+        except Exception as exc:  # noqa: BLE001 - any failure is a message on this page, its trace in the log
+            plain.alert("error", worker.failure_text(exc, "the pasted text", "Measured output"))
+            return None
+        st.session_state[PARSED] = kept
+    status, value = kept[1]
+    if status == "refused":
+        plain.alert("error", value)
+        return None
+    return value
+
+
+def panel(resolved, unit: str) -> None:
+    from zerocalc.answers.calibrate.measurement import FORMAT_HELP      # imported when the view first opens
     st.markdown("Paste what a real run printed: `torch.cuda.max_memory_allocated()` / `max_memory_reserved()`, "
                 "the JSON of `torch.cuda.memory_stats()`, `torch.cuda.memory_summary()`, `nvidia-smi "
                 "--query-gpu=memory.used,memory.total --format=csv` lines, DeepSpeed's `see_memory_usage` lines, "
@@ -136,12 +168,9 @@ def panel(resolved, unit: str) -> None:
         st.session_state.pop(MEASURED, None)
         st.caption("Formats understood: " + "; ".join(f"**{k}**: {v}" for k, v in FORMAT_HELP.items()) + ".")
         return
-    try:
-        calibration = worker.run(len(text) > HEAVY_PASTE_CHARS, calibration_dict, text, gb, resolved.scenario,
-                                 resolved.workload, stage, tables.SYSTEM[unit])     # sentences in the page's unit
-    except FieldError as exc:          # CalibrationError names the formats understood; it quotes the paste
+    calibration = _read(text, gb, resolved, stage, unit)
+    if calibration is None:
         st.session_state.pop(MEASURED, None)
-        plain.alert("error", f"Could not read the pasted text: {exc}")
         return
     m = calibration["measurement"]             # a GPU name, labels and notes come from the paste: plain text
     remember(resolved.state, stage, m, text, attach=st.session_state.pop("calib_attach_now", False))

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from zerocalc.answers.fixes import change_effect, effect_dict
 from zerocalc.units import format_bytes, percent_text
 
-from . import figures, tables
+from . import figures, plain, tables, worker
+from .compute import _PerState, state_key
 from .figures import STAGE_LABELS
-from .labels import LABELS
 from .share import PLAN_A
-from .state import (DISPLAY_FIELDS, FIELD, FIELDS, canonical, default_for, format_value, from_query, resolve,
-                    to_query)
+from .state import FIELDS, resolve
+from .tasks import COSTED_FIELDS, differences
 from .widgets import set_fields
-
 
 
 def _pin(state: dict) -> None:
@@ -37,35 +35,15 @@ def _swap(state: dict) -> None:
     set_fields({f.name: plan[f.name] for f in FIELDS if f.name in plan})
 
 
-def _shown(name: str, query: dict, state: dict) -> str:
-    if name in query:
-        return query[name]
-    return format_value(FIELD[name], default_for(name, state)) + " (default)"
+@_PerState
+def _differences(key_a: tuple, key_b: tuple, pair: tuple) -> list:
+    return worker.call("answer", differences, *pair, COSTED_FIELDS)
 
 
-def differences(a: dict, b: dict) -> list:
-    """Each field whose link value differs between plan A and plan B, with what it moves changed alone in A."""
-    qa, qb = to_query(canonical(a)), to_query(canonical(b))
-    ra = resolve(a)
-    before = (ra.scenario, ra.workload, ra.state["stage"])
-    rows = []
-    for f in FIELDS:
-        name = f.name
-        if name in DISPLAY_FIELDS or qa.get(name) == qb.get(name):
-            continue
-        alone = dict(qa)
-        if name in qb:
-            alone[name] = qb[name]
-        else:
-            alone.pop(name, None)
-        state, warn = from_query(alone)
-        r = resolve(state)
-        effect = None
-        if not warn and not r.warnings and (r.workload is None) == (ra.workload is None):
-            effect = effect_dict(change_effect(before, (r.scenario, r.workload, r.state["stage"])))
-        rows.append({"field": LABELS.get(name, name), "name": name, "a": _shown(name, qa, a),
-                     "b": _shown(name, qb, b), "effect": effect})
-    return rows
+def differences_of(a: dict, b: dict) -> list:
+    """compare_rows of plan A and B, computed once per pair (keyed by the two plans' canonical forms, shared by
+    every session) in a worker process."""
+    return _differences(state_key(a), state_key(b), (a, b))
 
 
 def _line(label: str, report: dict, stage: int, unit: str) -> str:
@@ -103,7 +81,11 @@ def panel(state: dict, report_of, unit: str) -> None:
         if "peak" in a and "peak" in b:
             st.plotly_chart(figures.compare_peak(a, b, unit), key="fig_compare_peak", config=figures.PLOTLY_CONFIG,
                             theme=None)
-    rows = differences(ra.state, rb.state)
+    try:
+        rows = differences_of(ra.state, rb.state)
+    except Exception as exc:  # noqa: BLE001 - a message here, the trace (if unexpected) in the server's log
+        plain.alert("warning", worker.failure_text(exc, "the differences between plan A and B", verb="compute"))
+        return
     if not rows:
         st.info("Plan B equals plan A: change any control in the sidebar.")
         return
@@ -112,3 +94,6 @@ def panel(state: dict, report_of, unit: str) -> None:
                 f"add up exactly.")
     from .panels import table_with_csv
     table_with_csv(tables.difference_table(rows, unit), "compare", b)
+    if len(rows) > COSTED_FIELDS:
+        st.caption(f"What each field moves alone is computed for the first {COSTED_FIELDS} of them; the other "
+                   f"{len(rows) - COSTED_FIELDS} are listed, not costed.")

@@ -19,10 +19,11 @@ from dataclasses import fields as dc_fields
 import streamlit as st
 
 from zerocalc.model.inventory import counts, param_count
-from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
+from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config
 from zerocalc.scenario import FieldError
 
 from . import plain, worker
+from .tasks import config_name, read_config
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
                     format_value, parse_value, resolve)
 from .state_stages import NONE as STAGE_NONE
@@ -35,7 +36,6 @@ HUB_CACHE_ENV = "ZEROCALC_HUB_CACHE"         # where the Hub caches live (one fo
 SERVER_TOKEN_ENV = "ZEROCALC_HUB_SERVER_TOKEN"
 _CACHE_SALT = secrets.token_bytes(16)       # per process: a cache folder's name says nothing about its token
 MESSAGE = "import_message"                   # (kind, text, details) shown in the main area
-HEAVY_UPLOAD_BYTES = 64_000                  # a framework config above this is read in the worker process
 
 
 def upload_key(name: str) -> str:
@@ -105,30 +105,28 @@ def set_architecture(arch) -> None:
         st.session_state.pop(DENSE_IDS, None)
 
 
-def _config_name(cfg: dict) -> str:
-    arch = cfg.get("architectures")
-    name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else None
-    parts = [str(cfg.get("model_type", "?"))[:40]] + ([name[:60]] if name else [])
-    return " / ".join(parts)
-
-
 def on_config_upload() -> None:
     key = upload_key("config_upload")
     upload = st.session_state.get(key)
     if upload is None:
         return
+    name = upload.name[:80]
     try:
         data = upload.getvalue()
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError("config", f"{len(data):,} bytes", f"at most {MAX_CONFIG_BYTES:,} bytes")
-        cfg = parse_config(data)
-        arch = architecture_from_config(cfg)
+        title, arch = worker.call("import", read_config, data)
     except (ConfigError, FieldError) as exc:  # every refusal names the config key and what is allowed
-        _say("error", f"{upload.name[:80]} refused: {refusal(exc)}. Still showing {shown_model()}.")
+        _say("error", f"{name} refused: {refusal(exc)}. Still showing {shown_model()}.")
+        clear_upload("config_upload")
+        return
+    except Exception as exc:  # noqa: BLE001 - anything else: a message here, the trace in the server's log
+        _say("error", f"{worker.failure_text(exc, name, 'Hugging Face config.json')} Still showing "
+                      f"{shown_model()}.")
         clear_upload("config_upload")
         return
     set_architecture(arch)
-    _say("success", f"Loaded {upload.name[:80]}: {_config_name(cfg)}, {model_summary(arch)}.")
+    _say("success", f"Loaded {name}: {title}, {model_summary(arch)}.")
 
 
 def visitor_token(typed):
@@ -173,6 +171,9 @@ def on_hub_fetch() -> None:
     except (HubError, ConfigError, FieldError) as exc:   # hub.py keeps the token out of every message
         _say("error", f"Hub model refused: {refusal(exc)}. Still showing {shown_model()}.")
         return
+    except Exception as exc:  # noqa: BLE001 - the log gets the trace (never the token: it is no argument here)
+        _say("error", f"{worker.failure_text(exc, 'the Hub model', 'Hub model id')} Still showing {shown_model()}.")
+        return
     set_architecture(arch)
     ours = param_count(arch)
     details = []
@@ -186,7 +187,7 @@ def on_hub_fetch() -> None:
         details.append(hub.published_dtype_note[:1].upper() + hub.published_dtype_note[1:] + ".")
     details += [str(n) for n in hub.notes]
     commit = f" (commit {hub.commit[:12]})" if hub.commit else ""
-    _say("success", f"Fetched {hub.repo_id}@{hub.revision}{commit}: {_config_name(hub.config)}, "
+    _say("success", f"Fetched {hub.repo_id}@{hub.revision}{commit}: {config_name(hub.config)}, "
                     f"{model_summary(arch)}.", details)
 
 
@@ -269,7 +270,7 @@ def on_framework_upload() -> None:
         lay["gpus"] = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
         context = context_for(before.scenario, before.workload, arch, lay)
         data = upload.getvalue()
-        imported = worker.run(len(data) > HEAVY_UPLOAD_BYTES, import_config, fmt, data, context)
+        imported = worker.call("import", import_config, fmt, data, context)
         applied = apply_import(imported, before.scenario, before.workload)
         values = framework_fields(imported, applied, before.state)
         if imported.selected_stage is not None:
@@ -282,6 +283,11 @@ def on_framework_upload() -> None:
     except (FrameworkConfigError, FieldError) as exc:
         _say("error", f"{name} refused ({FRAMEWORK_NAMES[fmt]}): {refusal(exc)}. The view is unchanged: still "
                       f"showing {shown_model()}.")
+        clear_upload("framework_upload")
+        return
+    except Exception as exc:  # noqa: BLE001 - anything else: a message here, the trace in the server's log
+        _say("error", f"{worker.failure_text(exc, name, 'Training config')} The view is unchanged: still showing "
+                      f"{shown_model()}.")
         clear_upload("framework_upload")
         return
     set_fields(values)

@@ -10,7 +10,8 @@ import streamlit as st
 
 from zerocalc.model.presets import MODEL_PRESETS
 
-from . import calibration, compare, compute, finetune, imports, panels, rl_import, rl_view, share, views, widgets
+from . import (calibration, compare, compute, finetune, imports, panels, plain, rl_import, rl_view, share, views,
+               widgets, worker)
 from .share import PLAN_A, TABS
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
@@ -20,14 +21,26 @@ ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to rea
 
 
 def render() -> None:
-    link_warnings = share.start_session()
+    worker.warm()                        # the worker processes start now, in the background, not on a first paste
+    try:
+        link_warnings = share.start_session()
+    except Exception as exc:  # noqa: BLE001 - a link the reader chokes on opens the default page, with a message
+        st.query_params.clear()
+        link_warnings = [worker.failure_text(exc, "the link", "its parameters") + " Opened the default page."]
+        link_warnings += share.start_session()
     state = widgets.read_state()          # the widgets' values are in the session before they are drawn
     problems = share.texts_into_state(state)
     resolved = resolve(state)
     stage, unit = resolved.state["stage"], resolved.state["units"]
     layouts = st.session_state.get("show_layouts", False)
     answers = st.session_state.get("tab", TABS[0]) in ANSWER_TABS
-    report = compute.report_of(resolved, layouts, answers)
+    stopped = []
+    try:
+        report = compute.report_of(resolved, layouts, answers)
+    except worker.WorkerError as exc:   # the layout search (in a worker) ran past its deadline: the page without it
+        stopped.append(worker.failure_text(exc, "the layout search", verb="finish"))
+        st.session_state["show_layouts"] = layouts = False         # its toggle is drawn later in this run
+        report = compute.report_of(resolved, layouts, answers)
     model = resolved.state["model"]
     name = {CUSTOM: "custom architecture", PARAMS_ONLY: "parameter count"}.get(model, model)
     if model in MODEL_PRESETS:
@@ -50,7 +63,14 @@ def render() -> None:
                    "the link does not carry it.")
     panels.import_message()
     finetune.qlora_line(report, stage, unit)
-    panels.fixes(compute.fixes_of(resolved, report, layouts), resolved, stage, unit)
+    try:
+        found = compute.fixes_of(resolved, report, layouts)
+    except worker.WorkerError as exc:
+        found = []
+        stopped.append(worker.failure_text(exc, "what would make it fit", verb="search"))
+    for text in stopped:
+        plain.alert("warning", text)
+    panels.fixes(found, resolved, stage, unit)
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
                                 label_visibility="collapsed")

@@ -11,11 +11,11 @@ import streamlit as st
 
 from zerocalc.frameworks.common import FrameworkConfigError
 from zerocalc.model.presets import MODEL_PRESETS
-from zerocalc.rl.configs import READERS, guess_format
 from zerocalc.scenario import FieldError
 
 from . import worker
-from .imports import HEAVY_UPLOAD_BYTES, _say, clear_upload, refusal, shown_model, upload_key
+from .tasks import read_rl
+from .imports import _say, clear_upload, refusal, shown_model, upload_key
 from .rl_state import RL_FIELD, RL_VALUES, defaults, values_from_settings
 from .state import ARCH_FIELDS, FIELD, PRECISION_FIELDS, default_for, parse_value, resolve
 from .widgets import read_state, set_fields
@@ -28,6 +28,14 @@ FORMATS = {"guess": "guess from the file", "verl": "verl (YAML or run script)",
 POLICY_FIELDS = {"--model": "model", "--micro-batch": "micro_batch", "--micro-batches": "micro_batches",
                  "--recompute": "recompute", "--convention": "convention", "--offload-optimizer": "offload_optimizer",
                  "--finetune": "finetune", "--lora-rank": "lora_rank", "--lora-targets": "lora_targets"}
+
+
+def _number(text: str):
+    """A refused count as the file wrote it: a number when it reads as one (so the message says "a decimal")."""
+    try:
+        return float(text) if len(text) < 30 else text
+    except ValueError:
+        return text
 
 
 def page_values(imported, state: dict) -> tuple:
@@ -51,16 +59,18 @@ def page_values(imported, state: dict) -> tuple:
     gpus = imported.policy.get("--gpus")
     if gpus is not None:
         mp = state["tp"] * state["pp"] * state["cp"]
-        if int(gpus) % mp:
-            raise FrameworkConfigError("GPUs", int(gpus), f"a multiple of the page's tp x pp x cp ({mp:,})")
-        out["workers"], out["shard_group"] = int(gpus) // mp, 0
+        text = str(gpus).strip()
+        if not text.isascii() or not text.isdigit() or len(text) > 9 or int(text) < 1:   # "8.5" drew an internal error
+            raise FrameworkConfigError("GPUs", _number(text), "a whole number of GPUs from 1 to 999,999,999")
+        if int(text) % mp:
+            raise FrameworkConfigError("GPUs", int(text), f"a multiple of the page's tp x pp x cp ({mp:,})")
+        out["workers"], out["shard_group"] = int(text) // mp, 0
     if "policy_stage" in imported.settings:
-        out["stage"] = imported.settings["policy_stage"]
+        stage = imported.settings["policy_stage"]
+        if type(stage) is not int or not 0 <= stage <= 3:        # 2.0 from a flag drew no page (issue 38)
+            raise FrameworkConfigError("ZeRO stage", stage, "0, 1, 2 or 3 (a whole number)")
+        out["stage"] = stage
     return out, unused
-
-
-def _read(fmt: str, data: bytes, gpus: int):
-    return READERS[fmt](data, processes=gpus) if fmt == "trl" else READERS[fmt](data)
 
 
 def on_rl_upload() -> None:
@@ -69,20 +79,25 @@ def on_rl_upload() -> None:
         return
     name, data = upload.name[:80], upload.getvalue()
     chosen = st.session_state.get(FORMAT_KEY, "guess")
-    fmt = guess_format(data) if chosen == "guess" else chosen
-    state = read_state()
+    fmt = None if chosen == "guess" else chosen
     try:
-        before = resolve(state)
+        before = resolve(read_state())
         gpus = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
-        imported = worker.run(len(data) > HEAVY_UPLOAD_BYTES, _read, fmt, data, gpus)
+        fmt, imported = worker.call("import", read_rl, fmt, data, gpus)
         rl, unread = values_from_settings(imported.settings)
         page, flags = page_values(imported, before.state)
         after = resolve({**before.state, **page})
         if after.warnings:
             raise FrameworkConfigError("policy", page.get("model", before.state["model"]), after.warnings[0])
     except (FrameworkConfigError, FieldError) as exc:
-        _say("error", f"{name} refused ({FORMATS[fmt]}): {refusal(exc)}. The view is unchanged: still showing "
-                      f"{shown_model()}.")
+        fmt = fmt or getattr(exc, "format", None)
+        _say("error", f"{name} refused ({FORMATS.get(fmt, 'RL config')}): {refusal(exc)}. The view is unchanged: "
+                      f"still showing {shown_model()}.")
+        clear_upload(RL_UPLOAD)
+        return
+    except Exception as exc:  # noqa: BLE001 - anything else: a message here, the trace in the server's log
+        _say("error", f"{worker.failure_text(exc, name, 'verl / TRL / OpenRLHF config')} The view is unchanged: "
+                      f"still showing {shown_model()}.")
         clear_upload(RL_UPLOAD)
         return
     set_fields(page)

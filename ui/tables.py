@@ -385,7 +385,8 @@ def difference_table(rows: list, unit: str) -> "pandas.DataFrame":
     out = []
     for r in rows:
         out.append({"field": r["field"], "plan A": r["a"], "plan B": r["b"],
-                    "peak, changed alone": "not valid alone" if r.get("effect") is None else
+                    "peak, changed alone": "not costed" if r.get("costed") is False else
+                    "not valid alone" if r.get("effect") is None else
                     signed(r["effect"]["moved_peak_bytes"], unit),
                     "model states on the GPU per worker, changed alone": "" if r.get("effect") is None else
                     signed(r["effect"]["moved_state_bytes"], unit)})

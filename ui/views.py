@@ -22,6 +22,7 @@ from .figures import STAGE_LABELS
 from .panels import chart, escape_markdown, table_with_csv
 from .state_stages import ui_value
 from .widgets import set_fields
+from .worker import WorkerError, failure_text
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "rl.md", "benchmarks.md")
@@ -91,7 +92,11 @@ def sweep_panel(resolved, report: dict, unit: str, sweep_of) -> None:
         st.session_state["sweep_axis"] = axes[0]
     field = st.segmented_control("Sweep the peak against", axes, key="sweep_axis", required=True,
                                  format_func=lambda name: AXES[name].label.split(" (")[0])
-    result = sweep_of(resolved, field)
+    try:
+        result = sweep_of(resolved, field)
+    except WorkerError as exc:            # a sweep beyond 64 GPUs runs in a worker, with a deadline
+        plain.alert("warning", failure_text(exc, "the sweep", verb="compute"))
+        return
     chart(figures.sweep(result, unit, report["gpu"]["name"]), "fig_sweep")
     st.caption(escape_markdown(sweep_sentence(result, STAGE_LABELS.__getitem__)) + " Each point is the whole plan "
                "with that value set; the edge is the solver's exact answer.")
