@@ -15,7 +15,7 @@ CORE = ROOT / "zerocalc"
 
 # Bottom to top; packages on one line are peers of the same layer.
 LAYERS = (
-    ("zerocalc.tables", "zerocalc.gpus", "zerocalc.units", "zerocalc.scenario", "zerocalc.layout"),
+    ("zerocalc.tables", "zerocalc.gpus", "zerocalc.units", "zerocalc.scenario", "zerocalc.layout", "zerocalc.values"),
     ("zerocalc.model",),
     ("zerocalc.states",),
     ("zerocalc.step",),

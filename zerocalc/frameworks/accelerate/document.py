@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..common import FrameworkConfigError, decode_text, line_col
+from ..common import FrameworkConfigError, decode_text, line_col, long_integer_refusal
 
 MAX_YAML_CHARS = 262_144
 MAX_DEPTH = 32
@@ -127,6 +127,11 @@ def load_yaml(source):
         raise YamlError(1, 1, type(exc).__name__) from None
     except RecursionError:
         raise YamlError(1, 1, "nesting too deep") from None
+    except FrameworkConfigError:           # our own refusals while composing (a ValueError too): as they are
+        raise
+    except ValueError:                     # int() of a number over Python's digit limit
+        raise (long_integer_refusal(text, "YAML") or YamlError(1, 1, "a value PyYAML cannot "
+                                                                                        "read")) from None
     finally:
         if loader is not None:
             loader.dispose()
