@@ -71,7 +71,8 @@ def describe(value, allowed: str = "") -> str:
 def refusal(exc: FieldError) -> str:
     line = getattr(exc, "line", None)
     where = f" (line {exc.line}, column {exc.column})" if line else ""
-    return f"{exc.field}{where}: got {describe(exc.value, str(exc.allowed))}; allowed: {exc.allowed}"
+    given = getattr(exc, "given", None)       # the importers' own words for what was given (zerocalc/values.py)
+    return f"{exc.field}{where}: got {given or describe(exc.value, str(exc.allowed))}; allowed: {exc.allowed}"
 
 
 def shown_model() -> str:
@@ -124,11 +125,11 @@ def on_config_upload() -> None:
         cfg = parse_config(data)
         arch = architecture_from_config(cfg)
     except (ConfigError, FieldError) as exc:  # every refusal names the config key and what is allowed
-        _say("error", f"{upload.name[:80]} refused: {refusal(exc)}. Still showing {shown_model()}.")
+        _say("error", f"{plain.file_name(upload.name)} refused: {refusal(exc)}. Still showing {shown_model()}.")
         clear_upload("config_upload")
         return
     set_architecture(arch)
-    _say("success", f"Loaded {upload.name[:80]}: {_config_name(cfg)}, {model_summary(arch)}.")
+    _say("success", f"Loaded {plain.file_name(upload.name)}: {_config_name(cfg)}, {model_summary(arch)}.")
 
 
 def visitor_token(typed):
@@ -166,7 +167,7 @@ def hub_fetch():
 
 
 def on_hub_fetch() -> None:
-    from zerocalc.model.hub.ids import HubError
+    from zerocalc.model.hub.ids import HubError, shown
     try:
         hub = hub_fetch()
         arch = architecture_from_config(hub.config)
@@ -186,7 +187,7 @@ def on_hub_fetch() -> None:
         details.append(hub.published_dtype_note[:1].upper() + hub.published_dtype_note[1:] + ".")
     details += [str(n) for n in hub.notes]
     commit = f" (commit {hub.commit[:12]})" if hub.commit else ""
-    _say("success", f"Fetched {hub.repo_id}@{hub.revision}{commit}: {_config_name(hub.config)}, "
+    _say("success", f"Fetched {hub.repo_id}@{shown(hub.revision)}{commit}: {_config_name(hub.config)}, "
                     f"{model_summary(arch)}.", details)
 
 
@@ -258,7 +259,7 @@ def on_framework_upload() -> None:
     upload = st.session_state.get(key)
     if upload is None:
         return
-    name = upload.name[:80]
+    name = plain.file_name(upload.name)         # the stage table and its CSV show it too: marked once, here
     fmt = guess_format(upload.name) or "deepspeed"
     state = read_state()
     before = resolve(state)

@@ -14,7 +14,7 @@ from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.rl.configs import READERS, guess_format
 from zerocalc.scenario import FieldError
 
-from . import worker
+from . import plain, worker
 from .imports import HEAVY_UPLOAD_BYTES, _say, clear_upload, refusal, shown_model, upload_key
 from .rl_state import RL_FIELD, RL_VALUES, defaults, values_from_settings
 from .state import ARCH_FIELDS, FIELD, PRECISION_FIELDS, default_for, parse_value, resolve
@@ -67,7 +67,7 @@ def on_rl_upload() -> None:
     upload = st.session_state.get(upload_key(RL_UPLOAD))
     if upload is None:
         return
-    name, data = upload.name[:80], upload.getvalue()
+    name, data = plain.file_name(upload.name), upload.getvalue()
     chosen = st.session_state.get(FORMAT_KEY, "guess")
     fmt = guess_format(data) if chosen == "guess" else chosen
     state = read_state()
