@@ -89,8 +89,8 @@ def read_trl(source, processes: int = 1) -> ImportedRL:
     imp.set("rollout.sleep_level", 2 if get.flag("vllm_enable_sleep_mode", False) else 0)
     imp.set("rollout.max_num_seqs", per_device * tp * steps)
     for key in ("vllm_max_model_length", "vllm_max_model_len"):
-        if get.count(key) is not None:
-            imp.set("rollout.max_model_len", get.count(key))
+        if (value := get.count(key)) is not None:
+            imp.set("rollout.max_model_len", value)
     beta = get.number("beta", 0.0, 0.0, 1e6)             # the KL coefficient: a reference exists when above 0
     peft = get("use_peft", False) is True
     if peft:

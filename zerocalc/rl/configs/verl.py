@@ -98,8 +98,8 @@ def read_verl(source) -> ImportedRL:
         imp.policy["--recompute"] = "full" if checkpointing else "none"
     for key, setting in ((ACTOR + "fsdp_config.param_offload", "policy_param_offload"),
                          (ACTOR + "fsdp_config.optimizer_offload", "policy_optimizer_offload")):
-        if get.flag(key) is not None:
-            imp.set(setting, get.flag(key))
+        if (value := get.flag(key)) is not None:
+            imp.set(setting, value)
     lora = get.count("actor_rollout_ref.model.lora_rank", 0, lo=0)      # verl: 0 is no LoRA
     if lora:
         imp.policy["--finetune"], imp.policy["--lora-rank"] = "lora", str(lora)
@@ -121,8 +121,8 @@ def read_verl(source) -> ImportedRL:
         imp.set("critic", "same" if critic_path in (None, path) else (preset_for(critic_path) or "same"))
         for key, setting in (("critic.model.fsdp_config.param_offload", "critic_param_offload"),
                              ("critic.model.fsdp_config.optimizer_offload", "critic_optimizer_offload")):
-            if get.flag(key) is not None:
-                imp.set(setting, get.flag(key))
+            if (value := get.flag(key)) is not None:
+                imp.set(setting, value)
     if get("reward_model.enable") is True:
         rm = get("reward_model.model.path")
         imp.set("reward", preset_for(rm) or "same")
@@ -153,8 +153,8 @@ def _batching(imp: ImportedRL, get) -> None:
             imp.set(budget_key, get.count(prefix + "log_prob_max_token_len_per_gpu", budget))
     for key, setting in (("critic.ppo_micro_batch_size_per_gpu", "critic_update_micro_batch"),
                          ("critic.forward_micro_batch_size_per_gpu", "critic_micro_batch")):
-        if get.count(key) is not None:
-            imp.set(setting, get.count(key))
+        if (value := get.count(key)) is not None:
+            imp.set(setting, value)
     if get("critic.use_dynamic_bsz", dynamic) is True:
         critic = get.count("critic.ppo_max_token_len_per_gpu", 32768)
         imp.set("critic_update_max_tokens", critic)
