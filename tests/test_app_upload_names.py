@@ -41,6 +41,8 @@ def test_hostile_uploads_are_refused_by_name_and_the_page_stays(label, name, dat
     error = " ".join(alerts(at, "error"))
     assert f"{key}" in error and "got " in error, error
     assert "4300" not in error and "Exceeds the limit" not in error
+    if key == "config":                                      # said in words, never as if it were the file's text
+        assert "got an integer of 5,000 digits" in error and "a string in quotes" not in error, error
     assert dict(at.query_params) == {"model": "gpt2"}       # the view is unchanged
 
 

@@ -21,6 +21,7 @@ import streamlit as st
 from zerocalc.model.inventory import counts, param_count
 from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config, parse_config
 from zerocalc.scenario import FieldError
+from zerocalc.values import Given
 
 from . import plain, worker
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
@@ -71,7 +72,8 @@ def describe(value, allowed: str = "") -> str:
 def refusal(exc: FieldError) -> str:
     line = getattr(exc, "line", None)
     where = f" (line {exc.line}, column {exc.column})" if line else ""
-    given = getattr(exc, "given", None)       # the importers' own words for what was given (zerocalc/values.py)
+    # the importers' own words for what was given (zerocalc/values.py); a Given value is such words already
+    given = getattr(exc, "given", None) or (str(exc.value) if isinstance(exc.value, Given) else None)
     return f"{exc.field}{where}: got {given or describe(exc.value, str(exc.allowed))}; allowed: {exc.allowed}"
 
 
