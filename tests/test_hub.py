@@ -307,3 +307,17 @@ def test_a_revision_that_looks_like_a_token_is_never_sent_shown_or_stored(server
 def test_revisions_written_in_words_or_as_a_commit_do_not_look_like_tokens(revision):
     from zerocalc.model.hub.ids import looks_like_token, validate_revision
     assert not looks_like_token(revision) and validate_revision(revision) == revision
+
+
+@pytest.mark.parametrize("total, expected", [("16", 16), ("16.0", 16), ('"16"', None), ("true", None), ("NaN", None),
+                                             ("1e300", None), ("-1", None), ("10000000000000001", None)])
+def test_the_published_total_size_is_an_integer_read_by_the_typed_reader(total, expected):
+    from zerocalc.model.hub.published import index_total
+    assert index_total(f'{{"metadata": {{"total_size": {total}}}}}'.encode()) == expected
+
+
+def test_a_published_total_size_of_5000_digits_is_said_in_words():
+    from zerocalc.model.hub.published import index_total
+    with pytest.raises(ValueError) as err:
+        index_total(b'{"metadata": {"total_size": ' + b"9" * 5000 + b"}}")
+    assert type(err.value) is ValueError and str(err.value) == "an integer of 5,000 digits"
