@@ -7,13 +7,12 @@ Results are plain data (dicts and lists of field names and values) so callers ne
 from __future__ import annotations
 
 import json
-from functools import partial
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Optional
 
-from ..tables import DTYPE_BITS
 from .. import values
-from ..values import Given, describe  # noqa: F401
+from ..tables import DTYPE_BITS
 
 MAX_CONFIG_BYTES = 1_000_000   # the same cap as hf_config.MAX_CONFIG_BYTES and the app's 1 MB upload limit
 MAX_LISTED = 50                # ignored keys listed one by one; the rest are counted (ImportedConfig.ignored_more)
@@ -344,5 +343,6 @@ one_of = partial(values.one_of, error=FrameworkConfigError)
 text = partial(values.text, error=FrameworkConfigError)
 
 
-def long_integer_refusal(text: str, what: str):
-    return values.long_integer_refusal(FrameworkConfigError, text, what)
+def long_integer_refusal(source: str, what: str):
+    """The loaders' refusal of an integer over Python's digit limit, at its line and column (None: not that)."""
+    return values.long_integer_refusal(FrameworkConfigError, source, what)
