@@ -52,7 +52,7 @@ def parse_json(source) -> dict:
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
-        raise FrameworkConfigError("config", f"line {exc.lineno}, column {exc.colno}: {exc.msg}",
+        raise FrameworkConfigError("config", values.Given(f"line {exc.lineno}, column {exc.colno}: {exc.msg}"),
                                    "valid JSON (strict: no comments, no trailing commas)", exc.lineno, exc.colno) from None
     except _Duplicate as exc:
         raise FrameworkConfigError(exc.key, "a duplicate key", "each key once (DeepSpeed refuses duplicates)") from None

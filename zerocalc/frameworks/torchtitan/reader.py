@@ -19,6 +19,7 @@ import tomllib
 
 from ...layout import MAX_STAGES, STAGE_LAYER_LIMITS
 from ...step.workload import WORKLOAD_LIMITS
+from ...values import Given
 from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, count, decode_text, line_col,
                       long_integer_refusal, one_of)
 from .recipe import read_compile, read_float8
@@ -38,7 +39,7 @@ def parse_toml(source) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line, col = _toml_position(str(exc), text)
-        raise FrameworkConfigError("config", str(exc)[:200], "valid TOML", line, col) from None
+        raise FrameworkConfigError("config", Given(str(exc)[:200]), "valid TOML", line, col) from None
     except RecursionError:
         raise FrameworkConfigError("config", "nesting too deep", "valid TOML") from None
     except ValueError:                      # tomllib's int() of a number over Python's digit limit

@@ -12,16 +12,12 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from ...frameworks.common import FrameworkConfigError, decode_text
-from ...frameworks.common import boolean, count, fraction, number, one_of
-from ...values import Given
+from ...frameworks.common import FrameworkConfigError, boolean, count, decode_text, fraction, number, one_of
 from ...model.presets import MODEL_PRESETS
+from ...values import Given
 
 MAX_LISTED = 80
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
-LONG_INTEGER = re.compile(r"[+-]?[0-9][0-9_]*")
-COUNT_LIMIT = 10**9        # a batch, length or GPU count in an RL config: far above any real run, exact in products
-GPU_LIMIT = 10**7          # the page's and the CLI's most workers (scenario.INT_LIMITS)
 
 
 @dataclass
@@ -69,10 +65,14 @@ class ImportedRL:
                 "ignored_more": max(0, len(self.ignored) - MAX_LISTED), "notes": list(self.notes)}
 
 
+COUNT_LIMIT = 10**9        # a batch, length or GPU count in an RL config: far above any real run, exact in products
+GPU_LIMIT = 10**7          # the page's and the CLI's most workers (scenario.INT_LIMITS)
+
+
 class KeyReader:
     """A getter over a file's items: each key read is recorded in the import's `read` and in `used` (the keys left
     over are the ignored ones). The typed getters check a value with zerocalc/values.py, the one typed reader
-    of every importer, before any arithmetic sees it; null (or an absent key) reads as the default, unchecked."""
+    of every importer, before any arithmetic sees it; null (or an absent key) reads as the default."""
 
     def __init__(self, items: dict, imp: ImportedRL):
         self.items, self.imp, self.used = items, imp, set()
@@ -107,6 +107,9 @@ class KeyReader:
 
     def one_of(self, key, default, options, what: str = ""):
         return self._typed(one_of, key, default, options, what=what)
+
+
+LONG_INTEGER = re.compile(r"[+-]?[0-9][0-9_]*")     # digits only: int() refused it for its length alone
 
 
 def scalar(text: str):
