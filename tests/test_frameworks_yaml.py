@@ -121,6 +121,7 @@ def same(a, b):
 @settings(max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(st.sampled_from(FRAGMENTS), min_size=1, max_size=12).map("".join))
 @example(text="--- \t")
+@example(text="=: ")                          # "=" is the value tag: safe_load reads the key "="
 @example(text="a: &a 1\nb: *a")
 def test_documents_read_as_safe_load_reads_them_or_are_refused_for_a_listed_reason(text):
     try:

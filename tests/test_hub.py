@@ -285,3 +285,39 @@ def test_the_token_is_in_no_message_repr_or_log_line(server, tmp_path, caplog, m
     monkeypatch.delenv("HF_HUB_OFFLINE")
     result = fetch(server, "zc-test/gated", tmp_path / "good", token=GOOD_TOKEN)
     assert GOOD_TOKEN not in repr(result) and GOOD_TOKEN not in json.dumps(dataclasses.asdict(result))
+
+
+# ------------------------------------------------------------------- a token typed as the revision (issue 38)
+
+TOKEN_LIKE = "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3"
+
+
+@pytest.mark.parametrize("revision", [TOKEN_LIKE, "refs/pr/" + TOKEN_LIKE, "Xk9fQ2mZ7pL4sV8nR1tW6yB3cH5jD0gA"])
+def test_a_revision_that_looks_like_a_token_is_never_sent_shown_or_stored(server, tmp_path, revision):
+    mark = server.mark()
+    error = fetch_error(server, "zc-test/ok", tmp_path, revision=revision)
+    assert error.field == "revision" and "access token" in error.allowed
+    assert revision not in str(error) and revision not in repr(error.value)
+    assert server.since(mark) == []                          # refused before any request: not in a URL either
+    stored = [str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")]
+    assert not any(revision.split("/")[-1] in p for p in stored), stored    # no refs/<revision> cache file
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "refs/pr/1", COMMIT, "release_candidate_for_the_big_model"])
+def test_revisions_written_in_words_or_as_a_commit_do_not_look_like_tokens(revision):
+    from zerocalc.model.hub.ids import looks_like_token, validate_revision
+    assert not looks_like_token(revision) and validate_revision(revision) == revision
+
+
+@pytest.mark.parametrize("total, expected", [("16", 16), ("16.0", 16), ('"16"', None), ("true", None), ("NaN", None),
+                                             ("1e300", None), ("-1", None), ("10000000000000001", None)])
+def test_the_published_total_size_is_an_integer_read_by_the_typed_reader(total, expected):
+    from zerocalc.model.hub.published import index_total
+    assert index_total(f'{{"metadata": {{"total_size": {total}}}}}'.encode()) == expected
+
+
+def test_a_published_total_size_of_5000_digits_is_said_in_words():
+    from zerocalc.model.hub.published import index_total
+    with pytest.raises(ValueError) as err:
+        index_total(b'{"metadata": {"total_size": ' + b"9" * 5000 + b"}}")
+    assert type(err.value) is ValueError and str(err.value) == "an integer of 5,000 digits"

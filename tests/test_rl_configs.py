@@ -124,8 +124,11 @@ def test_trl_grpo_recipe(capsys):
     (read_verl, "actor_rollout_ref.rollout.gpu_memory_utilization=1.5\n",
      "actor_rollout_ref.rollout.gpu_memory_utilization"),
     (read_verl, "algorithm.adv_estimator=magic\n", "algorithm.adv_estimator"),
-    (read_openrlhf, "--colocate_all_models --vllm_num_engines 3 --vllm_tensor_parallel_size 2", "vllm.num_engines"),
-    (read_openrlhf, "--zero_stage 5", "ds.zero_stage"),
+    # a refusal names the flag as the file wrote it (an earlier release's underscore name too)
+    (read_openrlhf, "--colocate_all_models --vllm_num_engines 3 --vllm_tensor_parallel_size 2", "vllm_num_engines"),
+    (read_openrlhf, "--train.colocate_all --vllm.num_engines 3 --vllm.tensor_parallel_size 2", "vllm.num_engines"),
+    (read_openrlhf, "--zero_stage 5", "zero_stage"),
+    (read_openrlhf, "--ds.zero_stage 2.0", "ds.zero_stage"),
     (read_trl, "num_generations: 0\n", "num_generations"),
     (read_trl, "vllm_mode: remote\n", "vllm_mode"),
     (read_verl, "a: [1, 2\n", "config"),

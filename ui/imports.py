@@ -21,6 +21,7 @@ import streamlit as st
 from zerocalc.model.inventory import counts, param_count
 from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config
 from zerocalc.scenario import FieldError
+from zerocalc.values import Given
 
 from . import plain, worker
 from .tasks import config_name, read_config
@@ -71,7 +72,9 @@ def describe(value, allowed: str = "") -> str:
 def refusal(exc: FieldError) -> str:
     line = getattr(exc, "line", None)
     where = f" (line {exc.line}, column {exc.column})" if line else ""
-    return f"{exc.field}{where}: got {describe(exc.value, str(exc.allowed))}; allowed: {exc.allowed}"
+    # the importers' own words for what was given (zerocalc/values.py); a Given value is such words already
+    given = getattr(exc, "given", None) or (str(exc.value) if isinstance(exc.value, Given) else None)
+    return f"{exc.field}{where}: got {given or describe(exc.value, str(exc.allowed))}; allowed: {exc.allowed}"
 
 
 def shown_model() -> str:
@@ -110,7 +113,7 @@ def on_config_upload() -> None:
     upload = st.session_state.get(key)
     if upload is None:
         return
-    name = upload.name[:80]
+    name = plain.file_name(upload.name)
     try:
         data = upload.getvalue()
         if len(data) > MAX_CONFIG_BYTES:
@@ -164,7 +167,7 @@ def hub_fetch():
 
 
 def on_hub_fetch() -> None:
-    from zerocalc.model.hub.ids import HubError
+    from zerocalc.model.hub.ids import HubError, shown
     try:
         hub = hub_fetch()
         arch = architecture_from_config(hub.config)
@@ -187,7 +190,7 @@ def on_hub_fetch() -> None:
         details.append(hub.published_dtype_note[:1].upper() + hub.published_dtype_note[1:] + ".")
     details += [str(n) for n in hub.notes]
     commit = f" (commit {hub.commit[:12]})" if hub.commit else ""
-    _say("success", f"Fetched {hub.repo_id}@{hub.revision}{commit}: {config_name(hub.config)}, "
+    _say("success", f"Fetched {hub.repo_id}@{shown(hub.revision)}{commit}: {config_name(hub.config)}, "
                     f"{model_summary(arch)}.", details)
 
 
@@ -259,7 +262,7 @@ def on_framework_upload() -> None:
     upload = st.session_state.get(key)
     if upload is None:
         return
-    name = upload.name[:80]
+    name = plain.file_name(upload.name)         # the stage table and its CSV show it too: marked once, here
     fmt = guess_format(upload.name) or "deepspeed"
     state = read_state()
     before = resolve(state)

@@ -57,6 +57,13 @@ def clean(text, limit: int = MAX_CHARS) -> str:
     return f"{shown}... ({len(text):,} characters)" if cut else shown
 
 
+def file_name(name, limit: int = 80) -> str:
+    """An uploaded file's name as every surface shows it (messages, the stage table and its CSV): clean()'s marks
+    for bidi, zero-width and control characters, cut to `limit`. Markup stays text: st.html sinks escape it, and a
+    table cell or a CSV field is never rendered."""
+    return clean(name, limit)
+
+
 def escaped(text, limit: int = MAX_CHARS) -> str:
     """clean(text) as HTML: for building the page's own HTML blocks around a visitor's words."""
     return html.escape(clean(text, limit), quote=True).replace("\n", "<br>")

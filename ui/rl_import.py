@@ -13,7 +13,7 @@ from zerocalc.frameworks.common import FrameworkConfigError
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import FieldError
 
-from . import worker
+from . import plain, worker
 from .tasks import read_rl
 from .imports import _say, clear_upload, refusal, shown_model, upload_key
 from .rl_state import RL_FIELD, RL_VALUES, defaults, values_from_settings
@@ -77,7 +77,7 @@ def on_rl_upload() -> None:
     upload = st.session_state.get(upload_key(RL_UPLOAD))
     if upload is None:
         return
-    name, data = upload.name[:80], upload.getvalue()
+    name, data = plain.file_name(upload.name), upload.getvalue()
     chosen = st.session_state.get(FORMAT_KEY, "guess")
     fmt = None if chosen == "guess" else chosen
     try:

@@ -6,6 +6,7 @@ from zerocalc.step.activations import recompute_name
 from zerocalc.units import format_bytes, in_unit, percent_text
 
 from .figures import PHASE_LABELS, STAGE_LABELS, TERM_COLORS, TERM_MEANING, group_names
+from .plain import clean
 
 SYSTEM = {"GB": "decimal", "GiB": "binary"}
 
@@ -46,7 +47,9 @@ def stage_table(report: dict, unit: str, checked: int = None, imported: str = No
     for s in report["stages"]:
         mark = ""
         if s["stage"] == checked:
-            mark = "◀ checked" + (f" (from {imported})" if imported else "")
+            # the uploaded file's name, marked as every surface shows it (plain.file_name did; a session from
+            # before that is marked here): the cell and its CSV never carry a bidi override unmarked
+            mark = "◀ checked" + (f" (from {clean(imported, 200)})" if imported else "")
         rows.append({
             "stage": STAGE_LABELS[s["stage"]],
             f"parameters ({unit})": in_unit(s["per_worker_bytes"]["parameters"], unit),

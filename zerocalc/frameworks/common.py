@@ -7,12 +7,11 @@ Results are plain data (dicts and lists of field names and values) so callers ne
 from __future__ import annotations
 
 import json
-import math
-import re
 from dataclasses import dataclass, fields
+from functools import partial
 from typing import Optional
 
-from ..scenario import FieldError
+from .. import values
 from ..tables import DTYPE_BITS
 
 MAX_CONFIG_BYTES = 1_000_000   # the same cap as hf_config.MAX_CONFIG_BYTES and the app's 1 MB upload limit
@@ -21,23 +20,13 @@ FORMATS = ("deepspeed", "accelerate", "torchtitan")
 MISSING = object()
 
 
-class FrameworkConfigError(FieldError):
+class FrameworkConfigError(values.Refusal):
     """A framework config that cannot be read, or that the framework itself refuses. `field` is the dotted key
-    (or "config" for a syntax error, with `line` and `column` set)."""
+    (or "config" for a syntax error, with `line` and `column` set); the message says what was given in words."""
 
     def __init__(self, field: str, value, allowed: str, line: Optional[int] = None, column: Optional[int] = None):
         self.line, self.column = line, column
-        super().__init__(field, short(value), allowed)
-
-
-def short(value, limit: int = 80):
-    """Values quoted in messages stay one readable line."""
-    if isinstance(value, str) and len(value) > limit:
-        return value[:limit] + "..."
-    if isinstance(value, (dict, list, tuple)):
-        text = repr(value)
-        return text if len(text) <= limit else text[:limit] + "..."
-    return value
+        super().__init__(field, value, allowed)
 
 
 def decode_text(source, what: str) -> str:
@@ -63,12 +52,15 @@ def parse_json(source) -> dict:
     try:
         data = json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError as exc:
-        raise FrameworkConfigError("config", f"line {exc.lineno}, column {exc.colno}: {exc.msg}",
+        raise FrameworkConfigError("config", values.Given(f"line {exc.lineno}, column {exc.colno}: {exc.msg}"),
                                    "valid JSON (strict: no comments, no trailing commas)", exc.lineno, exc.colno) from None
     except _Duplicate as exc:
         raise FrameworkConfigError(exc.key, "a duplicate key", "each key once (DeepSpeed refuses duplicates)") from None
-    except (ValueError, RecursionError) as exc:   # integers over Python's digit limit, deep nesting
-        raise FrameworkConfigError("config", "unreadable JSON", f"valid JSON ({type(exc).__name__})") from None
+    except ValueError:                           # an integer over Python's digit limit (json raises ValueError)
+        raise (long_integer_refusal(text, "JSON") or
+               FrameworkConfigError("config", "JSON that cannot be read", "valid JSON")) from None
+    except RecursionError:
+        raise FrameworkConfigError("config", "JSON nested too deep to read", "valid JSON") from None
     if not isinstance(data, dict):
         raise FrameworkConfigError("config", type(data).__name__, "a JSON object at the top level")
     return data
@@ -341,88 +333,16 @@ def require_mapping_keys(data: dict, where: str) -> None:
             require_mapping_keys(value, f"{where}{key}.")
 
 
-# --- lax value checks, each matching how the framework itself coerces ----------------------------------------
-# pydantic v2 lax mode (DeepSpeed's config models): int accepts bool, integral floats and decimal strings
-# (whitespace, "_" separators and a ".0" tail allowed); bool accepts 0/1 and the strings below, case-insensitive.
-PYDANTIC_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
-PYDANTIC_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
-_INT_TEXT = re.compile(r"[+-]?[0-9]+(?:_[0-9]+)*(?:\.0*)?")
-I64 = 2**63
+# The value checks are zerocalc/values.py, the one typed reader every importer shares (config.json's with its own
+# error class), bound here to the framework importers' error.
+count = partial(values.count, error=FrameworkConfigError)
+number = partial(values.number, error=FrameworkConfigError)
+fraction = partial(values.fraction, error=FrameworkConfigError)
+boolean = partial(values.boolean, error=FrameworkConfigError)
+one_of = partial(values.one_of, error=FrameworkConfigError)
+text = partial(values.text, error=FrameworkConfigError)
 
 
-def lax_int(key: str, value, lo: Optional[int] = None, hi: Optional[int] = None, what: str = "") -> int:
-    number = None
-    if isinstance(value, bool) or isinstance(value, int):
-        number = int(value)
-    elif isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(value) < I64:
-        number = int(value)
-    elif isinstance(value, str) and len(value) <= 40 and _INT_TEXT.fullmatch(value.strip()):
-        number = int(value.strip().replace("_", "").split(".")[0])
-    allowed = what or _range_text(lo, hi)
-    if number is None or (lo is not None and number < lo) or (hi is not None and number > hi):
-        raise FrameworkConfigError(key, value, allowed)
-    return number
-
-
-def lax_bool(key: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, (int, float)) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.lower() in PYDANTIC_TRUE | PYDANTIC_FALSE:
-        return value.lower() in PYDANTIC_TRUE
-    raise FrameworkConfigError(key, value, "true or false")
-
-
-def lax_float(key: str, value, lo: float, hi: float) -> float:
-    number = None
-    try:
-        if isinstance(value, (bool, int, float)):
-            number = float(value)
-        elif isinstance(value, str):
-            number = float(value.strip())
-    except (ValueError, OverflowError):          # not a number, or an integer too large for a float
-        pass
-    if number is None or not math.isfinite(number) or not lo <= number <= hi:
-        raise FrameworkConfigError(key, value, f"a number from {lo} to {hi}")
-    return number
-
-
-def strict_int(key: str, value, lo: int, hi: int) -> int:
-    """An int (not a bool, not a float): tomllib and our YAML subset give real ints."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise FrameworkConfigError(key, value, _range_text(lo, hi))
-    return value
-
-
-def _range_text(lo, hi) -> str:
-    if lo is None and hi is None:
-        return "an integer"
-    if hi is None:
-        return f"an integer of at least {lo:,}"
-    return f"an integer from {lo:,} to {hi:,}"
-
-
-def choice(key: str, value, options, fold_case: bool = False):
-    """value if it is one of options (optionally ignoring case), returned in the options' spelling."""
-    if isinstance(value, str) and fold_case:
-        for option in options:
-            if option.lower() == value.lower():
-                return option
-    elif value in options and not isinstance(value, bool):
-        return value
-    raise FrameworkConfigError(key, value, "one of " + ", ".join(str(o) for o in options))
-
-
-# accelerate's own truth values (accelerate/utils/environment.py str_to_bool): y, yes, t, true, on, 1 / n, no, f,
-# false, off, 0; the YAML loader has already turned unquoted yes/no/true/false into booleans.
-def accelerate_bool(key: str, value) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).lower() if isinstance(value, (str, int)) else None
-    if text in ("y", "yes", "t", "true", "on", "1"):
-        return True
-    if text in ("n", "no", "f", "false", "off", "0"):
-        return False
-    raise FrameworkConfigError(key, value, "true or false (accelerate also reads yes/no, on/off, 1/0)")
-
+def long_integer_refusal(source: str, what: str):
+    """The loaders' refusal of an integer over Python's digit limit, at its line and column (None: not that)."""
+    return values.long_integer_refusal(FrameworkConfigError, source, what)

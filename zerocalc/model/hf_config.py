@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+from ..values import count, long_integer_refusal, number
 from ..scenario import FieldError, require_choice, require_probability
 from .architecture import ACTIVATIONS, ARCH_LIMITS, MOE_LIMITS, Architecture
 from .families import FAMILIES, TEXT_CONFIG_WRAPPERS
@@ -40,10 +41,8 @@ def _refuse(key: str, value, allowed: str) -> ConfigError:
 
 def _check_int(key: str, value, lo: int, hi: int) -> int:
     """An integer config value within [lo, hi], or a ConfigError naming the key, the value, its type and the range
-    (1e12 and 32.0 are JSON numbers but not integers; true is not 1)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _refuse(key, value, f"an integer from {lo:,} to {hi:,}")
-    return value
+    (1e12 and 32.0 are JSON numbers but not integers; true is not 1): the importers' one typed reader."""
+    return count(key, value, lo, hi, error=_refuse)
 
 
 def _text(source) -> str:
@@ -71,9 +70,13 @@ def parse_config(source) -> dict:
         raise ConfigError("config", f"{len(text):,} characters", f"at most {MAX_CONFIG_BYTES:,}")
     try:
         data = json.loads(text, parse_constant=lambda c: math.nan)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, integers over Python's 4300-digit limit
-        raise ConfigError("config", "malformed JSON", f"valid JSON ({exc.__class__.__name__}: "
-                                                      f"{str(exc)[:200]})") from None
+    except json.JSONDecodeError as exc:
+        raise ConfigError("config", "malformed JSON", f"valid JSON ({type(exc).__name__}: {str(exc)[:200]})") from None
+    except ValueError:                     # an integer over Python's 4,300-digit limit: said in words
+        raise (long_integer_refusal(ConfigError, text, "JSON") or ConfigError("config", "JSON that cannot be read",
+                                                                              "valid JSON")) from None
+    except RecursionError:
+        raise ConfigError("config", "JSON nested too deep to read", "valid JSON") from None
     if not isinstance(data, dict):
         raise ConfigError("config", type(data).__name__, "a JSON object")
     return data
@@ -132,9 +135,7 @@ def _read(cfg: dict, key: str, field: str, default):
     if kind == "number or null":
         if value is None:
             return 0.0
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1e6:
-            raise _refuse(key, value, "a number from 0 to 1,000,000, or null")
-        return float(value)
+        return number(key, value, 0, 1e6, what="a number from 0 to 1,000,000, or null", error=_refuse)
     if kind == "int list or null":
         if value is None:
             return ()
@@ -223,6 +224,8 @@ GPT2_DEFAULTS = {"layers": 12, "hidden": 768, "heads": 12, "vocab": 50257, "seq_
 def _language_model(cfg: dict):
     """(model_type, config) of the language model: a multimodal wrapper's text_config, else the config itself."""
     model_type = cfg.get("model_type")
+    if not isinstance(model_type, str):            # a list or mapping is never looked up (or hashed)
+        raise _refuse("model_type", model_type, "one of " + ", ".join(SUPPORTED))
     if model_type not in TEXT_CONFIG_WRAPPERS:
         return model_type, cfg
     text = cfg.get("text_config")

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from ..common import FrameworkConfigError, decode_text, line_col
+from ...values import Given
+from ..common import FrameworkConfigError, decode_text, line_col, long_integer_refusal
 
 MAX_YAML_CHARS = 262_144
 MAX_DEPTH = 32
@@ -31,7 +32,8 @@ ALLOWED = ("YAML as yaml.safe_load reads it (accelerate, TRL and verl's Hydra re
 
 class YamlError(FrameworkConfigError):
     def __init__(self, line: int, column: int, message: str):
-        super().__init__("config", f"line {line}, column {column}: {message}", ALLOWED, line, column)
+        # a Given: the message says where and what, not "the text '...'" as if the file had held these words
+        super().__init__("config", Given(f"line {line}, column {column}: {message}"), ALLOWED, line, column)
 
 
 def _pyyaml(field: str = "config", doing: str = "reading"):
@@ -85,7 +87,9 @@ def _loader_class():
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
                     continue                       # a merge key (<<) may be given once per mapping anyway
-                key = self.construct_object(key_node, deep=deep)
+                # "=" resolves to the value tag, which SafeConstructor.flatten_mapping reads as the string "="
+                key = key_node.value if key_node.tag == "tag:yaml.org,2002:value" else \
+                    self.construct_object(key_node, deep=deep)
                 try:
                     duplicate = key in seen
                 except TypeError:                  # a list or mapping as a key: SafeLoader refuses it below
@@ -127,6 +131,11 @@ def load_yaml(source):
         raise YamlError(1, 1, type(exc).__name__) from None
     except RecursionError:
         raise YamlError(1, 1, "nesting too deep") from None
+    except FrameworkConfigError:           # our own refusals while composing (a ValueError too): as they are
+        raise
+    except ValueError:                     # int() of a number over Python's digit limit
+        raise (long_integer_refusal(text, "YAML") or YamlError(1, 1, "a value PyYAML cannot "
+                                                                                        "read")) from None
     finally:
         if loader is not None:
             loader.dispose()

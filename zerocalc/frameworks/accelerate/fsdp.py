@@ -5,7 +5,7 @@ FullyShardedDataParallelPlugin, accelerator.py). A part of the reader (reader._R
 
 from __future__ import annotations
 
-from ..common import FrameworkConfigError, accelerate_bool, choice
+from ..common import FrameworkConfigError, boolean, count, one_of
 
 # utils/constants.py FSDP_SHARDING_STRATEGY; ShardingStrategy(n) is index + 1. -> (ZeRO stage, hybrid?)
 STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
@@ -25,9 +25,7 @@ class FsdpReader:
             keys[key if key.startswith("fsdp") else "fsdp_" + key] = key
         get = lambda name, default=None: self._fsdp_get(keys, name, default)  # noqa: E731
         version = get("fsdp_version", 1)
-        version = choice(self._k(keys, "fsdp_version"), str(version) if isinstance(version, int) and
-                         not isinstance(version, bool) else version, ("1", "2"))
-        version = int(version)
+        version = int(one_of(self._k(keys, "fsdp_version"), version, (1, 2, "1", "2"), what="1 or 2"))
         self.fsdp2 = self.parallel_ok = version == 2
         if version == 1:
             stage, hybrid = self._fsdp1_strategy(keys, get)
@@ -44,7 +42,7 @@ class FsdpReader:
         self.b.note("FSDP keeps the parameters in the dtype the model was loaded in; zerocalc assumes fp32 (the "
                     "usual choice with mixed precision). A model loaded in bf16 trains in pure bf16.")
         offload = get("fsdp_offload_params", False)
-        offload = "cpu" if accelerate_bool(self._k(keys, "fsdp_offload_params"), offload) else "none"
+        offload = "cpu" if boolean(self._k(keys, "fsdp_offload_params"), offload, rule="accelerate") else "none"
         for field in ("offload_params", "offload_optimizer"):
             self.b.set("scenario", field, offload, self._k(keys, "fsdp_offload_params", "default false"))
         if offload == "cpu":
@@ -52,7 +50,7 @@ class FsdpReader:
                         "optimizer step and its state (FSDP CPUOffload / CPUOffloadPolicy).")
         ac = get("fsdp_activation_checkpointing")
         if ac is not None:
-            full = accelerate_bool(self._k(keys, "fsdp_activation_checkpointing"), ac)
+            full = boolean(self._k(keys, "fsdp_activation_checkpointing"), ac, rule="accelerate")
             self.b.set("workload", "recompute", "full" if full else "none",
                        self._k(keys, "fsdp_activation_checkpointing"))
             if full:
@@ -70,13 +68,14 @@ class FsdpReader:
         return self.doc.get("fsdp_config", keys[name])
 
     def _strategy(self, key, value) -> str:
-        if isinstance(value, int) and not isinstance(value, bool) or isinstance(value, str) and value.isdigit():
-            number = int(value)
-            if 1 <= number <= len(STRATEGIES):
-                return STRATEGIES[number - 1]
-        elif isinstance(value, str) and value.upper() in STRATEGIES:
+        allowed = "one of " + ", ".join(STRATEGIES) + " (any case) or 1-5"
+        if isinstance(value, str) and value.upper() in STRATEGIES:
             return value.upper()
-        raise FrameworkConfigError(key, value, "one of " + ", ".join(STRATEGIES) + " (any case) or 1-5")
+        if isinstance(value, str) and not value.isascii():
+            raise FrameworkConfigError(key, value, allowed)
+        # the plugin reads a number (or its text, int(value)) as the FSDP_SHARDING_STRATEGY position
+        return STRATEGIES[count(key, value.strip() if isinstance(value, str) else value, 1, len(STRATEGIES),
+                                lax=isinstance(value, str), what=allowed) - 1]
 
     def _fsdp1_strategy(self, keys, get):
         key = self._k(keys, "fsdp_sharding_strategy")
@@ -105,7 +104,7 @@ class FsdpReader:
                           "for fsdp_version 1 only); hybrid sharding needs parallelism_config")
         key = self._k(keys, "fsdp_reshard_after_forward")
         value = get("fsdp_reshard_after_forward", True)
-        reshard = accelerate_bool(key or "fsdp_config.fsdp_reshard_after_forward", value)
+        reshard = boolean(key or "fsdp_config.fsdp_reshard_after_forward", value, rule="accelerate")
         self.b.sources["selected_stage"] = key or "default true (FSDP2 reshard_after_forward)"
         if not reshard:
             self.b.note("FSDP2 with reshard_after_forward false keeps the gathered parameters from forward to "

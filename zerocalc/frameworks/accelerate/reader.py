@@ -28,11 +28,11 @@ from ..common import (
     FrameworkConfigError,
     ImportContext,
     ImportedConfig,
-    choice,
+    count,
     decode_text,
+    one_of,
     parse_json,
     require_mapping_keys,
-    strict_int,
 )
 from ..deepspeed import reader as deepspeed
 from .document import load_yaml
@@ -76,7 +76,7 @@ class _Reader(FsdpReader):
 
     def run(self) -> ImportedConfig:
         env = self.doc.get("compute_environment", default="LOCAL_MACHINE")
-        env = choice("compute_environment", env, ("LOCAL_MACHINE", "AMAZON_SAGEMAKER"))
+        env = one_of("compute_environment", env, ("LOCAL_MACHINE", "AMAZON_SAGEMAKER"))
         allowed = CLUSTER_KEYS if env == "LOCAL_MACHINE" else SAGEMAKER_KEYS
         for key in self.doc.data:
             if key not in allowed and key not in LEGACY_KEYS:
@@ -87,12 +87,12 @@ class _Reader(FsdpReader):
             raise FrameworkConfigError("distributed_type", None, "one of " + ", ".join(DISTRIBUTED_TYPES) +
                                        " (accelerate: 'A `distributed_type` must be specified')")
         if env == "AMAZON_SAGEMAKER":       # SageMakerDistributedType: NO, DATA_PARALLEL, MODEL_PARALLEL
-            kind = choice("distributed_type", self.doc.get("distributed_type"), SAGEMAKER_TYPES)
+            kind = one_of("distributed_type", self.doc.get("distributed_type"), SAGEMAKER_TYPES)
             self.b.note(f"SageMaker ({kind}) runs are not modelled: zerocalc reads local-machine configs.")
             for key in self.doc.leftovers():
                 self.b.ignore(key, "a SageMaker setting")
             return self.b.build()
-        kind = choice("distributed_type", self.doc.get("distributed_type"), DISTRIBUTED_TYPES)
+        kind = one_of("distributed_type", self.doc.get("distributed_type"), DISTRIBUTED_TYPES)
         self.kind = kind
         precision = self.precision()
         world = self.processes(kind)
@@ -148,15 +148,15 @@ class _Reader(FsdpReader):
             if value is False:
                 self.b.note("mixed_precision: no (unquoted YAML reads it as false) means no mixed precision.")
             return "no"
-        return choice("mixed_precision", value, PRECISIONS)
+        return one_of("mixed_precision", value, PRECISIONS)
 
     def processes(self, kind: str):
         default = 1 if kind == "NO" else -1               # ClusterConfig.num_processes = -1; process_config: 1 for NO
         n = self.doc.get("num_processes", default=default)
-        n = strict_int("num_processes", n, -1, INT_LIMITS["workers"][1]) if n != -1 else -1
+        n = count("num_processes", n, -1, INT_LIMITS["workers"][1]) if n != -1 else -1
         if n == 0:
             raise FrameworkConfigError("num_processes", 0, "a positive process count, or -1 (given at launch)")
-        machines = strict_int("num_machines", self.doc.get("num_machines", default=1), 1, 10**6)
+        machines = count("num_machines", self.doc.get("num_machines", default=1), 1, 10**6)
         self.machines = machines
         if kind == "NO" and n != 1:
             # commands/launch.py launch_command: NO runs simple_launcher, a single process, whatever num_processes
@@ -232,7 +232,7 @@ class _Reader(FsdpReader):
         for name in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "sp_size"):
             key = PARALLELISM_PREFIX + name
             raw = self.doc.get("parallelism_config", key, default=1)
-            sizes[name] = strict_int(f"parallelism_config.{key}", raw, 1, 10**6)
+            sizes[name] = count(f"parallelism_config.{key}", raw, 1, 10**6)
         rep, shard, tp, cp, sp = (sizes[n] for n in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size",
                                                      "sp_size"))
         if cp > 1 and sp > 1:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from ..common import FrameworkConfigError
+from ..common import FrameworkConfigError, count
 
 HF_SRC = "transformers integrations/deepspeed.py HfTrainerDeepSpeedConfig"
 
@@ -59,13 +59,10 @@ class BatchReader:
                            f"unresolved: TrainingArguments.{arg} decides; the view's value is kept")
                 self.b.auto_key(self.name(key), ctx_value, how)
             return ctx_value
-        # runtime/config.py reads these raw and asserts each > 0 (_batch_assertion).
-        # (a float's checks first: math.isfinite of a 4,000-digit int would raise OverflowError)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                (isinstance(value, float) and (not math.isfinite(value) or value != int(value))) or \
-                not 1 <= value <= 10**9:
-            raise FrameworkConfigError(self.name(key), value, 'a positive integer, or "auto" with the Trainer')
-        return int(value)
+        # runtime/config.py reads these raw and asserts each > 0 (_batch_assertion): an integral float passes
+        if isinstance(value, float) and math.isfinite(value) and value == int(value) and abs(value) <= 10**9:
+            value = int(value)
+        return count(self.name(key), value, 1, 10**9, what='a positive integer, or "auto" with the Trainer')
 
     def _dp_from_batch(self, tb, mb, gas, alone=False):
         key = self.name("train_batch_size")

@@ -7,7 +7,7 @@ config models.
 
 from __future__ import annotations
 
-from ..common import FrameworkConfigError, choice
+from ..common import FrameworkConfigError, one_of
 from . import schema as S
 
 ACC_SRC = "accelerate DeepSpeedPlugin"
@@ -48,7 +48,7 @@ class PrecisionReader:
                   else self.name(f"{self.bf16_key}.bf16_optimizer_states"))
         comm = self.doc.get("communication_data_type", default=None)
         if comm is not None:
-            comm = choice(self.name("communication_data_type"), comm.lower() if isinstance(comm, str) else comm,
+            comm = one_of(self.name("communication_data_type"), comm.lower() if isinstance(comm, str) else comm,
                           S.COMMUNICATION_DTYPES)
         b.set(S_, "comm_dtype", comm, self.name("communication_data_type") if self.doc.has("communication_data_type")
               else "default None: each tensor in its own dtype (runtime/config.py get_communication_data_type)")
@@ -153,7 +153,7 @@ class PrecisionReader:
             self.doc.mark("torch_autocast", "dtype")
             names = {"torch.bfloat16": "bf16", "bfloat16": "bf16", "bf16": "bf16", "torch.float16": "fp16",
                      "float16": "fp16", "fp16": "fp16", "half": "fp16"}
-            act = choice(self.name("torch_autocast.dtype"), block["dtype"], list(names))
+            act = one_of(self.name("torch_autocast.dtype"), block["dtype"], list(names))
             self.b.set("workload", "activation_dtype", names[act], self.name("torch_autocast.dtype"))
             self.b.note("torch_autocast: the model keeps its dtype; activations are taken in the autocast dtype.")
 

@@ -17,7 +17,7 @@ from ..common import (
     FrameworkConfigError,
     ImportContext,
     ImportedConfig,
-    lax_int,
+    count,
     parse_relaxed_json,
 )
 from . import schema as S
@@ -251,7 +251,7 @@ class _Reader(BatchReader, PrecisionReader):
                 self.b.ignore(self.name(path), '"auto": dropped by DeepSpeedConfigModel; removed in DeepSpeed 0.19.8')
                 continue
             if key == "mics_shard_size":
-                size = lax_int(self.name(path), value, what="an integer (-1 or 0: MiCS off)")
+                size = count(self.name(path), value, None, None, lax=True, what="an integer (-1 or 0: MiCS off)")
                 if size > 0 and stage == 3:
                     self.b.set("scenario", "shard_group", size, self.name(path))
                     self.b.note(f"MiCS: model states are sharded within groups of {size} workers and replicated "
@@ -343,14 +343,14 @@ class _Reader(BatchReader, PrecisionReader):
                             "deepspeed_init and accelerate's _prepare_deepspeed compare it with 1 and fail on the "
                             "string")
         elif tp is not None:
-            tp = lax_int(self.name("tensor_parallel.autotp_size"), tp, lo=0, hi=10**6)
+            tp = count(self.name("tensor_parallel.autotp_size"), tp, 0, 10**6, lax=True)
             if tp > 1:
                 self.b.set("layout", "tp", tp, self.name("tensor_parallel.autotp_size"))
                 self.b.set("layout", "sequence_parallel", False, "AutoTP splits the linear layers only; "
                                                                  "activations between them stay whole")
         sp = self.doc.get("sequence_parallel_size", default=None)
         if sp is not None:
-            sp = lax_int(self.name("sequence_parallel_size"), sp, lo=1, hi=10**6)
+            sp = count(self.name("sequence_parallel_size"), sp, 1, 10**6, lax=True)
             if sp > 1:
                 self.b.set("layout", "cp", sp, self.name("sequence_parallel_size"))
                 self.b.note("sequence_parallel_size (DeepSpeed-Ulysses) is modelled as context parallelism: the "

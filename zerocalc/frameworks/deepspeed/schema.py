@@ -15,7 +15,7 @@ check_value applies a kind the way pydantic's lax mode coerces it.
 
 from types import MappingProxyType
 
-from ..common import FrameworkConfigError, choice, lax_bool, lax_float, lax_int
+from ..common import FrameworkConfigError, boolean, count, number, one_of
 
 # DeepSpeedZeroConfig: field name -> (alias or None, kind, default). Defaults are the class's own.
 ZERO_FIELDS = MappingProxyType({
@@ -118,13 +118,13 @@ def check_value(key: str, value, kind):
     if kind == "any":
         return value
     if kind == "bool":
-        return lax_bool(key, value)
+        return boolean(key, value, rule="pydantic")
     if kind == "optbool":
-        return None if value is None else lax_bool(key, value)
+        return None if value is None else boolean(key, value, rule="pydantic")
     if kind == "stage":
-        return lax_int(key, value, 0, 3, what="0, 1, 2 or 3")
+        return count(key, value, 0, 3, lax=True, what="0, 1, 2 or 3")
     if kind == "device":
-        return choice(key, value, OFFLOAD_DEVICES)
+        return one_of(key, value, OFFLOAD_DEVICES)
     if kind == "path":
         if value is None or isinstance(value, str):
             return value
@@ -137,9 +137,9 @@ def check_value(key: str, value, kind):
         if key.endswith(("loss_scale_window", "min_loss_scale")) and isinstance(value, bool):
             raise FrameworkConfigError(key, value, "an integer, not a bool (DeepSpeedFP16Config)")
         bound = "" if kind[1] is None else f" of at least {kind[1]}"
-        return lax_int(key, value, lo=kind[1], what=f"an integer{bound} (DeepSpeed 0.19.8's pydantic field)")
+        return count(key, value, kind[1], None, lax=True, what=f"an integer{bound} (DeepSpeed 0.19.8's pydantic field)")
     if kind[0] == "float":
         if isinstance(value, bool):
             raise FrameworkConfigError(key, value, "a number, not a bool")
-        return lax_float(key, value, kind[1], kind[2])
+        return number(key, value, kind[1], kind[2], lax=True)
     raise AssertionError(kind)

@@ -6,7 +6,7 @@ torchtitans.
 
 from __future__ import annotations
 
-from ..common import FrameworkConfigError, strict_int
+from ..common import FrameworkConfigError, count
 from .fields import COMMIT, LIMIT
 
 # Older torchtitan names (config_manager.py before #980, 2025-03-18, which moved the degrees into [parallelism];
@@ -102,7 +102,7 @@ class LegacyReader:
     def _legacy_micro_count(self, dims) -> int:
         if "pipeline_parallel_microbatches" in self.legacy_pipeline:
             key, value = self.legacy_pipeline["pipeline_parallel_microbatches"]
-            return strict_int(key, value, 1, LIMIT)
+            return count(key, value, 1, LIMIT)
         return dims["pp"] * self._legacy_stages_per_rank(dims)   # pipeline.py: n_microbatches = total stages
 
     def _legacy_stages_per_rank(self, dims) -> int:
@@ -119,14 +119,14 @@ class LegacyReader:
         (default: the number of stages), and a batch they do not divide raises ValueError."""
         if self.doc.has("parallelism", "pipeline_parallel_microbatch_size"):
             return self.int_field("parallelism", "pipeline_parallel_microbatch_size", 1)
-        count = self._legacy_micro_count(dims)
+        micros = self._legacy_micro_count(dims)
         given = "pipeline_parallel_microbatches" in self.legacy_pipeline
         key = self.legacy_pipeline["pipeline_parallel_microbatches"][0] if given else "pipeline_parallel_microbatches"
-        if local % count:
-            raise FrameworkConfigError(key, count, f"a divisor of the batch size ({local}): older torchtitan's "
+        if local % micros:
+            raise FrameworkConfigError(key, micros, f"a divisor of the batch size ({local}): older torchtitan's "
                                                    "pipeline.py raises 'Batch size must be divisible by number of "
                                                    "microbatches'")
-        self.b.note(f"Older torchtitan pipeline: the local batch of {local} is split into {count} micro-batches "
+        self.b.note(f"Older torchtitan pipeline: the local batch of {local} is split into {micros} micro-batches "
                     f"({key if given else 'default: one per stage'}) of "
-                    f"{local // count}.")
-        return local // count
+                    f"{local // micros}.")
+        return local // micros

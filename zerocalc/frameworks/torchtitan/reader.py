@@ -19,17 +19,9 @@ import tomllib
 
 from ...layout import MAX_STAGES, STAGE_LAYER_LIMITS
 from ...step.workload import WORKLOAD_LIMITS
-from ..common import (
-    Builder,
-    Doc,
-    FrameworkConfigError,
-    ImportContext,
-    ImportedConfig,
-    choice,
-    decode_text,
-    line_col,
-    strict_int,
-)
+from ...values import Given
+from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, count, decode_text, line_col,
+                      long_integer_refusal, one_of)
 from .recipe import read_compile, read_float8, read_optimizer_impl
 from .fields import DTYPES, FIELDS, LIMIT, MUON_NOTE, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
@@ -47,9 +39,12 @@ def parse_toml(source) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         line, col = _toml_position(str(exc), text)
-        raise FrameworkConfigError("config", str(exc)[:200], "valid TOML", line, col) from None
+        raise FrameworkConfigError("config", Given(str(exc)[:200]), "valid TOML", line, col) from None
     except RecursionError:
         raise FrameworkConfigError("config", "nesting too deep", "valid TOML") from None
+    except ValueError:                      # tomllib's int() of a number over Python's digit limit
+        raise (long_integer_refusal(text, "TOML") or
+               FrameworkConfigError("config", "TOML that cannot be read", "valid TOML")) from None
 
 
 def _toml_position(message: str, text: str):
@@ -112,7 +107,7 @@ class _Reader(LegacyReader):
         return self.doc.get(section, key, default=default)
 
     def int_field(self, section, key, default, lo=1):
-        return strict_int(f"{section}.{key}", self.get(section, key, default), lo, LIMIT)
+        return count(f"{section}.{key}", self.get(section, key, default), lo, LIMIT)
 
     # --- degrees ---------------------------------------------------------------------------------------------
     def degrees(self, p):
@@ -122,7 +117,7 @@ class _Reader(LegacyReader):
             ("ep", "expert_parallel_degree"), ("etp", "expert_tensor_parallel_degree"))}
         shard_key = "parallelism.data_parallel_shard_degree"
         shard = self.get("parallelism", "data_parallel_shard_degree", -1)
-        shard = strict_int(shard_key, shard, -1, LIMIT)
+        shard = count(shard_key, shard, -1, LIMIT)
         if shard == 0:
             raise FrameworkConfigError(shard_key, 0, "-1 (the ranks left over) or a degree >= 1")
         if dims["ep"] > 1 and dims["etp"] not in (1, dims["tp"]):
@@ -195,10 +190,10 @@ class _Reader(LegacyReader):
 
     # --- ledger and stage ------------------------------------------------------------------------------------
     def ledger(self, t, dims):
-        dtype = DTYPES[choice("training.dtype", self.get("training", "dtype", "float32"), tuple(DTYPES))]
-        param = DTYPES[choice("training.mixed_precision_param",
+        dtype = DTYPES[one_of("training.dtype", self.get("training", "dtype", "float32"), tuple(DTYPES))]
+        param = DTYPES[one_of("training.mixed_precision_param",
                               self.get("training", "mixed_precision_param", "bfloat16"), tuple(DTYPES))]
-        choice("training.mixed_precision_reduce", self.get("training", "mixed_precision_reduce", "float32"),
+        one_of("training.mixed_precision_reduce", self.get("training", "mixed_precision_reduce", "float32"),
                ("float32",))
         fsdp = dims["dp_shard"] is None or dims["dp_shard"] > 1 or dims["cp"] > 1
         if dims["dp_shard"] is None:
@@ -254,7 +249,7 @@ class _Reader(LegacyReader):
                                                                "(no FSDP: DDP or one device, maybe_enable_amp)")
 
     def stage(self, fsdp, dims):
-        policy = choice("parallelism.fsdp_reshard_after_forward",
+        policy = one_of("parallelism.fsdp_reshard_after_forward",
                         self.get("parallelism", "fsdp_reshard_after_forward", "default"),
                         ("default", "always", "never"))
         if not fsdp:
@@ -281,7 +276,7 @@ class _Reader(LegacyReader):
     def batch(self, t, p, dims):
         local = self.int_field("training", "local_batch_size", 8)
         lo, hi = WORKLOAD_LIMITS["seq_len"]
-        seq = strict_int("training.seq_len", self.get("training", "seq_len", 2048), lo, hi)
+        seq = count("training.seq_len", self.get("training", "seq_len", 2048), lo, hi)
         self.b.set("workload", "seq_len", seq, "training.seq_len" if "seq_len" in t else SRC)
         pp_micro = self.int_field("parallelism", "pipeline_parallel_microbatch_size", 1)
         micro, per_local = local, 1
@@ -301,7 +296,7 @@ class _Reader(LegacyReader):
         global_batch = self.get("training", "global_batch_size", -1)
         if isinstance(global_batch, int) and not isinstance(global_batch, bool) and global_batch < 0:
             global_batch = -1                     # train.py: any negative value means local x dp
-        global_batch = strict_int("training.global_batch_size", global_batch, -1, 10**9)
+        global_batch = count("training.global_batch_size", global_batch, -1, 10**9)
         if global_batch == 0:
             raise FrameworkConfigError("training.global_batch_size", 0, "-1 (local x dp) or a positive batch "
                                                                        "(train.py asserts > 0)")
@@ -371,7 +366,7 @@ class _Reader(LegacyReader):
         weights = {}
         for field, name in (("embedding_weight", "pipeline_parallel_first_stage_less_layers"),
                             ("head_weight", "pipeline_parallel_last_stage_less_layers")):
-            weights[field] = (f"parallelism.{name}", strict_int(f"parallelism.{name}",
+            weights[field] = (f"parallelism.{name}", count(f"parallelism.{name}",
                                                                 self.get("parallelism", name, 1), 0,
                                                                 STAGE_LAYER_LIMITS[1]))
         if not any(value for _, value in weights.values()):
@@ -383,7 +378,7 @@ class _Reader(LegacyReader):
 
     # --- recompute, optimizer, model -------------------------------------------------------------------------
     def checkpointing(self):
-        mode = choice("activation_checkpoint.mode", self.get("activation_checkpoint", "mode", "selective"),
+        mode = one_of("activation_checkpoint.mode", self.get("activation_checkpoint", "mode", "selective"),
                       ("selective", "full", "memory_budget", "none"))
         src = "activation_checkpoint.mode" if self.doc.has("activation_checkpoint", "mode") else SRC
         if mode == "memory_budget":
@@ -435,7 +430,7 @@ class _Reader(LegacyReader):
     def optimizer(self):
         name = self.get("optimizer", "name", "AdamW")
         options = {"Adam": "adam", "AdamW": "adamw", "Muon": "muon"}   # components/optimizer.py optimizer_classes
-        value = options[choice("optimizer.name", name, tuple(options))]
+        value = options[one_of("optimizer.name", name, tuple(options))]
         self.b.set("scenario", "optimizer", value, "optimizer.name" if self.doc.has("optimizer", "name") else SRC)
         self.b.note(MUON_NOTE) if value == "muon" else read_optimizer_impl(self)     # recipe.py
 

@@ -3,7 +3,7 @@ parallelism, float8 linears, the optimizer's implementation."""
 
 from __future__ import annotations
 
-from ..common import FrameworkConfigError, choice
+from ..common import FrameworkConfigError, one_of
 from .fields import SRC
 
 
@@ -73,7 +73,7 @@ def read_float8(reader, converters) -> list:
 def read_optimizer_impl(reader) -> None:
     """[optimizer] implementation: "for-loop", "foreach" or "fused" (default), which components/optimizer.py passes
     to torch's Adam / AdamW as foreach / fused: Scenario.optimizer_impl (its temporaries, tables.ADAM_STEP)."""
-    impl = choice("optimizer.implementation", reader.get("optimizer", "implementation", "fused"),
+    impl = one_of("optimizer.implementation", reader.get("optimizer", "implementation", "fused"),
                   ("fused", "foreach", "for-loop"))
     reader.b.set("scenario", "optimizer_impl", impl,
                  "optimizer.implementation" if reader.doc.has("optimizer", "implementation") else SRC)

@@ -191,8 +191,9 @@ class _Fetch(Failures):
             except HubError as exc:
                 self.notes.append(f"{INDEX_FILE} could not be used ({reason(exc)}): published size unknown")
                 return None, None
-            except ValueError:
-                self.notes.append(f"{INDEX_FILE} is not valid JSON: published size unknown")
+            except ValueError as exc:   # not JSON (its subclasses), or index_total's own words for what it holds
+                what = f"not readable ({exc})" if type(exc) is ValueError else "not valid JSON"
+                self.notes.append(f"{INDEX_FILE} is {what}: published size unknown")
                 return None, None
             except OSError as exc:
                 self.notes.append(f"{INDEX_FILE} could not be read from the cache ({type(exc).__name__}): "

@@ -33,6 +33,27 @@ HIDDEN = "(hidden)"
 _LOOKS_LIKE_TOKEN = re.compile(r"hf_[A-Za-z0-9]{8}")      # eight are enough to say so
 
 
+# A secret typed into the wrong field: "hf_" and the Hub's letters and digits, or a long run of letters and digits
+# that mixes cases or letters with digits the way generated keys do. A commit (40 lower-case hex digits), a branch
+# or a tag written in words is none of these.
+_HUB_TOKEN = re.compile(r"hf_[A-Za-z0-9]{30,}")
+_KEY_RUN = re.compile(r"[A-Za-z0-9]{32,}")
+_HEX = re.compile(r"[0-9a-f]+")
+TOKEN_LIKE = "(looks like an access token: not shown)"
+
+
+def looks_like_token(text: str) -> bool:
+    """Whether a value typed as a revision (or an id) looks like an access token, so it is never sent, echoed or
+    made a file name."""
+    if _HUB_TOKEN.search(text):
+        return True
+    for run in _KEY_RUN.findall(text):
+        mixed = run != run.lower() and run != run.upper()
+        if not _HEX.fullmatch(run) and (mixed or (any(c.isdigit() for c in run) and any(c.isalpha() for c in run))):
+            return True
+    return False
+
+
 class HubError(FieldError):
     """A Hub id, revision or token refused, or a Hub answer we cannot use; field is "hub", "revision" or "token".
 
@@ -58,8 +79,8 @@ class HubConfig:
 
 def shown(text: str) -> str:
     """The value as a message may show it: short, and never something that looks like an access token."""
-    if _LOOKS_LIKE_TOKEN.search(text):
-        return "(looks like an access token: not shown)"
+    if _LOOKS_LIKE_TOKEN.search(text) or looks_like_token(text):
+        return TOKEN_LIKE
     return text if len(text) <= 120 else text[:120] + "..."
 
 
@@ -81,6 +102,11 @@ def validate_revision(text) -> str:
         return "main"
     if not isinstance(text, str):
         raise HubError("revision", type(text).__name__, REVISION_ALLOWED)
+    if looks_like_token(text):
+        # refused before any request: huggingface_hub would send it in a URL and keep it as a file name in its
+        # cache (refs/<revision>), and a success message would echo it
+        raise HubError("revision", TOKEN_LIKE, "a branch, tag, refs/pr/N or 40-hex commit; an access token "
+                                               "belongs in the token field (this value was not sent or stored)")
     parts = text.split("/")
     if (len(text) > MAX_REVISION or not _REVISION.fullmatch(text) or ".." in text
             or any(p.endswith((".", ".lock")) for p in parts)):

@@ -5,25 +5,35 @@ is stored in.
 from __future__ import annotations
 
 import json
+import math
 from typing import Optional
+
+from ...scenario import FieldError
+from ...values import count, long_integer
 
 DTYPE_BYTES = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 def index_total(data: bytes) -> Optional[int]:
     """metadata.total_size of a model.safetensors.index.json, or None when it has no usable one."""
+    text = data.decode("utf-8")        # UnicodeDecodeError and JSONDecodeError are ValueErrors: the caller notes them
     try:
-        index = json.loads(data.decode("utf-8"))
+        index = json.loads(text)
     except RecursionError:
         raise ValueError("nested too deeply") from None
-    # UnicodeDecodeError and JSONDecodeError are ValueErrors: the caller notes them
+    except json.JSONDecodeError:
+        raise
+    except ValueError:                 # an integer over Python's digit limit: said in words
+        found = long_integer(text)
+        raise ValueError(f"an integer of {found[1]:,} digits" if found else "unreadable JSON") from None
     metadata = index.get("metadata") if isinstance(index, dict) else None
     total = metadata.get("total_size") if isinstance(metadata, dict) else None
-    if isinstance(total, float) and total.is_integer():
-        total = int(total)
-    if isinstance(total, bool) or not isinstance(total, int) or not 0 <= total <= 10**16:
+    if isinstance(total, float) and math.isfinite(total) and total.is_integer() and total <= 10**16:
+        total = int(total)             # safetensors writes an int; an integral float is the same size
+    try:
+        return count("metadata.total_size", total, 0, 10**16)
+    except FieldError:
         return None
-    return total
 
 
 def dtype_note(config: dict, total: Optional[int]) -> Optional[str]:

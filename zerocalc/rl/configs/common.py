@@ -12,8 +12,9 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List
 
-from ...frameworks.common import FrameworkConfigError, decode_text
+from ...frameworks.common import FrameworkConfigError, boolean, count, decode_text, fraction, number, one_of
 from ...model.presets import MODEL_PRESETS
+from ...values import Given
 
 MAX_LISTED = 80
 KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
@@ -27,6 +28,7 @@ class ImportedRL:
     read: Dict[str, object] = field(default_factory=dict)  # key -> value, as the file gives them
     ignored: List[dict] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    given_as: Dict[str, str] = field(default_factory=dict)  # a key read under its current name -> as the file wrote it
 
     def set(self, key: str, value) -> None:
         if key.startswith("rollout."):
@@ -63,9 +65,14 @@ class ImportedRL:
                 "ignored_more": max(0, len(self.ignored) - MAX_LISTED), "notes": list(self.notes)}
 
 
+COUNT_LIMIT = 10**9        # a batch, length or GPU count in an RL config: far above any real run, exact in products
+GPU_LIMIT = 10**7          # the page's and the CLI's most workers (scenario.INT_LIMITS)
+
+
 class KeyReader:
     """A getter over a file's items: each key read is recorded in the import's `read` and in `used` (the keys left
-    over are the ignored ones)."""
+    over are the ignored ones). The typed getters check a value with zerocalc/values.py, the one typed reader
+    of every importer, before any arithmetic sees it; null (or an absent key) reads as the default."""
 
     def __init__(self, items: dict, imp: ImportedRL):
         self.items, self.imp, self.used = items, imp, set()
@@ -76,6 +83,33 @@ class KeyReader:
             self.imp.read[key] = self.items[key]
             return self.items[key]
         return default
+
+    def name(self, key: str) -> str:
+        """The key as the file wrote it (an earlier release's flag name), for refusals."""
+        return self.imp.given_as.get(key, key)
+
+    def _typed(self, check, key, default, *args, **kwargs):
+        value = self(key, default)
+        value = default if value is None else value
+        return None if value is None else check(self.name(key), value, *args, **kwargs)
+
+    def count(self, key, default=None, lo: int = 1, hi: int = COUNT_LIMIT):
+        return self._typed(count, key, default, lo, hi)
+
+    def fraction(self, key, default=None):
+        return self._typed(fraction, key, default)
+
+    def number(self, key, default, lo: float, hi: float):
+        return self._typed(number, key, default, lo, hi)
+
+    def flag(self, key, default=None):
+        return self._typed(boolean, key, default)
+
+    def one_of(self, key, default, options, what: str = ""):
+        return self._typed(one_of, key, default, options, what=what)
+
+
+LONG_INTEGER = re.compile(r"[+-]?[0-9][0-9_]*")     # digits only: int() refused it for its length alone
 
 
 def scalar(text: str):
@@ -92,7 +126,8 @@ def scalar(text: str):
     try:
         return int(t)
     except ValueError:
-        pass
+        if LONG_INTEGER.fullmatch(t):          # over Python's digit limit: said in words, refused where read
+            return Given(f"an integer of {sum(c.isdigit() for c in t):,} digits")
     try:
         return float(t)
     except ValueError:
@@ -160,24 +195,6 @@ def model_flags(imported: ImportedRL, key: str, model_id) -> None:
     else:
         imported.notes.append(f"{key} = {model_id}: no preset matches its name; give the architecture with "
                               "--model, --config (its config.json) or --hub")
-
-
-def positive_int(key: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise FrameworkConfigError(key, value, "a positive integer")
-    return value
-
-
-def fraction(key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-        raise FrameworkConfigError(key, value, "a fraction above 0 and at most 1")
-    return float(value)
-
-
-def flag(key: str, value) -> bool:
-    if not isinstance(value, bool):
-        raise FrameworkConfigError(key, value, "true or false")
-    return value
 
 
 def is_key(word: str) -> bool:

@@ -9,8 +9,7 @@ gae (the default), loaded from the first reward model or else the actor; a rewar
 from __future__ import annotations
 
 from ...frameworks.common import FrameworkConfigError
-from .common import (ImportedRL, KeyReader, fraction, model_flags, positive_int, preset_for, scalar,
-                     script_tokens)
+from .common import GPU_LIMIT, ImportedRL, KeyReader, model_flags, preset_for, scalar, script_tokens
 
 # earlier releases' flag -> the 0.11.2 name (the same setting)
 LEGACY = {"colocate_all_models": "train.colocate_all", "vllm_enable_sleep": "vllm.enable_sleep",
@@ -33,9 +32,9 @@ NO_EFFECT = ("save_path", "ckpt_path", "save_hf_ckpt", "max_epochs", "max_sample
              "normalize_reward", "vllm_sync_backend", "gamma", "kl_estimator")
 
 
-def _flags(source) -> dict:
-    """--flag value / --flag (a switch) -> value, in the 0.11.2 names; the launcher words before the first flag
-    are not read."""
+def _flags(source, given_as: dict) -> dict:
+    """--flag value / --flag (a switch) -> value, in the 0.11.2 names (given_as: the name each was written as);
+    the launcher words before the first flag are not read."""
     words = script_tokens(source, "OpenRLHF flag list")
     out, i = {}, 0
     while i < len(words):
@@ -52,13 +51,15 @@ def _flags(source) -> dict:
         value = scalar(inline) if inline else (True if not values else scalar(values[0]) if len(values) == 1
                                                else [scalar(v) for v in values])
         out[LEGACY.get(name, name)] = value
+        if name in LEGACY:
+            given_as[LEGACY[name]] = name
         i = j
     return out
 
 
 def read_openrlhf(source) -> ImportedRL:
-    items = _flags(source)
     imp = ImportedRL("openrlhf")
+    items = _flags(source, imp.given_as)
     get = KeyReader(items, imp)
     used = get.used
 
@@ -68,38 +69,41 @@ def read_openrlhf(source) -> ImportedRL:
     actor = get("actor.model_name_or_path")
     if actor is not None:
         model_flags(imp, "actor.model_name_or_path", actor)
-    gpus = positive_int("actor.num_gpus_per_node", get("actor.num_gpus_per_node", 8)) * \
-        positive_int("actor.num_nodes", get("actor.num_nodes", 1))
+    gpus = get.count("actor.num_gpus_per_node", 8, hi=GPU_LIMIT) * get.count("actor.num_nodes", 1, hi=GPU_LIMIT)
+    if gpus > GPU_LIMIT:
+        raise FrameworkConfigError(get.name("actor.num_nodes"), items["actor.num_nodes"], f"at most {GPU_LIMIT:,} "
+                                   "GPUs in all (actor.num_gpus_per_node x actor.num_nodes)")
     imp.policy["--gpus"] = str(gpus)
     imp.policy["--convention"] = "deepspeed"
     imp.notes.append("DeepSpeed bf16 (OpenRLHF's engine): bf16 parameters and gradients, fp32 gradient "
                      "accumulation, master copy and Adam moments (the deepspeed convention, 20 bytes per parameter)")
-    stage = get("ds.zero_stage", 2)
-    if stage not in (0, 1, 2, 3):
-        raise FrameworkConfigError("ds.zero_stage", stage, "0, 1, 2 or 3")
-    imp.set("policy_stage", stage)
+    # argparse type=int: 2.0 and true are refused, as train_ppo_ray.py refuses them
+    imp.set("policy_stage", get.one_of("ds.zero_stage", 2, (0, 1, 2, 3), what="0, 1, 2 or 3"))
     if get("ds.adam_offload") is True:
         imp.policy["--offload-optimizer"] = "cpu"
-    imp.policy["--micro-batch"] = str(positive_int("train.micro_batch_size", get("train.micro_batch_size", 1)))
+    imp.policy["--micro-batch"] = str(get.count("train.micro_batch_size", 1))
     _batching(imp, get)
     imp.policy["--recompute"] = "full" if get("actor.gradient_checkpointing_enable") is True else "none"
-    prompt = get("data.prompt_max_len")
-    response = get("rollout.max_new_tokens")
-    total = get("data.max_len")
+    prompt = get.count("data.prompt_max_len")
+    response = get.count("rollout.max_new_tokens")
+    total = get.count("data.max_len")
     if prompt is not None:
-        imp.set("prompt_length", positive_int("prompt_max_len", prompt))
+        imp.set("prompt_length", prompt)
     if response is not None:
-        imp.set("response_length", positive_int("generate_max_len", response))
+        imp.set("response_length", response)
     elif total is not None and prompt is not None:
-        imp.set("response_length", positive_int("data.max_len", total) - prompt)
-    imp.set("prompts_per_step", positive_int("rollout.batch_size", get("rollout.batch_size", 1024)))
-    imp.set("group_size", positive_int("rollout.n_samples_per_prompt", get("rollout.n_samples_per_prompt", 1)))
+        if total <= prompt:
+            raise FrameworkConfigError(get.name("data.max_len"), total, f"more than {get.name('data.prompt_max_len')}"
+                                       f" ({prompt:,}): the response gets what is left")
+        imp.set("response_length", total - prompt)
+    imp.set("prompts_per_step", get.count("rollout.batch_size", 1024))
+    imp.set("group_size", get.count("rollout.n_samples_per_prompt", 1))
     sleep = get("ds.enable_sleep") is True
     imp.set("policy_param_offload", sleep)
     imp.set("policy_optimizer_offload", sleep)
-    kl = get("algo.kl.init_coef", 0.01)
+    kl = get.number("algo.kl.init_coef", 0.01, 0.0, 1e6)
     get("algo.kl.use_loss")
-    if isinstance(kl, (int, float)) and kl > 0:
+    if kl > 0:
         imp.set("reference", "same")
         imp.set("reference_offload", get("ref.offload") is True)
     reward = get("reward.model_name_or_path")
@@ -125,19 +129,17 @@ def _batching(imp: ImportedRL, get) -> None:
     """Packing and each pass's micro-batch (rl/batching.py): the updates run train.micro_batch_size, the forward
     passes that make the experience rollout.micro_batch_size (trainer/ppo_utils/experience_maker.py
     split_rollout_samples); dynamic batches cut by token budgets, and they turn packing on (cli/train_ppo_ray.py)."""
-    scoring = positive_int("rollout.micro_batch_size", get("rollout.micro_batch_size", 1))
+    scoring = get.count("rollout.micro_batch_size", 1)
     for key in ("logprob_micro_batch", "reference_micro_batch", "reward_micro_batch", "critic_micro_batch"):
         imp.set(key, scoring)
     # one optimizer step: train.batch_size samples (cli/train_ppo_ray.py "Global training batch size")
-    samples = positive_int("train.batch_size", get("train.batch_size", 128))
-    imp.set("mini_batch", max(1, samples // positive_int("rollout.n_samples_per_prompt",
-                                                         get("rollout.n_samples_per_prompt", 1))))
+    samples = get.count("train.batch_size", 128)
+    imp.set("mini_batch", max(1, samples // get.count("rollout.n_samples_per_prompt", 1)))
     dynamic = get("train.dynamic_batch_enable") is True
     imp.set("packing", dynamic or get("ds.packing_samples") is True)
     if dynamic:
-        train = positive_int("train.max_tokens_per_gpu", get("train.max_tokens_per_gpu", 16192))
-        rollout = get("rollout.max_tokens_per_gpu")
-        rollout = train if rollout is None else positive_int("rollout.max_tokens_per_gpu", rollout)
+        train = get.count("train.max_tokens_per_gpu", 16192)
+        rollout = get.count("rollout.max_tokens_per_gpu", train)
         imp.set("max_tokens", train)
         imp.set("critic_update_max_tokens", train)
         for key in ("logprob_max_tokens", "reference_max_tokens", "reward_max_tokens", "critic_max_tokens"):
@@ -145,18 +147,17 @@ def _batching(imp: ImportedRL, get) -> None:
 
 
 def _rollout(imp: ImportedRL, get, gpus: int) -> None:
-    engines = get("vllm.num_engines")
-    tp = positive_int("vllm.tensor_parallel_size", get("vllm.tensor_parallel_size", 1))
+    engines = get.count("vllm.num_engines", lo=0, hi=GPU_LIMIT)
+    tp = get.count("vllm.tensor_parallel_size", 1, hi=GPU_LIMIT)
     imp.set("rollout.tp", tp)
     colocate = get("train.colocate_all") is True
     imp.set("placement", "colocated" if colocate else "split")
     if not colocate and engines:
-        imp.set("rollout_gpus", positive_int("vllm.num_engines", engines) * tp)
-    elif colocate and engines and positive_int("vllm.num_engines", engines) * tp != gpus:
-        raise FrameworkConfigError("vllm.num_engines", engines, f"num_engines x tensor_parallel_size = the actor's "
-                                   f"GPUs ({gpus}) with colocate_all (train_ppo_ray.py asserts it)")
-    imp.set("rollout.gpu_memory_utilization", fraction("vllm.gpu_memory_utilization",
-                                                       get("vllm.gpu_memory_utilization", 0.95)))
+        imp.set("rollout_gpus", engines * tp)
+    elif colocate and engines and engines * tp != gpus:
+        raise FrameworkConfigError(get.name("vllm.num_engines"), engines, f"num_engines x tensor_parallel_size = "
+                                   f"the actor's GPUs ({gpus}) with colocate_all (train_ppo_ray.py asserts it)")
+    imp.set("rollout.gpu_memory_utilization", get.fraction("vllm.gpu_memory_utilization", 0.95))
     imp.set("rollout.sleep_level", 1 if get("vllm.enable_sleep") is True and colocate else 0)
     if get("vllm.enforce_eager") is True:
         imp.set("rollout.cuda_graphs", False)

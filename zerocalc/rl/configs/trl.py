@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from ...frameworks.accelerate.document import load_yaml
 from ...frameworks.common import FrameworkConfigError, parse_json
-from .common import ImportedRL, KeyReader, flag, fraction, model_flags, positive_int
+from .common import ImportedRL, KeyReader, model_flags
 
 PER_DEVICE_DEFAULT = 8           # transformers TrainingArguments.per_device_train_batch_size
 PROMPT_DEFAULT = 512             # a prompt length to plan with when the config names none (GRPOConfig has none now)
@@ -41,28 +41,27 @@ def read_trl(source, processes: int = 1) -> ImportedRL:
     path = get("model_name_or_path")
     if path is not None:
         model_flags(imp, "model_name_or_path", path)
-    generations = positive_int("num_generations", get("num_generations", 8))
+    generations = get.count("num_generations", 8)
     imp.set("group_size", generations)
-    imp.set("response_length", positive_int("max_completion_length", get("max_completion_length", 512)))
-    prompt = get("max_prompt_length")
-    imp.set("prompt_length", PROMPT_DEFAULT if prompt is None else positive_int("max_prompt_length", prompt))
+    imp.set("response_length", get.count("max_completion_length", 512))
+    prompt = get.count("max_prompt_length")
+    imp.set("prompt_length", PROMPT_DEFAULT if prompt is None else prompt)
     if prompt is None:
         imp.notes.append(f"no max_prompt_length: prompts of {PROMPT_DEFAULT} tokens planned (--prompt-length)")
-    per_device = positive_int("per_device_train_batch_size", get("per_device_train_batch_size", PER_DEVICE_DEFAULT))
+    per_device = get.count("per_device_train_batch_size", PER_DEVICE_DEFAULT)
     imp.policy["--micro-batch"] = str(per_device)
-    accumulation = positive_int("gradient_accumulation_steps", get("gradient_accumulation_steps", 1))
-    steps = get("steps_per_generation")
-    batch = get("generation_batch_size")
+    accumulation = get.count("gradient_accumulation_steps", 1)
+    steps = get.count("steps_per_generation")
+    batch = get.count("generation_batch_size")
     if batch is not None:
-        steps = positive_int("generation_batch_size", batch) // (per_device * processes) or 1
-    steps = accumulation if steps is None else positive_int("steps_per_generation", steps)
+        steps = batch // (per_device * processes) or 1
+    steps = accumulation if steps is None else steps
     batch = per_device * processes * steps if batch is None else batch
     imp.set("prompts_per_step", max(1, batch // generations))
     imp.policy["--micro-batches"] = str(accumulation)
     # one optimizer step: per_device_train_batch_size x processes x gradient_accumulation_steps completions
     imp.set("mini_batch", max(1, per_device * processes * accumulation // generations))
-    imp.policy["--recompute"] = "full" if flag("gradient_checkpointing", get("gradient_checkpointing", True)) \
-        else "none"
+    imp.policy["--recompute"] = "full" if get.flag("gradient_checkpointing", True) else "none"
     kwargs = get("model_init_kwargs") or {}
     dtype = get("torch_dtype") or (kwargs.get("torch_dtype") if isinstance(kwargs, dict) else None)
     imp.policy["--convention"] = "pure-bf16" if dtype in ("bfloat16", "bf16") else "fsdp2"
@@ -73,9 +72,7 @@ def read_trl(source, processes: int = 1) -> ImportedRL:
         imp.notes.append("use_vllm is false: TRL generates with transformers in the training process; planned "
                          "with a colocated vLLM engine instead (set use_vllm: true, or read the engine rows as "
                          "approximate)")
-    mode = get("vllm_mode", "colocate")
-    if mode not in ("colocate", "server"):
-        raise FrameworkConfigError("vllm_mode", mode, "colocate or server")
+    mode = get.one_of("vllm_mode", "colocate", ("colocate", "server"), what="colocate or server")
     imp.set("placement", "colocated" if mode == "colocate" else "split")
     if mode == "server":
         imp.notes.append("vllm_mode server: the engine runs on GPUs of its own; give them with --rollout-gpus")
@@ -86,24 +83,23 @@ def read_trl(source, processes: int = 1) -> ImportedRL:
         imp.notes.append(f"vllm_device {items['vllm_device']} (TRL 0.14-0.15): vLLM on one GPU of its own beside the "
                          "training processes; --gpus counts the training GPUs")
     imp.notes.append("the ZeRO / FSDP stage comes from accelerate's config, not this file: give --stage (default 3)")
-    tp = positive_int("vllm_tensor_parallel_size", get("vllm_tensor_parallel_size", 1))
+    tp = get.count("vllm_tensor_parallel_size", 1)
     imp.set("rollout.tp", tp)
-    imp.set("rollout.gpu_memory_utilization", fraction("vllm_gpu_memory_utilization",
-                                                       get("vllm_gpu_memory_utilization", 0.3)))
-    imp.set("rollout.sleep_level", 2 if flag("vllm_enable_sleep_mode", get("vllm_enable_sleep_mode", False)) else 0)
+    imp.set("rollout.gpu_memory_utilization", get.fraction("vllm_gpu_memory_utilization", 0.3))
+    imp.set("rollout.sleep_level", 2 if get.flag("vllm_enable_sleep_mode", False) else 0)
     imp.set("rollout.max_num_seqs", per_device * tp * steps)
     for key in ("vllm_max_model_length", "vllm_max_model_len"):
-        if get(key) is not None:
-            imp.set("rollout.max_model_len", positive_int(key, items[key]))
-    beta = get("beta", 0.0)
+        if (value := get.count(key)) is not None:
+            imp.set("rollout.max_model_len", value)
+    beta = get.number("beta", 0.0, 0.0, 1e6)             # the KL coefficient: a reference exists when above 0
     peft = get("use_peft", False) is True
     if peft:
         imp.policy["--finetune"] = "lora"
-        imp.policy["--lora-rank"] = str(positive_int("lora_r", get("lora_r", 16)))
+        imp.policy["--lora-rank"] = str(get.count("lora_r", 16))
         targets = get("lora_target_modules")
         if targets == "all-linear" or targets == ["all-linear"]:
             imp.policy["--lora-targets"] = "all-linear"
-    if isinstance(beta, (int, float)) and not isinstance(beta, bool) and beta > 0:
+    if beta > 0:
         imp.set("reference", "same")
         imp.set("reference_shares_policy", peft)
     for key in items:

@@ -13,9 +13,8 @@ from __future__ import annotations
 import re
 
 from ...frameworks.accelerate.document import load_yaml
-from ...frameworks.common import FrameworkConfigError
-from .common import (ImportedRL, KeyReader, flag, flatten, fraction, is_key, model_flags, positive_int, preset_for,
-                     scalar, script_tokens)
+from ...frameworks.common import FrameworkConfigError, text
+from .common import GPU_LIMIT, ImportedRL, KeyReader, flatten, is_key, model_flags, preset_for, scalar, script_tokens
 
 ACTOR, ROLLOUT, REF = "actor_rollout_ref.actor.", "actor_rollout_ref.rollout.", "actor_rollout_ref.ref."
 CRITIC_FREE = ("grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk",
@@ -62,54 +61,56 @@ def read_verl(source) -> ImportedRL:
     get = KeyReader(items, imp)
     used = get.used
 
-    estimator = get("algorithm.adv_estimator", "gae")
+    estimator = get.one_of("algorithm.adv_estimator", "gae", ("gae",) + CRITIC_FREE,
+                           what="an estimator of verl 0.9.1: gae, " + ", ".join(CRITIC_FREE))
     algorithm = "ppo" if estimator == "gae" else "grpo"
-    if estimator not in ("gae",) + CRITIC_FREE:
-        raise FrameworkConfigError("algorithm.adv_estimator", estimator, "an estimator of verl 0.9.1: gae, "
-                                   + ", ".join(CRITIC_FREE))
     if estimator not in ("gae", "grpo"):
         imp.notes.append(f"adv_estimator {estimator}: critic-free like GRPO, planned as GRPO (same models)")
     imp.set("algorithm", algorithm)
     imp.set("framework", "verl")
     for key, setting in (("data.max_prompt_length", "prompt_length"), ("data.max_response_length", "response_length"),
                          ("data.train_batch_size", "prompts_per_step"), (ROLLOUT + "n", "group_size")):
-        value = get(key)
+        value = get.count(key)
         if value is not None:
-            imp.set(setting, positive_int(key, value))
+            imp.set(setting, value)
     path = get("actor_rollout_ref.model.path")
     if path is not None:
         model_flags(imp, "actor_rollout_ref.model.path", path)
-    gpus = (get("trainer.n_gpus_per_node", 8) or 8) * (get("trainer.nnodes", 1) or 1)
+    # each checked before the product: text times a count is a string repeated (issue 38: 2 GB from 214 bytes)
+    gpus = get.count("trainer.n_gpus_per_node", 8, hi=GPU_LIMIT) * get.count("trainer.nnodes", 1, hi=GPU_LIMIT)
+    if gpus > GPU_LIMIT:
+        raise FrameworkConfigError("trainer.nnodes", items["trainer.nnodes"], f"at most {GPU_LIMIT:,} GPUs in all "
+                                   "(trainer.n_gpus_per_node x trainer.nnodes)")
     imp.policy["--gpus"] = str(gpus)
-    strategy = get(ACTOR + "strategy", "fsdp")
+    strategy = text(ACTOR + "strategy", get(ACTOR + "strategy", "fsdp"))
     imp.policy["--convention"] = "megatron" if strategy == "megatron" else "fsdp2"
     if strategy in ("fsdp", "fsdp2"):
         imp.set("fsdp_version", 1 if strategy == "fsdp" else 2)
     if strategy == "megatron":
         imp.notes.append("actor strategy megatron: give its tp / pp with --tp / --pp (verl's megatron keys are not "
                          "read)")
-    micro = get(ACTOR + "ppo_micro_batch_size_per_gpu")
+    micro = get.count(ACTOR + "ppo_micro_batch_size_per_gpu")
     if micro is not None:
-        imp.policy["--micro-batch"] = str(positive_int(ACTOR + "ppo_micro_batch_size_per_gpu", micro))
+        imp.policy["--micro-batch"] = str(micro)
     _batching(imp, get)
-    checkpointing = get("actor_rollout_ref.model.enable_gradient_checkpointing")
+    checkpointing = get.flag("actor_rollout_ref.model.enable_gradient_checkpointing")
     if checkpointing is not None:
-        imp.policy["--recompute"] = "full" if flag("enable_gradient_checkpointing", checkpointing) else "none"
+        imp.policy["--recompute"] = "full" if checkpointing else "none"
     for key, setting in ((ACTOR + "fsdp_config.param_offload", "policy_param_offload"),
                          (ACTOR + "fsdp_config.optimizer_offload", "policy_optimizer_offload")):
-        if get(key) is not None:
-            imp.set(setting, flag(key, items[key]))
-    lora = get("actor_rollout_ref.model.lora_rank", 0) or 0
+        if (value := get.flag(key)) is not None:
+            imp.set(setting, value)
+    lora = get.count("actor_rollout_ref.model.lora_rank", 0, lo=0)      # verl: 0 is no LoRA
     if lora:
-        imp.policy["--finetune"], imp.policy["--lora-rank"] = "lora", str(positive_int("lora_rank", lora))
+        imp.policy["--finetune"], imp.policy["--lora-rank"] = "lora", str(lora)
         if get("actor_rollout_ref.model.target_modules") == "all-linear":
             imp.policy["--lora-targets"] = "all-linear"
     if get(ACTOR + "use_kl_loss") is True or get("algorithm.use_kl_in_reward") is True:
         imp.set("reference", "same")
         imp.set("reference_shares_policy", bool(lora))
-        offload = get(REF + "fsdp_config.param_offload")
+        offload = get.flag(REF + "fsdp_config.param_offload")
         if offload is not None:
-            imp.set("reference_offload", flag(REF + "fsdp_config.param_offload", offload))
+            imp.set("reference_offload", offload)
         if not lora:
             imp.notes.append("the reference's shards live in host memory whatever ref.fsdp_config.param_offload says: "
                              "verl 0.9.1 gives a forward-only engine CPUOffload(offload_params=True) "
@@ -120,8 +121,8 @@ def read_verl(source) -> ImportedRL:
         imp.set("critic", "same" if critic_path in (None, path) else (preset_for(critic_path) or "same"))
         for key, setting in (("critic.model.fsdp_config.param_offload", "critic_param_offload"),
                              ("critic.model.fsdp_config.optimizer_offload", "critic_optimizer_offload")):
-            if get(key) is not None:
-                imp.set(setting, flag(key, items[key]))
+            if (value := get.flag(key)) is not None:
+                imp.set(setting, value)
     if get("reward_model.enable") is True:
         rm = get("reward_model.model.path")
         imp.set("reward", preset_for(rm) or "same")
@@ -135,32 +136,29 @@ def read_verl(source) -> ImportedRL:
 def _batching(imp: ImportedRL, get) -> None:
     """Each pass's micro-batch and token budget, remove padding and the log-probability path (rl/batching.py,
     rl/logprobs.py), with verl 0.9.1's defaults (trainer/config/_generated_ppo_trainer.yaml)."""
-    mini = get(ACTOR + "ppo_mini_batch_size", 256)
-    imp.set("mini_batch", positive_int(ACTOR + "ppo_mini_batch_size", mini))
-    padding = get("actor_rollout_ref.model.use_remove_padding")
+    imp.set("mini_batch", get.count(ACTOR + "ppo_mini_batch_size", 256))
+    padding = get.flag("actor_rollout_ref.model.use_remove_padding")
     if padding is not None:
-        imp.set("packing", flag("actor_rollout_ref.model.use_remove_padding", padding))
+        imp.set("packing", padding)
     dynamic = get(ACTOR + "use_dynamic_bsz", False) is True
-    budget = positive_int(ACTOR + "ppo_max_token_len_per_gpu", get(ACTOR + "ppo_max_token_len_per_gpu", 16384))
+    budget = get.count(ACTOR + "ppo_max_token_len_per_gpu", 16384)
     if dynamic:
         imp.set("max_tokens", budget)
     for prefix, micro_key, budget_key in ((ROLLOUT, "logprob_micro_batch", "logprob_max_tokens"),
                                           (REF, "reference_micro_batch", "reference_max_tokens")):
-        micro = get(prefix + "log_prob_micro_batch_size_per_gpu")
+        micro = get.count(prefix + "log_prob_micro_batch_size_per_gpu")
         if micro is not None:
-            imp.set(micro_key, positive_int(prefix + "log_prob_micro_batch_size_per_gpu", micro))
+            imp.set(micro_key, micro)
         if get(prefix + "log_prob_use_dynamic_bsz", dynamic) is True:
-            imp.set(budget_key, positive_int(prefix + "log_prob_max_token_len_per_gpu",
-                                             get(prefix + "log_prob_max_token_len_per_gpu", budget)))
+            imp.set(budget_key, get.count(prefix + "log_prob_max_token_len_per_gpu", budget))
     for key, setting in (("critic.ppo_micro_batch_size_per_gpu", "critic_update_micro_batch"),
                          ("critic.forward_micro_batch_size_per_gpu", "critic_micro_batch")):
-        if get(key) is not None:
-            imp.set(setting, positive_int(key, get(key)))
+        if (value := get.count(key)) is not None:
+            imp.set(setting, value)
     if get("critic.use_dynamic_bsz", dynamic) is True:
-        critic = positive_int("critic.ppo_max_token_len_per_gpu", get("critic.ppo_max_token_len_per_gpu", 32768))
+        critic = get.count("critic.ppo_max_token_len_per_gpu", 32768)
         imp.set("critic_update_max_tokens", critic)
-        imp.set("critic_max_tokens", positive_int("critic.forward_max_token_len_per_gpu",
-                                                  get("critic.forward_max_token_len_per_gpu", critic)))
+        imp.set("critic_max_tokens", get.count("critic.forward_max_token_len_per_gpu", critic))
     path = "verl"
     if get(ACTOR + "entropy_from_logits_with_chunking") is True:
         path = "verl-chunked-entropy"
@@ -168,8 +166,8 @@ def _batching(imp: ImportedRL, get) -> None:
         path = "verl-eager-entropy"
     if path != "verl":
         imp.set("logprobs", path)
-    coeff = get(ACTOR + "entropy_coeff")
-    if isinstance(coeff, (int, float)) and not isinstance(coeff, bool) and coeff != 0:
+    coeff = get.number(ACTOR + "entropy_coeff", None, -1e6, 1e6)
+    if coeff:
         imp.notes.append(f"entropy_coeff {coeff}: the update computes the entropy with gradients too (flash-attn's "
                          "cross entropy without its in-place backward): not modelled, the update is counted without it")
     if get("actor_rollout_ref.model.use_fused_kernels") is True:
@@ -178,24 +176,21 @@ def _batching(imp: ImportedRL, get) -> None:
 
 
 def _rollout(imp: ImportedRL, get) -> None:
-    name = get(ROLLOUT + "name")
+    name = get.one_of(ROLLOUT + "name", None, ("vllm", "sglang"),
+                      what="vllm or sglang (the engines zerocalc accounts for)")
     if name is not None:
-        if name not in ("vllm", "sglang"):
-            raise FrameworkConfigError(ROLLOUT + "name", name, "vllm or sglang (the engines zerocalc accounts for)")
         imp.set("rollout.engine", name)
     for key, field in ROLLOUT_KEYS.items():
-        value = get(ROLLOUT + key)
+        value = get.fraction(ROLLOUT + key) if field == "gpu_memory_utilization" else get.count(ROLLOUT + key)
         if value is not None:
-            imp.set("rollout." + field, fraction(ROLLOUT + key, value) if field == "gpu_memory_utilization"
-                    else positive_int(ROLLOUT + key, value))
-    if get(ROLLOUT + "enforce_eager") is not None:
-        imp.set("rollout.cuda_graphs", not flag(ROLLOUT + "enforce_eager", get(ROLLOUT + "enforce_eager")))
+            imp.set("rollout." + field, value)
+    eager = get.flag(ROLLOUT + "enforce_eager")
+    if eager is not None:
+        imp.set("rollout.cuda_graphs", not eager)
     if get(ROLLOUT + "free_cache_engine") is False:
         imp.set("rollout.sleep_level", 0)
-    dtype = get(ROLLOUT + "dtype")
+    dtype = get.one_of(ROLLOUT + "dtype", None, tuple(DTYPES), what=", ".join(DTYPES))
     if dtype is not None:
-        if dtype not in DTYPES:
-            raise FrameworkConfigError(ROLLOUT + "dtype", dtype, ", ".join(DTYPES))
         imp.set("rollout.dtype", DTYPES[dtype])
 
 
