@@ -134,10 +134,16 @@ def scalar(text: str):
         return t
 
 
+MAX_SCRIPT_CHARS = 131_072
+
+
 def script_tokens(source, what: str) -> list:
     """A run script's words after its line continuations and comments go (shlex, POSIX rules); the launcher
     words before the first flag or override are dropped by the caller."""
     text = decode_text(source, what)
+    if len(text) > MAX_SCRIPT_CHARS:     # shlex grows each word one character at a time: quadratic in a long word
+        raise FrameworkConfigError("config", f"{len(text):,} characters", f"a {what} of at most "
+                                   f"{MAX_SCRIPT_CHARS:,} characters (verl's and OpenRLHF's example scripts are 2-6 KB)")
     lines = []
     for line in text.splitlines():
         stripped = line.strip()
