@@ -182,3 +182,26 @@ def test_an_out_of_memory_pasted_on_the_plan_turns_its_card_red_and_the_sets_kee
     assert any("taken on another plan" in c.value for c in at.caption)
     at.button(key="calib_attach").click().run()            # unless the user says the paste is from this one
     assert not any("for another plan" in c.value for c in at.caption)
+
+
+def test_calibrate_compares_with_the_checked_stage_and_follows_it():
+    """Issue 33: after a paste compared at ZeRO-2, checking ZeRO-3 and pasting a ZeRO-3 run's out-of-memory left the
+    ZeRO-3 card green, because "Compare with" kept its own stage. Now it is the checked stage, both ways."""
+    from tests.app_helpers import verdict_cards
+    from tests.test_calibrate_verdict import oom
+
+    query = {"model": "llama-3-8b", "workers": "8", "seq_len": "4096", "stage": "2"}
+    at = run_app(query, tab="Calibrate")
+    assert at.radio(key="calib_stage").value == 2
+    at.radio(key="calib_stage").set_value(3).run()                       # choosing it here checks it
+    assert at.button_group(key="stage").value == 3 and "stage" not in dict(at.query_params)     # 3: the default
+    at.button_group(key="stage").set_value(1).run()                      # and checking it there moves it here
+    assert at.radio(key="calib_stage").value == 1
+    at.button_group(key="stage").set_value(3).run()
+    report = core_report({**query, "stage": "3"})
+    peak = report["peak"][3]
+    parts = peak["phases"][peak["peak_phase"]]
+    tensors = sum(v for k, v in parts.items() if k not in ("allocator reserve", "CUDA context"))
+    paste(at, oom(allocated=tensors / 2**30, request=4.0, unallocated=1.0))
+    card = next(c for c in verdict_cards(at) if c[0] == 3)
+    assert card[1] is False and "(measured)" in card[2]

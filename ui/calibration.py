@@ -72,6 +72,10 @@ def remember(state: dict, stage: int, measurement: dict, text: str, attach: bool
         st.rerun()
 
 
+def _check_stage() -> None:
+    set_fields({"stage": st.session_state["calib_stage"]})
+
+
 def _attach() -> None:
     st.session_state["calib_attach_now"] = True
 
@@ -157,10 +161,11 @@ def panel(resolved, unit: str) -> None:
                         placeholder="max_memory_allocated: 61290913792\nmax_memory_reserved: 66 GiB",
                         help="Read as text, never executed. At most 1,000,000 characters.")
     left, right = st.columns(2)
-    if "calib_stage" not in st.session_state:
-        st.session_state["calib_stage"] = resolved.state["stage"]
-    stage = left.radio("Compare with", range(4), key="calib_stage", horizontal=True,
-                       format_func=STAGE_LABELS.__getitem__, help="The ZeRO stage the run used.")
+    st.session_state["calib_stage"] = resolved.state["stage"]       # one stage: the one being checked (issue 33)
+    stage = left.radio("Compare with (the ZeRO stage to check)", range(4), key="calib_stage", horizontal=True,
+                       format_func=STAGE_LABELS.__getitem__, on_change=_check_stage,
+                       help="The ZeRO stage the run used: choosing one here checks it in the sidebar too, so the "
+                            "verdict that follows the paste is the checked stage's.")
     gb = right.radio("\"GB\" in plain labelled numbers means", ("decimal", "binary"), key="calib_gb",
                      horizontal=True, format_func={"decimal": "10^9 bytes", "binary": "2^30 bytes (GiB)"}.get,
                      help="Many scripts divide by 1024**3 and print GB; the other formats say what they mean.")
