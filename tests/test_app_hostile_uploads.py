@@ -50,8 +50,8 @@ def test_every_hostile_file_ends_in_a_message(label, name, section):
         assert not any("Traceback" in a for a in said), kind
 
 
-@pytest.mark.parametrize("kind, said", [("verl float GPUs", "GPUs: got 8.5 (a decimal number, not a whole number)"),
-                                        ("OpenRLHF --zero_stage 2.0", "ZeRO stage: got 2.0 (a decimal number")])
+@pytest.mark.parametrize("kind, said", [("verl float GPUs", "trainer.n_gpus_per_node: got the number 8.5"),
+                                        ("OpenRLHF --zero_stage 2.0", "zero_stage: got the number 2.0")])
 def test_a_decimal_count_in_an_rl_file_is_refused_by_name(kind, said):
     at = run_app({"model": "llama-3-8b"}, sections=["sec_rl"])
     uploader(at, "verl / TRL / OpenRLHF config").upload("run.sh", HOSTILE[kind], "application/octet-stream")

@@ -254,6 +254,23 @@ def framework_fields(imported, applied, state: dict) -> dict:
     return out
 
 
+# What an import keeps from the page where the file does not say it (issue 33): the model it is loaded for (unless
+# the file names one), the GPU and GPU count it runs on, the data it trains on, and the display. Everything else
+# starts at its default, so nothing of an earlier plan or import leaks into the file's job.
+KEPT_BY_IMPORT = ("model", "gpu", "gpu_memory", "workers", "seq_len", "micro_batch", "units", "breakdown")
+
+
+def import_base(state: dict, model: str) -> tuple:
+    """(the plan an import starts from, the fields kept from the page): every field at its default for the model
+    (the file's preset, else the page's), but KEPT_BY_IMPORT and, for the page's own model, its architecture."""
+    from .state import from_query
+    model = model or state["model"]
+    base = from_query({"model": model})[0]
+    kept = [k for k in KEPT_BY_IMPORT if k != "model" or model == state["model"]]
+    kept += list(ARCH_FIELDS) if model == state["model"] else []
+    return {**base, **{k: state[k] for k in kept}}, [k for k in kept if k not in ARCH_FIELDS]
+
+
 def on_framework_upload() -> None:
     from zerocalc.cli.frameworks import apply_import, context_for
     from zerocalc.frameworks import FrameworkConfigError, guess_format, import_config
@@ -265,8 +282,10 @@ def on_framework_upload() -> None:
     name = plain.file_name(upload.name)         # the stage table and its CSV show it too: marked once, here
     fmt = guess_format(upload.name) or "deepspeed"
     state = read_state()
-    before = resolve(state)
     try:
+        model = worker.call("import", import_config, fmt, upload.getvalue(), None).model   # the file's own model
+        base, kept = import_base(state, model)
+        before = resolve(base)
         arch = architecture(before.state) if before.state["model"] != PARAMS_ONLY else None
         lay = {f.name: getattr(before.workload.layout, f.name) for f in dc_fields(before.workload.layout)} \
             if before.workload is not None else {}
@@ -293,11 +312,22 @@ def on_framework_upload() -> None:
                       f"{shown_model()}.")
         clear_upload("framework_upload")
         return
-    set_fields(values)
+    plan = {**before.state, **values}
+    reset = [k for k in plan if k not in values and plan[k] != state.get(k)]
+    set_fields({k: v for k, v in plan.items() if v != state.get(k)})
+    if plan["model"] != state["model"]:
+        st.session_state.pop(DENSE_IDS, None)
     st.session_state["framework_import"] = {"name": name, "format": fmt, "stage": imported.selected_stage}
     stage = "" if imported.selected_stage is None else f" ZeRO-{imported.selected_stage} selected;"
     changed = ", ".join(f"{k} = {v}" for k, v in values.items() if k != "stage")
     details = [f"Set: {changed or 'nothing beyond the stage'}."]
+    if model:
+        details.append(f"Model: {model}, the preset the file's model names.")
+    details.append("Kept from the page (the file does not say them): " + (", ".join(
+        f"{k} = {format_value(FIELD[k], before.state[k])}" for k in kept if k not in values) or "nothing") + ".")
+    if reset:
+        details.append("Back at their defaults (a file describes a whole job; nothing of the page's earlier plan "
+                       "or import stays): " + ", ".join(reset[:20]) + (" ..." if len(reset) > 20 else "") + ".")
     details += [f"\"auto\" {a['key']} = {a['value']}: {a['how']}" for a in imported.auto_keys]
     details += [f"Ignored {i['key']}: {i['reason']}" for i in imported.ignored_keys]
     if imported.ignored_more:
@@ -326,7 +356,8 @@ def loaders(box) -> None:
                       on_change=on_framework_upload,
                       help="Read as data, never executed: sets the stage, precision, offload, buckets, batch and "
                            "parallel degrees the file states (\"auto\" resolved as the Hugging Face integration "
-                           "does). The model stays as chosen.")
+                           "does); everything it does not say starts at its default, except the model (unless the "
+                           "file names one), the GPU and its count, the sequence and micro-batch.")
 
 
 # --- export ---------------------------------------------------------------------------------------------------

@@ -200,11 +200,12 @@ class ImportedConfig:
     notes: list
     sources: dict
     ignored_more: int = 0
+    model: str = ""          # the zerocalc preset the file names (a torchtitan flavor), "" when it names none
 
     def to_dict(self) -> dict:
         """The JSON form: selected_stage, the filled fields, and imported{format, auto_keys, ignored_keys, notes}."""
         return {
-            "selected_stage": self.selected_stage,
+            "selected_stage": self.selected_stage, "model": self.model or None,
             "scenario": dict(self.scenario), "workload": dict(self.workload), "layout": dict(self.layout),
             "imported": {"format": self.format, "auto_keys": [dict(a) for a in self.auto_keys],
                          "ignored_keys": [dict(i) for i in self.ignored_keys], "ignored_more": self.ignored_more,
@@ -223,6 +224,7 @@ class Builder:
         self.auto, self.ignored, self.notes, self.sources = [], [], [], {}
         self.ignored_names, self.ignored_more = set(), 0     # a set: a file of 100,000 keys costs linear time
         self.noted = set()
+        self.model = ""
 
     def set(self, part: str, name: str, value, source: str) -> None:
         self.parts[part][name] = value
@@ -258,7 +260,7 @@ class Builder:
                                        f"a divisor of the data-parallel size ({workers}) the file gives")
         return ImportedConfig(self.fmt, dict(self.parts["scenario"]), dict(self.parts["workload"]),
                               dict(self.parts["layout"]), self.stage, list(self.auto), list(self.ignored),
-                              list(self.notes), dict(self.sources), self.ignored_more)
+                              list(self.notes), dict(self.sources), self.ignored_more, self.model)
 
 
 class Doc:

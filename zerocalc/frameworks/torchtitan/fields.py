@@ -39,3 +39,9 @@ LIMIT = 10**6
 MUON_NOTE = ("optimizer.name = 'Muon': torchtitan at this commit builds Adam and AdamW only (optimizer_classes); a "
              "build that adds Muon is read as torch.optim.Muon on Moonlight's set (2-D and up, not embeddings or "
              "head) with AdamW on the rest, each matrix orthogonalised whole (gathered from its FSDP and TP shards).")
+# (model.name, model.flavor) -> the zerocalc preset with the same shapes (torchtitan's models/*/__init__.py flavor
+# tables: llama3 8B / 70B / 405B are Llama 3.1's; qwen3's flavors are the Qwen3 releases; deepseek_v3 671B is V3's)
+FLAVORS = {("llama3", "8B"): "llama-3.1-8b", ("llama3", "70B"): "llama-3.1-70b", ("llama3", "405B"): "llama-3.1-405b",
+           ("qwen3", "0.6B"): "qwen3-0.6b", ("qwen3", "4B"): "qwen3-4b", ("qwen3", "8B"): "qwen3-8b",
+           ("qwen3", "14B"): "qwen3-14b", ("qwen3", "32B"): "qwen3-32b", ("qwen3", "30B-A3B"): "qwen3-30b-a3b",
+           ("qwen3", "235B-A22B"): "qwen3-235b-a22b", ("deepseek_v3", "671B"): "deepseek-v3"}

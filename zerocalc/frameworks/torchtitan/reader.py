@@ -23,7 +23,7 @@ from ...values import Given
 from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, count, decode_text, line_col,
                       long_integer_refusal, one_of)
 from .recipe import read_compile, read_float8, read_optimizer_impl
-from .fields import DTYPES, FIELDS, LIMIT, MUON_NOTE, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
+from .fields import DTYPES, FIELDS, FLAVORS, LIMIT, MUON_NOTE, SCHEDULES, SECTIONS, SINGLE_STAGE, SRC
 from .legacy import LegacyReader
 
 
@@ -437,7 +437,10 @@ class _Reader(LegacyReader):
     def model_notes(self):
         name = self.get("model", "name", "llama3")
         flavor = self.get("model", "flavor", "debugmodel")
-        self.b.note(f"The model is torchtitan's {name} {flavor}: choose the matching zerocalc model.")
+        preset = FLAVORS.get((str(name), str(flavor)), "")
+        self.b.model = preset
+        self.b.note(f"The model is torchtitan's {name} {flavor}: " + (f"zerocalc's {preset} preset (the same shapes)."
+                    if preset else "no zerocalc preset has its shapes: choose or describe the model."))
         converters = self.get("model", "converters", [])
         rest = read_float8(self, converters) if isinstance(converters, list) else converters
         if rest:
