@@ -79,7 +79,9 @@ def test_the_cli_json_its_text_and_the_page_cards_give_one_verdict(plan):
     assert ["yes" in r for r in rows[:4]] == cli
     query = {k: v for k, v in plan.items() if v not in ("0", "none")}
     cards = verdict_cards(run_app(query))
-    assert [fits for _, fits, _ in cards] == cli, (plan, cards)
+    assert cards and all(fits == cli[stage] for stage, fits, _ in cards), (plan, cards)
+    assert len(cards) == (1 if len({(p["peak_bytes"], v["answer"]) for p, v in zip(report["peak"],
+                                                                                  report["verdicts"])}) == 1 else 4)
 
 
 def test_host_memory_is_counted_whole_as_deepspeed_counts_it():

@@ -85,8 +85,15 @@ def header_html(report: dict, state: dict, model_name: str) -> str:
     recipe = f" · recipe: {report['recipe']}" if report.get("recipe") else ""       # none with parameters only
     training = finetune.summary(report)
     training = f" · {training}; the ledger applies to what trains" if training else ""
-    line = (f"{model_name} · {params}{training} · {report['workers']:,} data-parallel workers · shard group "
-            f"{report['shard_group']:,}{world}{recipe} · {ledger_caption(report, state)}. Sizes in "
+    sc = report["scenario"]
+    offloaded = [what for what, where in (("optimizer state", sc["offload_optimizer"]),
+                                          ("parameters", sc["offload_params"])) if where != "none"]
+    where = {"cpu": "CPU", "nvme": "NVMe"}.get(sc["offload_optimizer"] if sc["offload_optimizer"] != "none"
+                                              else sc["offload_params"], "")
+    offload = f" · offload: {' and '.join(offloaded)} to the {where}" if offloaded else ""
+    workers = f"{report['workers']:,} data-parallel worker{'s' if report['workers'] != 1 else ''}"
+    line = (f"{model_name} · {params}{training} · {workers} · shard group "
+            f"{report['shard_group']:,}{world}{offload}{recipe} · {ledger_caption(report, state)}. Sizes in "
             f"{UNIT_WORDS[state['units']]}; units and bars under Display).")
     return (f'{PAGE_CSS}<div class="zc-head" data-testid="zc-header"><h4>zerocalc · does it fit?</h4>'
             f'<p>{html.escape(line)}</p></div>')
@@ -282,8 +289,13 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
     # The whole answer is one HTML block: the sentence, then a card per stage ending with its model-state subtotal
     # on the GPU (parameters + gradients + optimizer state the peak holds; offloaded state is host memory), not a
     # markdown, a caption and a metric per stage.
+    shown = list(zip(peaks, verdicts))
+    if len({(p["peak_bytes"], v["answer"]) for p, v in shown}) == 1 and stage not in on:   # nothing to shard
+        shown = [shown[stage]]
+        sentence += ('<p class="zc-answer">One data-parallel worker: nothing is sharded, so every ZeRO stage holds '
+                     'the same bytes (one card).</p>')
     cards = "".join(_card(p, unit, p["stage"] == stage, v, bands.get(p["stage"]), peak_states(p),
-                          on.get(p["stage"])) for p, v in zip(peaks, verdicts))
+                          on.get(p["stage"])) for p, v in shown)
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{cards}</div>'
 
 
