@@ -186,3 +186,29 @@ def test_the_page_field_and_link_key_give_the_plan_its_versions():
     assert S.finetune(default).versions == () and "transformers_version" not in S.to_query(default)
     _, refused = S.from_query({"transformers_version": "4.44"})
     assert refused and "transformers_version" in refused[0]
+
+
+def test_experts_as_linears_against_transformers_4_45_2_and_peft_0_13_2_on_the_cpu():
+    """What transformers 4.45.2's bitsandbytes integration replaces with Linear4bit, and what peft 0.13.2 trains
+    (tests/measure/experts_v4.py), against the inventory at transformers=4.45, element for element."""
+    if not os.path.exists(OLD_PYTHON):
+        pytest.skip(f"no interpreter with transformers 4.45.2 at {OLD_PYTHON} (ZEROCALC_OLD_TRANSFORMERS_PYTHON)")
+    from zerocalc.model.hf_config import architecture_from_config
+    from tests.measure.experts_v4 import CONFIGS
+
+    out = subprocess.run([OLD_PYTHON, "-m", "tests.measure.experts_v4"], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (got["transformers"], got["peft"]) == ("4.45.2", "0.13.2")
+    v4 = parse("transformers=4.45.2")
+    for family, config in CONFIGS.items():
+        arch = architecture_from_config(dict(config))
+
+        def total(rows, keep):       # every block is a MoE block here: the dense-MLP rows hold none
+            return sum(t.elements * arch.layers for t in rows if t.place == "layer" and t.kind != "dense" and keep(t))
+        q = inventory(arch, FineTune(mode="qlora", versions=v4), "bf16")
+        assert total(q, lambda t: t.storage == "nf4") == sum(got[family]["quantized"].values()), family
+        for targets, key in ((("all-linear",), "all-linear"), (("down",), "down")):
+            rows = inventory(arch, FineTune(mode="lora", lora_targets=targets, versions=v4), "bf16")
+            assert total(rows, lambda t: t.role == "adapter") == sum(got[family][key].values()), (family, key)
+    assert got["mixtral"]["down"] == {}          # w1 / w2 / w3: no named target reaches Mixtral's experts

@@ -51,7 +51,8 @@ ROWS = (
                "transformers 4.45.2 models/mixtral/modeling_mixtral.py MixtralBlockSparseTop2MLP, "
                "models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock (nn.ModuleList of MLPs); "
                "5.x fused experts (bitsandbytes PR #1965: fused experts stay full precision)",
-               "the code; the inventory in tests/test_versions.py"),
+               "CPU: transformers 4.45.2 + peft 0.13.2 (tests/measure/experts_v4.py): the linears bitsandbytes "
+               "replaces and peft's adapters, element for element, tiny Mixtral and Qwen2-MoE"),
     VersionRow("4-bit linear input saved", "bitsandbytes", "0.43.2",
                "MatMul4Bit kept every 4-bit linear's input for backward (ctx.tensors = (A, B)) though a frozen "
                "weight needs no weight gradient",
