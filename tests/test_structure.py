@@ -15,7 +15,8 @@ CORE = ROOT / "zerocalc"
 
 # Bottom to top; packages on one line are peers of the same layer.
 LAYERS = (
-    ("zerocalc.tables", "zerocalc.gpus", "zerocalc.units", "zerocalc.scenario", "zerocalc.layout", "zerocalc.values"),
+    ("zerocalc.tables", "zerocalc.gpus", "zerocalc.units", "zerocalc.scenario", "zerocalc.layout", "zerocalc.values",
+     "zerocalc.versions"),         # library versions as rows (issue 31)
     ("zerocalc.defaults",),        # the defaults policy the CLI, the page and the importers apply
     ("zerocalc.model",),
     ("zerocalc.states",),

@@ -42,6 +42,7 @@ LABELS = {
     "measured_extra_bytes": "Measured beyond the estimate (bytes)",
     "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
     "model_loading": "Model loading at start-up",
+    "transformers_version": "transformers release", "bitsandbytes_version": "bitsandbytes release",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
     "grad_lifetime": "Gradients live",
@@ -161,6 +162,12 @@ HELP = {
                      "Megatron, else every process's own fp32 copy (the safe side; transformers 5 loads a bf16 "
                      "checkpoint in 16 bits: every-rank-16bit). rank0: one process per node loads and broadcasts "
                      "(FSDP sync_module_states, accelerate's cpu_ram_efficient_loading).",
+    "transformers_version": "The transformers release the run used: before 4.49 the loss copies the shifted fp32 "
+                            "logits, before 4.46 the model upcasts them itself, before 5 mixture-of-experts blocks "
+                            "hold one nn.Linear per expert (QLoRA quantizes them, all-linear LoRA targets them). "
+                            "One release stands for each range (docs/peak-memory.md).",
+    "bitsandbytes_version": "The bitsandbytes release the run used: before 0.43.2 every 4-bit linear kept its input "
+                            "for backward (PR #1270); named in the report, not counted.",
     "host_memory_bytes": "One node's RAM the offloads may use (2T = 2 x 10^12 bytes; a DGX H100 has 2 TiB): the "
                          "offloaded optimizer state and parameters and the offloaded activations of the node's GPUs "
                          "are checked against it.",

@@ -22,7 +22,7 @@ from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPE
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from .state_stages import STAGE_NAMES, parse_ints, stage_fields, stage_layout
-from .state_step import step_fields, step_workload
+from .state_step import step_fields, step_versions, step_workload
 from .state_optimizer import OPTIMIZER_OPTION_FIELDS, optimizer_fields
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
@@ -383,7 +383,7 @@ def finetune(state: dict) -> FineTune:
         modules_to_save=tuple(state["modules_to_save"]), train_last_layers=state["train_last_layers"],
         train_modules=tuple(state["train_modules"]), base_dtype=_auto(state["base_dtype"]),
         quant_type=state["quant_type"], quant_block_size=int(state["quant_block_size"]),
-        double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"])
+        double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"], versions=step_versions(state))
 
 
 def _auto(value):

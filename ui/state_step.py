@@ -15,6 +15,7 @@ from zerocalc.step.megatron_recompute import DEFAULT_MODULES, FULL_METHODS, RECO
 from zerocalc.step.op_checkpoint import OP_POLICIES, USER_POLICY_OPS, USER_POLICY_PREFIX
 from zerocalc.step.workload import RESHARD_CHOICES, WORKLOAD_LIMITS
 from zerocalc.tables import DTYPE_BITS
+from zerocalc.versions import PAGE_RELEASES, parse as parse_versions, text as versions_text
 
 OWN_POLICY = "own"      # the op kinds ticked in op_saves (a "save:" policy)
 
@@ -45,7 +46,14 @@ def step_fields(field) -> tuple:
             # Calibrate's Set: live tensors a measurement showed beyond the estimate (issue 22)
             field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]),
             field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]),
-            field("model_loading", "choice", "auto", LOADING_CHOICES))
+            field("model_loading", "choice", "auto", LOADING_CHOICES),
+            # the library releases the run used (zerocalc/versions.py): one field per library with rows
+            *(field(f"{lib}_version", "choice", releases[0], releases) for lib, releases in PAGE_RELEASES.items()))
+
+
+def step_versions(state: dict) -> tuple:
+    """FineTune.versions from the release fields (only those differing from the defaults)."""
+    return parse_versions(versions_text(tuple((lib, state[f"{lib}_version"]) for lib in PAGE_RELEASES)))
 
 
 def step_workload(state: dict) -> dict:

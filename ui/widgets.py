@@ -348,6 +348,9 @@ def _recipe(box) -> None:
     else:
         box.caption("The optimizer step in backward needs one micro-batch per step (torchtune refuses "
                     "gradient accumulation with it).")
+    widget("transformers_version", box)          # older releases keep other bytes (zerocalc/versions.py)
+    if current("finetune") == "qlora":
+        widget("bitsandbytes_version", box)
     if current("implementation") == "huggingface":
         widget("loss", box)
         if current("loss") in ("chunked", "torchtitan-chunked"):

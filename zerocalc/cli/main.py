@@ -22,6 +22,7 @@ from ..output.report import report_dict
 from ..output.text import render_text
 from ..parallel.ranks import report_for
 from ..scenario import FieldError, Scenario
+from ..versions import DEFAULTS as VERSION_DEFAULTS
 from ..states.deepspeed_estimator import deepspeed_view
 from ..step.activations import ATTENTION, IMPLEMENTATIONS
 from ..answers.sweep import AXES
@@ -45,7 +46,7 @@ from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_
 
 
 from .types import (UsageError, _capacity, _count, _dtype_or_none, _factor, _names, _Parser,  # noqa: F401
-                    _probability, _stage_layers, _targets)
+                    _probability, _stage_layers, _targets, _versions)
 
 
 SUBCOMMANDS = """Exact training memory per GPU: model states for ZeRO 0-3 / FSDP, and with a model the peak working set,
@@ -217,6 +218,10 @@ def _model_flags(p):
     ft.add_argument("--double-quant", choices=("yes", "no"), help="quantize the 4-bit scales too (default yes)")
     ft.add_argument("--kbit-prepare", choices=("yes", "no"), help="qlora: peft's prepare_model_for_kbit_training "
                                                                   "(fp32 non-quantized weights; default yes)")
+    ft.add_argument("--versions", type=_versions, metavar="LIB=VERSION,...",
+                    help="the library releases the run used, e.g. transformers=4.45,bitsandbytes=0.43.1 (default: "
+                         + ", ".join(f"{k} {v}" for k, v in VERSION_DEFAULTS.items())
+                         + "); older releases keep other bytes (docs/peak-memory.md)")
     m.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     m.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 

@@ -69,6 +69,15 @@ def _targets(text: str) -> tuple:
     raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(TARGETS)}, or all-linear")
 
 
+def _versions(text: str) -> tuple:
+    """--versions transformers=4.45,bitsandbytes=0.43.1: the library releases the run used (zerocalc/versions.py)."""
+    from ..versions import parse
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _names(allowed):
     def parse(text: str) -> tuple:
         items = tuple(t.strip() for t in text.split(",") if t.strip())

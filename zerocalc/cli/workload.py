@@ -34,7 +34,7 @@ FINETUNE_FLAGS = {"finetune": "mode", "lora_rank": "lora_rank", "lora_targets": 
                   "modules_to_save": "modules_to_save", "train_last_layers": "train_last_layers",
                   "train_modules": "train_modules", "base_dtype": "base_dtype", "quant_type": "quant_type",
                   "quant_block_size": "quant_block_size", "double_quant": "double_quant",
-                  "kbit_prepare": "kbit_prepare"}
+                  "kbit_prepare": "kbit_prepare", "versions": "versions"}
 
 
 class ModelFlagError(ValueError):

@@ -17,6 +17,8 @@ peft 0.21.2 and bitsandbytes 0.50.2 (tests/measure/peft_lora.py, quantized_stora
 Under tensor parallelism an adapter follows its base: on a column-parallel linear lora_A is replicated and lora_B
 split with the output; on a row-parallel one lora_A is split with the input and lora_B replicated (NeMo's
 ParallelLinearAdapter). Experts and routers are not targeted (they are not nn.Linear modules in transformers 5).
+Older releases differ (zerocalc/versions.py, FineTune.versions): under transformers < 5 each routed expert is an
+nn.Linear per expert, so QLoRA quantizes the experts and the router, and LoRA targets them (_linear_experts).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Dict, Optional, Tuple
 
 from ..scenario import FieldError, require_choice, require_int, require_probability
 from ..tables import DTYPE_BITS
+from ..versions import applies, check as check_versions
 
 MODES = ("full", "freeze", "lora", "dora", "qlora")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -63,6 +66,9 @@ class FineTune:
     quant_block_size: int = 64
     double_quant: bool = True
     kbit_prepare: bool = True              # qlora: peft's prepare_model_for_kbit_training (fp32 non-quantized)
+    # The library releases the run used, beyond the defaults (versions.py: sorted (library, version) pairs; only
+    # those differing from versions.DEFAULTS, so equal plans compare equal): older releases keep other bytes
+    versions: Tuple[Tuple[str, str], ...] = ()
 
     def __post_init__(self):
         require_choice("finetune", self.mode, MODES)
@@ -82,6 +88,7 @@ class FineTune:
         require_int("train_last_layers", self.train_last_layers, 0, 10_000)
         require_choice("quant_type", self.quant_type, QUANT_TYPES)
         require_choice("quant_block_size", self.quant_block_size, QUANT_BLOCKS)
+        check_versions(self.versions)
         for field in ("double_quant", "kbit_prepare"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
@@ -166,14 +173,65 @@ def _moe_adapters(t, ft: FineTune, storage: str) -> list:
             for side, dim in (("A", inp), ("B", out))]
 
 
+def linear_experts(arch, ft: FineTune) -> bool:
+    """transformers < 5 (versions.py "experts as linears"): every routed expert is an nn.Linear per projection
+    (4.45.2 MixtralBlockSparseTop2MLP w1 / w2 / w3, Qwen2MoeMLP gate_proj / up_proj / down_proj), the router an
+    nn.Linear too. gpt-oss (expert biases) held its experts fused already."""
+    return bool(arch.experts) and not arch.expert_bias and applies(ft.versions, "experts as linears")
+
+
+def expert_rule(arch, ft: FineTune):
+    """How fine-tuning reaches the routed experts (finetuned's `converts_experts`)."""
+    if linear_experts(arch, ft):
+        return "linears, named" if _named_experts(arch) else "linears"
+    return peft_converts_experts(arch)
+
+
+def _named_experts(arch) -> bool:
+    """Do the named targets (gate / up / down) reach the per-expert linears under transformers < 5? Qwen2-MoE,
+    Qwen3-MoE, OLMoE and DeepSeek name them gate_proj / up_proj / down_proj; Mixtral w1 / w3 / w2, which no named
+    target matches (only all-linear). Mixtral is the MoE family without a shared expert, q/k norm or latent
+    attention."""
+    return bool(arch.shared_expert_ffn or arch.qk_norm != "none" or arch.mla)
+
+
+def _linear_experts(t, ft: FineTune, storage: str, named: bool, gated: bool) -> list:
+    """peft's adapters on per-expert linears (transformers < 5): rank r on each expert's gate, up and down as its
+    targets select them (lora_A [r, in], lora_B [out, r] per expert, held as [E, ., .] so expert parallelism splits
+    them with their experts), and on the router under all-linear."""
+    every = ft.lora_targets == (ALL_LINEAR,)
+    if t.role == "router" and len(t.shape) == 2:
+        return _adapters(t, ft, storage) if every else []
+    if t.role != "expert" or len(t.shape) != 3:
+        return []
+    E, out, inp = t.shape
+    r = ft.lora_rank
+    if t.name.endswith("gate_up_proj"):       # inventory._experts: [E, 2f, h] gated (gate and up), else [E, f, h]
+        linears = (("gate", out // 2), ("up", out // 2)) if gated else (("up", out),)
+    else:
+        linears = (("down", out),)
+    rows = []
+    for name, width in linears:
+        if every or (named and name in ft.targets):
+            rows += [t._replace(name=f"experts.{name}.lora_{side}.weight", module=f"experts.{name}.lora_{side}",
+                                shape=(E,) + shape, role="adapter", tp="expert", storage=storage, trainable=True)
+                     for side, shape in (("A", (r, inp)), ("B", (width, r)))]
+    return rows
+
+
 @lru_cache(maxsize=512)
-def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts_experts: bool = False) -> tuple:
+def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts_experts=False) -> tuple:
     """The inventory `rows` with the fine-tuning mode applied: frozen flags and storage, adapters, trained copies,
-    the last k blocks split off to train. `converts_experts`: peft re-targets the MLP names onto the fused experts
-    (peft_converts_experts)."""
+    the last k blocks split off to train. `converts_experts` (expert_rule): True or "fused", peft re-targets the
+    MLP names onto the fused experts (peft_converts_experts); "linears" / "linears, named": the experts are
+    per-expert nn.Linear modules (transformers < 5), quantized under QLoRA and targeted by all-linear (and by
+    the named targets with "named")."""
     if ft.mode == "full":
         return rows
-    converted = converts_experts and ft.mode != "dora"
+    linears = str(converts_experts).startswith("linears")
+    converted = converts_experts in (True, "fused") and ft.mode != "dora"
+    gated = any(t.name == "experts.gate_up_proj" and t.shape[1] == 2 * d.shape[2] for t in rows for d in rows
+                if d.name == "experts.down_proj")
     base = ft.base_dtype or ""
     if ft.quantized and ft.kbit_prepare:
         base = "fp32"                                   # prepare_model_for_kbit_training upcasts the rest
@@ -190,6 +248,8 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
                 out.append(t if trained else _frozen(t, ft, base))
             continue
         quantize = ft.quantized and t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES
+        if linears and ft.quantized and t.place == "layer" and t.role in ("router", "expert"):
+            quantize = len(t.shape) == 3 or t.role == "router" and len(t.shape) == 2    # weights, not biases
         out.append(_frozen(t, ft, ft.quant_type if quantize else base))
         remapped = converted and t.role in ("mlp", "shared expert")     # peft moved gate/up/down to the experts
         if t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES and is_targeted(t.module, ft) \
@@ -197,6 +257,8 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
             out += _adapters(t, ft, ft.adapter_storage(param_dtype))
         elif converted and t.role in ("router", "expert"):
             out += _moe_adapters(t, ft, ft.adapter_storage(param_dtype))
+        elif linears and t.role in ("router", "expert") and ft.mode != "freeze":
+            out += _linear_experts(t, ft, ft.adapter_storage(param_dtype), converts_experts.endswith("named"), gated)
         if t.module in ft.modules_to_save and not t.tied:
             out.append(t._replace(name=f"{t.module}.modules_to_save.weight", module=f"{t.module}.modules_to_save",
                                   tied=False, trainable=True, storage=base or t.storage))
@@ -228,6 +290,12 @@ MLP_TARGETS = ("gate", "up", "down", ALL_LINEAR)
 def caveats(ft: FineTune, arch) -> tuple:
     """What this view leaves out, in sentences the report and the page show beside the fine-tuning line."""
     out = []
+    if ft.quantized in ("nf4", "fp4") and applies(ft.versions, "4-bit linear input saved"):
+        out.append("bitsandbytes < 0.43.2 kept every 4-bit linear's input for backward (its PR #1270): those "
+                   "saved inputs are not counted.")
+    if ft.adapters and linear_experts(arch, ft):
+        out.append("transformers < 5: the per-expert adapters' saved activations are counted as peft's fused "
+                   "experts' (not measured at that release).")
     mlp = ft.adapters and peft_converts_experts(arch) and bool(set(ft.lora_targets) & set(MLP_TARGETS))
     if mlp and ft.mode == "dora":
         out.append("DoRA on a mixture-of-experts model's fused experts is not modelled: only the attention's and "

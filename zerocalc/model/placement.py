@@ -18,7 +18,7 @@ from typing import Dict, NamedTuple, Tuple
 
 from ..layout import Layout, padded_vocab, stage_sizes
 from .architecture import Architecture, layer_counts
-from .finetune import FULL, FineTune, finetuned, peft_converts_experts
+from .finetune import FULL, FineTune, expert_rule, finetuned
 from .inventory import ParamTensor, tensors
 
 
@@ -197,7 +197,7 @@ def chunk_blocks(arch: Architecture, pp: int, vpp: int, sizes=None) -> Tuple[Tup
 
 def inventory(arch: Architecture, finetune: FineTune = FULL, param_dtype: str = "bf16") -> Tuple[ParamTensor, ...]:
     """The parameter tensors, with the fine-tuning mode applied (frozen flags, adapters, quantized storage)."""
-    return finetuned(tensors(arch), finetune, arch.layers, param_dtype, peft_converts_experts(arch))
+    return finetuned(tensors(arch), finetune, arch.layers, param_dtype, expert_rule(arch, finetune))
 
 
 @lru_cache(maxsize=1024)

@@ -17,6 +17,7 @@ from ..answers.ranges import ranges, ranges_dict
 from ..answers.solve import solve
 from ..answers.verdict import stage_verdicts
 from ..model.finetune import caveats, describe
+from ..versions import versions_dict
 from ..model.inventory import counts, largest_layer
 from ..layout import stage_sizes
 from ..parallel.costs import bubble_fraction
@@ -295,6 +296,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
         "finetune": {**plain(workload.finetune), "description": describe(workload.finetune, s.param_dtype),
                      "caveats": list(caveats(workload.finetune, a))},
         "workload": plain(workload, skip=("arch", "layout", "finetune")),
+        "versions": versions_dict(workload.finetune.versions),
         "recipe": recipe_text(workload),
         "layout": layout_dict(report),
         "experts": experts_dict(report),

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Tuple
 
 from ..tables import DTYPE_BITS, bytes_of
+from ..versions import applies
 
 
 class LossRow(NamedTuple):
@@ -39,6 +40,27 @@ LOSSES = {
         (("w", "TV", False), (32, "TV", False), ("w", "TV", True)),  # the logits, fp32 gradient, its cast back
         32, SOFTMAX, "transformers loss_utils.py ForCausalLMLoss: logits.float(), then cross_entropy",
         "the code; CPU: tests/measure/loss_peaks.py (10 / 12 bytes per T x V under the Trainer)"),
+    # Older transformers (zerocalc/versions.py): before 4.49 ForCausalLMLoss copied the shifted fp32 logits
+    # (logits[..., :-1, :].contiguous(), a copy once a micro-batch holds two sequences); before 4.46 the model
+    # upcast them itself (LlamaForCausalLM.forward: self.lm_head(...).float()), so the narrow logits die at the
+    # upcast. Backward keeps today's peak: the saved log-softmax, nll_loss's and log_softmax's fp32 gradients
+    # (slice_backward's fp32 copy comes after them). Measured with transformers 4.45.2 (tests/test_versions.py).
+    "huggingface, transformers < 4.49": LossRow(
+        (("w", "TV", False), (32, "TV", True), (32, "TV", False)),
+        (("w", "TV", False), (32, "TV", False), ("w", "TV", True)), 32, SOFTMAX,
+        "transformers 4.48.0 loss/loss_utils.py:38 ForCausalLMLoss (removed by PR #35646, 4.49.0)",
+        "the code; the same line measured at 4.45.2 (tests/test_versions.py)"),
+    "huggingface, transformers < 4.46": LossRow(
+        ((32, "TV", False), (32, "TV", False)),
+        (("w", "TV", False), (32, "TV", False), ("w", "TV", True)), 32, SOFTMAX,
+        "transformers 4.45.2 models/llama/modeling_llama.py:1214-1229 LlamaForCausalLM.forward",
+        "CPU: transformers 4.45.2, torch 2.13 (tests/test_versions.py): 12 bytes per T x V at the loss's forward, "
+        "8 beyond the saved log-softmax at backward, bf16"),
+    "huggingface, transformers < 4.46, one sequence": LossRow(
+        ((32, "TV", False),),
+        (("w", "TV", False), (32, "TV", False), ("w", "TV", True)), 32, SOFTMAX,
+        "transformers 4.45.2 models/llama/modeling_llama.py:1214-1229 (one sequence's shifted slice is contiguous)",
+        "CPU: transformers 4.45.2, torch 2.13, batch 1 (tests/test_versions.py)"),
     # Vocab-parallel cross entropy on DTensor logits (torch.distributed.tensor.parallel.loss_parallel, torch 2.13
     # loss.py; torchtitan's _LossParallelCrossEntropy keeps the same buffers): the local logits, their fp32 upcast
     # and the shifted copy in _log_softmax; in backward (the logits dropped first, as torchtitan does) the saved
@@ -180,6 +202,11 @@ def loss_row(workload) -> LossRow:
         return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
     if workload.layout.tp > 1 and workload.layout.loss_parallel:
         return LOSSES["huggingface, loss parallel"]
+    versions = workload.finetune.versions
+    if applies(versions, "logits upcast in the model"):
+        return LOSSES["huggingface, transformers < 4.46" + ("" if workload.micro_batch > 1 else ", one sequence")]
+    if applies(versions, "shifted logits copy") and workload.micro_batch > 1:
+        return LOSSES["huggingface, transformers < 4.49"]
     return LOSSES["huggingface"]
 
 

@@ -145,7 +145,9 @@ def dequantized_weight(workload, rank) -> int:
     ft = workload.finetune
     if ft.quantized not in ("nf4", "fp4"):
         return 0
-    sizes = [h.local_elements for h in rank.holdings if h.tensor.storage == ft.quant_type]
+    # per-expert linears (transformers < 5: model/finetune.py linear_experts) dequantize one expert at a time
+    local_experts = lambda t: max(1, t.shape[0] // workload.layout.ep) if len(t.shape) == 3 else 1   # noqa: E731
+    sizes = [h.local_elements // local_experts(h.tensor) for h in rank.holdings if h.tensor.storage == ft.quant_type]
     if not sizes:
         return 0
     n = max(sizes)

@@ -1,0 +1,138 @@
+"""Library versions as rows of the plan (issue 31 item 3): the bytes depend on the release that ran.
+
+A plan names the versions it assumes (FineTune.versions: library -> version, the defaults below for the rest, which
+are the releases the CPU measurements ran: requirements-validation.txt). Each row below says what changes for
+versions older than `below`, with its source at a release and how it was checked; the code that counts those bytes
+asks `applies(versions, key)`. A row not modelled (`modelled` False) is named in the report as not counted.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, NamedTuple, Tuple
+
+from .scenario import FieldError
+
+DEFAULTS = {"transformers": "5.24.0", "bitsandbytes": "0.50.2", "peft": "0.21.2", "torch": "2.13.0"}
+LIBRARIES = tuple(DEFAULTS)
+_VERSION = re.compile(r"^\d+(\.\d+){0,3}$")
+
+
+class VersionRow(NamedTuple):
+    key: str            # what the counting code asks for
+    library: str
+    below: str          # the row holds for releases older than this one
+    change: str
+    source: str
+    checked: str
+    modelled: bool = True
+
+
+ROWS = (
+    VersionRow("logits upcast in the model", "transformers", "4.46",
+               "LlamaForCausalLM.forward upcasts the logits itself (.float()) and the loss reads those: the "
+               "narrow logits die at the upcast, fp32 logits and their shifted copy live at the loss",
+               "transformers 4.45.2 models/llama/modeling_llama.py:1213-1229 (\"TODO: remove the float() "
+               "operation in v4.46\"); 4.46.0 moved it into loss/loss_utils.py ForCausalLMLoss",
+               "CPU: transformers 4.45.2, torch 2.13 (tests/test_versions.py): 12 bytes per T x V at the loss's "
+               "forward at bf16 (10 at 5.24)"),
+    VersionRow("shifted logits copy", "transformers", "4.49",
+               "the loss copies the shifted fp32 logits (logits[..., :-1, :].contiguous()) beside the upcast and "
+               "the log-softmax, 4 bytes per T x V more at the loss's forward, when a micro-batch holds more than "
+               "one sequence (one sequence's slice is contiguous already: no copy)",
+               "transformers 4.48.0 loss/loss_utils.py:38 ForCausalLMLoss; removed by huggingface/transformers "
+               "PR #35646 (4.49.0 pads the labels instead)",
+               "CPU: transformers 4.45.2 (its model-side copy, the same line); 4.46-4.48 from the code"),
+    VersionRow("experts as linears", "transformers", "5",
+               "mixture-of-experts blocks hold one nn.Linear per expert (Mixtral w1 / w2 / w3, Qwen2-MoE / "
+               "Qwen3-MoE gate_proj / up_proj / down_proj), not fused 3-D tensors: QLoRA quantizes the experts "
+               "(bitsandbytes replaces nn.Linear), LoRA's all-linear targets every expert's linears and the router, "
+               "and peft re-targets nothing",
+               "transformers 4.45.2 models/mixtral/modeling_mixtral.py MixtralBlockSparseTop2MLP, "
+               "models/qwen2_moe/modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock (nn.ModuleList of MLPs); "
+               "5.x fused experts (bitsandbytes PR #1965: fused experts stay full precision)",
+               "CPU: transformers 4.45.2 + peft 0.13.2 (tests/measure/experts_v4.py): the linears bitsandbytes "
+               "replaces and peft's adapters, element for element, tiny Mixtral and Qwen2-MoE"),
+    VersionRow("4-bit linear input saved", "bitsandbytes", "0.43.2",
+               "MatMul4Bit kept every 4-bit linear's input for backward (ctx.tensors = (A, B)) though a frozen "
+               "weight needs no weight gradient",
+               "bitsandbytes 0.43.1 autograd/_functions.py:515-516 MatMul4Bit.forward (if any(ctx.needs_input_grad"
+               "[:2]): ctx.tensors = (A, B)); 0.43.2 the same lines: (None, B) (PR #1270)",
+               "the code; not modelled: the report names it", modelled=False),
+)
+ROW_KEYS = tuple(r.key for r in ROWS)
+
+
+def _parts(version: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in version.split("."))
+
+
+def older(version: str, below: str) -> bool:
+    """version < below, release numbers compared part by part (4.45 < 4.46 < 4.49 < 5)."""
+    a, b = _parts(version), _parts(below)
+    n = max(len(a), len(b))
+    return a + (0,) * (n - len(a)) < b + (0,) * (n - len(b))
+
+
+def check(versions: Tuple[Tuple[str, str], ...]) -> None:
+    """FieldError unless `versions` is a tuple of (library, release) pairs of known libraries, each once."""
+    if not isinstance(versions, tuple) or any(not isinstance(p, tuple) or len(p) != 2 for p in versions):
+        raise FieldError("versions", versions, "(library, version) pairs")
+    seen = set()
+    for lib, version in versions:
+        if lib not in DEFAULTS or lib in seen:
+            raise FieldError("versions", lib, f"each of {', '.join(LIBRARIES)} at most once")
+        if not isinstance(version, str) or not _VERSION.match(version):
+            raise FieldError("versions", f"{lib}={version}", "a release number such as 4.45 or 0.43.1")
+        seen.add(lib)
+
+
+def parse(text: str) -> Tuple[Tuple[str, str], ...]:
+    """'transformers=4.45,bitsandbytes=0.43.1' -> (("bitsandbytes", "0.43.1"), ("transformers", "4.45")); a
+    library at its default is left out, so equal plans compare equal."""
+    pairs = []
+    for item in filter(None, (p.strip() for p in str(text).split(","))):
+        lib, sep, version = item.partition("=")
+        if not sep:
+            raise FieldError("versions", item, "library=version, e.g. transformers=4.45")
+        pairs.append((lib.strip().lower(), version.strip()))
+    versions = tuple(sorted(pairs))
+    check(versions)
+    return tuple(p for p in versions if p[1] != DEFAULTS[p[0]])
+
+
+def text(versions: Tuple[Tuple[str, str], ...]) -> str:
+    """The flag's and the link's form: only what differs from the defaults ('' for none)."""
+    return ",".join(f"{lib}={v}" for lib, v in versions)
+
+
+def assumed(versions: Tuple[Tuple[str, str], ...]) -> Dict[str, str]:
+    """Every library's version the plan assumes: the given ones over the defaults."""
+    return {**DEFAULTS, **dict(versions)}
+
+
+def applies(versions: Tuple[Tuple[str, str], ...], key: str) -> bool:
+    row = next(r for r in ROWS if r.key == key)
+    return older(assumed(versions)[row.library], row.below)
+
+
+def rows_in_effect(versions: Tuple[Tuple[str, str], ...]) -> Tuple[VersionRow, ...]:
+    return tuple(r for r in ROWS if applies(versions, r.key))
+
+
+def describe(versions: Tuple[Tuple[str, str], ...]) -> str:
+    """One line for the report: the versions assumed, the ones set by the plan marked."""
+    given = dict(versions)
+    return ", ".join(f"{lib} {v}" + ("" if lib in given else " (default)") for lib, v in assumed(versions).items())
+
+
+def versions_dict(versions: Tuple[Tuple[str, str], ...]) -> dict:
+    """The report's "versions": every library's release assumed, the ones the plan set, and the older-release rows
+    in effect with their sources (modelled False: named, not counted)."""
+    return {"assumed": assumed(versions), "given": dict(versions),
+            "rows": [{"library": r.library, "below": r.below, "row": r.key, "change": r.change, "source": r.source,
+                      "checked": r.checked, "modelled": r.modelled} for r in rows_in_effect(versions)]}
+
+
+# One release in each range the rows tell apart, newest first: the page's choices (a link carries the release).
+PAGE_RELEASES = {"transformers": ("5.24.0", "4.57.1", "4.48.3", "4.45.2"), "bitsandbytes": ("0.50.2", "0.43.1")}
