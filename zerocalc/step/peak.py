@@ -4,12 +4,10 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
 - forward (at the loss, the end of forward): model states on the GPU, every saved activation, what the loss holds
   beyond its saved fp32 probabilities (LOSSES: Hugging Face's logits and their fp32 upcast; Megatron's bf16 logits
   beside the one fp32 buffer its vocab-parallel cross entropy computes the softmax in), the gathered parameters;
-- backward: model states, the gathered parameters and the gradient buckets, and the larger of two moments that do
-  not coexist (_loss_or_recompute): its start, every activation still saved beside the loss's gradient transients
-  (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32 gradient
-  to the logits' dtype), and, under recompute, the last block rebuilt, by when the loss's transients and what the
-  output end saved (the fp32 log-softmax, the head's input, the final norm) are freed (traced on the CPU:
-  tests/measure/recompute_loss_overlap.py, tests/test_recompute_loss_overlap.py);
+- backward (its start, when every activation is still saved): model states, activations, the loss's gradient
+  transients (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32
+  gradient to the logits' dtype), the gathered parameters and the gradient buckets, and under full recompute one
+  block rebuilt;
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
   updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
@@ -208,27 +206,9 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             gone = {REPLACES[part] for part, _ in kept.get(name, ()) if part in REPLACES}
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         backward += offload_parts(scenario, workload, s, shape, comm).get("backward", [])   # fsdp_offload.py
-        backward = _loss_or_recompute(backward, shape)
         if per_backward and grads:
             backward = _larger_end(backward, grads, first_block_bytes(shape))
         yield s, (forward, backward, optimizer)
-
-
-def _loss_or_recompute(backward, shape: StepShape):
-    """Backward under recompute: the loss's gradient transients and the output end's saved tensors are freed
-    before the last block is re-run (a lifetime trace of transformers' loss under torch.utils.checkpoint, non-reentrant:
-    no T x V storage is alive when the re-run starts; tests/measure/recompute_loss_overlap.py), so the phase is
-    the larger of the loss-gradient moment (every activation, the loss's transients) and the recompute moment (the
-    activations less one micro-batch's output end, the rebuilt block), not their sum. A multi-token-prediction
-    head rebuilds its module beside its own loss (not traced): summed as before."""
-    parts = dict(backward)
-    if not parts.get("recompute (one block)") or not parts.get("logits and loss") or shape.act.mtp_rebuilt:
-        return backward
-    head = sum(shape.act.head.values())
-    loss_moment = [item for item in backward if item[0] != "recompute (one block)"]
-    recompute_moment = [(n, v - head) if n == "activations" else (n, v) for n, v in backward
-                        if n != "logits and loss"]
-    return max(loss_moment, recompute_moment, key=lambda items: sum(v for _, v in items))
 
 
 def _larger_end(backward, grads: int, first_block: int):
