@@ -35,6 +35,16 @@ class FsdpReader:
             stage, hybrid = self._fsdp2_reshard(keys, get), False
         self.b.stage = stage
         self.b.set("workload", "comm_buffers", "fsdp", f"FSDP{version}: one wrapped unit at a time")
+        self.b.set("workload", "fsdp_version", version, self._k(keys, "fsdp_version", "default 1 (accelerate's "
+                   "FullyShardedDataParallelPlugin: FSDP_VERSION defaults to 1)"))
+        if version == 1:
+            orig = get("fsdp_use_orig_params", False)
+            orig = accelerate_bool(self._k(keys, "fsdp_use_orig_params") or "fsdp_config.fsdp_use_orig_params", orig)
+            self.b.set("workload", "fsdp_use_orig_params", "yes" if orig else "no",
+                       self._k(keys, "fsdp_use_orig_params", "default false (the plugin's FSDP_USE_ORIG_PARAMS)"))
+        elif "fsdp_use_orig_params" in keys:
+            self.b.ignore(self._k(keys, "fsdp_use_orig_params"), "FSDP2 always uses the original parameters (the "
+                          "plugin drops use_orig_params for fsdp_version 2)")
         comm = {"no": None, "fp8": "bf16"}.get(precision, precision)
         self.fp32_ledger(f"FSDP{version} mixed precision ({FSDP_SRC}.set_mixed_precision): fp32 shards, "
                          f"{comm or 'fp32'} gathers and compute", comm)
