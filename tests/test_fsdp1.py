@@ -124,6 +124,7 @@ RUNS = [({"finetune": "full", "use_orig_params": False}, "fsdp2", "full", "no", 
         ({"finetune": "lora", "use_orig_params": False, "wrap": "peft", "dtype": "bf16", "param_dtype": None,
           "autocast_adapter_dtype": False}, "pure-bf16", "lora", "no", None)]
 REFUSED = {"finetune": "lora", "use_orig_params": False}
+OFFLOAD = {"finetune": "full", "use_orig_params": False, "offload": True}
 
 
 def _config():
@@ -136,17 +137,21 @@ def measured():
     pytest.importorskip("transformers")
     pytest.importorskip("peft")
     from tests.measure.fsdp1_buffers import fsdp1_buffers
-    return fsdp1_buffers(runs=[r[0] for r in RUNS] + [REFUSED], config=_config(), timeout=400)
+    return fsdp1_buffers(runs=[r[0] for r in RUNS] + [REFUSED, OFFLOAD], config=_config(), timeout=400)
 
 
-def _predicted(convention, finetune, orig, reduce, workers=2):
+def _plan(convention, finetune, orig, reduce, workers=2, **offload):
     from zerocalc.model.hf_config import architecture_from_config
     arch = architecture_from_config(_config())
-    sc = Scenario.from_convention(convention, params=param_count(arch), workers=workers)
+    sc = Scenario.from_convention(convention, params=param_count(arch), workers=workers, **offload)
     ft = FineTune("lora", lora_rank=8, lora_targets=("q", "v")) if finetune == "lora" else FineTune()
     work = Workload(arch, micro_batch=2, seq_len=32, comm_buffers="fsdp", fsdp_version=1, fsdp_use_orig_params=orig,
                     reduce_dtype=reduce, layout=Layout(), finetune=ft)
-    return layout_report(sc, work).ranks[0].peaks[3].phases
+    return sc, work, layout_report(sc, work)
+
+
+def _predicted(*args, **kw):
+    return _plan(*args, **kw)[2].ranks[0].peaks[3].phases
 
 
 def _check(got, phases):
@@ -168,6 +173,21 @@ def test_the_measured_mixed_unit_and_the_refusal(measured):
     blocks = [u for u in got[2]["units"] if not u["root"]]
     assert all(u["grad"][0] == u["numel"] > 10 * u["trainable"] for u in blocks)   # the whole flat gradient
     assert "uniform `requires_grad`" in got[len(RUNS)]["refused"]
+
+
+@needs_torch
+def test_offload_keeps_every_gradient_shard_on_the_device_until_backward_ends(measured):
+    """CPUOffload(offload_params=True): _offload_grad copies each unit's new shard into `_cpu_grad`, yet the device
+    shard stays as `_saved_grad_shard` (cast to the flat parameter's fp32) until the final callback's
+    prepare_gradient_for_optim: at the end of backward every unit's is held. zerocalc's "backward end" term is the
+    trained parameters' shards unpadded (each unit pads its flat parameter to the world size: 1 element at most)."""
+    from zerocalc.step.fsdp_offload import HELD_SHARDS, offload_parts
+    sc, work, report = _plan(*RUNS[0][1:], offload_params="cpu", offload_optimizer="cpu")
+    term = dict(offload_parts(sc, work, 3, report.ranks[0].shape, "fsdp")["backward end"])[HELD_SHARDS]
+    for rank in measured:
+        shards = rank["results"][len(RUNS) + 1]["saved_grad_shards"]
+        assert len(shards) == 4 and all(s["beside_cpu_grad"] and s["dtype"] == "float32" for s in shards)
+        assert 0 <= sum(s["bytes"] for s in shards) - term <= 4 * len(shards)
 
 
 @needs_torch

@@ -22,7 +22,9 @@ parameters that autograd holds before they reach the flat parameter are followed
 backward outputs of a parameter's shape (the activations here are 3-D, the weights 1-D or 2-D).
 Reported per run, in bytes: `at_loss`, `forward`, `backward` (start of backward to block 0's pre-backward),
 `backward_all`, and per unit: flat numel (unpadded, padded), its trainable numel and the unsharded gradient numel
-seen (`units`); `refused`: the error text where FSDP1 refuses the wrap.
+seen (`units`); `saved_grad_shards`: each unit's `_saved_grad_shard` when the final callback starts (with
+`"offload": True`, CPUOffload(offload_params=True), whether it is still held beside its `_cpu_grad` copy);
+`refused`: the error text where FSDP1 refuses the wrap.
 """
 
 from __future__ import annotations
@@ -95,8 +97,17 @@ def _model(case):
         policy = functools.partial(_or_policy, policies=[leaf, policy])
     mp = None if case["param_dtype"] is None else \
         MixedPrecision(param_dtype=DTYPES[case["param_dtype"]], reduce_dtype=DTYPES[case["reduce_dtype"]])
+    offload = None
+    if case.get("offload"):
+        from torch.distributed.fsdp import CPUOffload
+        offload = CPUOffload(offload_params=True)
+        # test-only, host side: init_flat_param_attributes pins the CPU shard (pin_memory needs an accelerator)
+        # and the final callback synchronizes the device stream (torch.cpu.Stream has no synchronize; CPU work
+        # is synchronous). Both become no-ops; every allocation FSDP1 makes runs as it is.
+        torch.Tensor.pin_memory = lambda self, *a, **k: self
+        torch.cpu.Stream.synchronize = lambda self: None
     return FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), mixed_precision=mp,
-                use_orig_params=case["use_orig_params"])
+                use_orig_params=case["use_orig_params"], cpu_offload=offload)
 
 
 def _measure(case):
@@ -130,7 +141,24 @@ def _measure(case):
                 parts[key] = {}
                 _storages(handles, inflight, waiting, parts[key])
 
-    originals = {n: getattr(ru, n) for n in ("_post_backward_hook", "_get_reduce_scatter_tensors", "_pre_backward_hook")}
+    originals = {n: getattr(ru, n) for n in ("_post_backward_hook", "_get_reduce_scatter_tensors", "_pre_backward_hook",
+                                             "_post_backward_final_callback")}
+    final = {}
+
+    def final_callback(state, module):
+        """What the end of backward holds before the final callback hands the gradients to the optimizer: each
+        unit's `_saved_grad_shard` (with offload: beside its copy in `_cpu_grad`)."""
+        if not final:
+            for h in handles:
+                fp = h.flat_param
+                shard, cpu = getattr(fp, "_saved_grad_shard", None), getattr(fp, "_cpu_grad", None)
+                if shard is not None:
+                    final.setdefault("saved_grad_shards", []).append(
+                        dict(numel=shard.numel(), bytes=shard.untyped_storage().nbytes(),
+                             dtype=str(shard.dtype).removeprefix("torch."),
+                             beside_cpu_grad=cpu is not None and cpu.untyped_storage().data_ptr()
+                             != shard.untyped_storage().data_ptr()))
+        return originals["_post_backward_final_callback"](state, module)
 
     def post_backward_hook(state, handle, *unused):
         flat_param = handle.flat_param
@@ -157,6 +185,7 @@ def _measure(case):
 
     ru._post_backward_hook, ru._get_reduce_scatter_tensors = post_backward_hook, get_reduce_scatter_tensors
     ru._pre_backward_hook = pre_backward_hook
+    ru._post_backward_final_callback = final_callback
 
     class Sampler(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -194,7 +223,7 @@ def _measure(case):
                           numel=fp._unpadded_unsharded_size.numel(), padded=fp._padded_unsharded_size.numel(),
                           params=params, trainable=trainable,
                           requires_grad=fp.requires_grad, grad=grads_seen.get(id(h))))
-    return dict(run=run, loss=float(loss.detach()), units=units, parts=parts,
+    return dict(run=run, loss=float(loss.detach()), units=units, parts=parts, **final,
                 **{k: marks[k] for k in ("at_loss", "forward", "backward", "tail", "backward_all")})
 
 

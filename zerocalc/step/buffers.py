@@ -99,6 +99,9 @@ def describe(scenario, workload, shape) -> dict:
     counted = framework(scenario, workload, shape)
     chosen = workload.comm_buffers
     why = COUNTS[counted]
+    if counted == "fsdp" and workload.fsdp_version == 1:
+        why += (f"; FSDP1's flat parameters (use_orig_params {workload.fsdp_use_orig_params}), the root kept "
+                "gathered through backward")
     if chosen == "auto":
         why = f"auto (convention {scenario.convention}): " + why
     elif counted != chosen:

@@ -11,8 +11,9 @@ cf30153c4c131c8164ee7798e5022d810682e2cb):
   (non_blocking) and record_stream keeps the device copy until that copy is done; _accumulate_sharded_grad first
   casts the new shard to the flat parameter's dtype (_cast_grad_to_param_dtype). That device shard stays as
   `_saved_grad_shard` until the final callback's prepare_gradient_for_optim deletes it: each reduced unit's, so the
-  end of backward holds every trained unit's; at the backward windows counted (the output end, the last blocks,
-  while every activation is saved) that is the running unit's, counted here.
+  end of backward holds every trained unit's ("backward end": the trained parameters' shards in the stored dtype,
+  unpadded; measured on the CPU, tests/test_fsdp1.py); at the backward windows counted while every activation is
+  saved (the output end, the last blocks) that is the running unit's, counted in the copies.
 - FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_param.py all_gather_inputs): with CPUOffloadPolicy each
   parameter's shard is copied to the device and cast to param_dtype; the casts of the unit's parameters are
   collected before the copy into the all-gather buffer (_fsdp_collectives.py _get_param_all_gather_inputs: no
@@ -31,6 +32,7 @@ from ..tables import DTYPE_BITS, bytes_of
 from .buffers import reduce_bits
 
 OFFLOAD_COPIES = "CPU offload: a unit's shard and gradient shard on the GPU"
+HELD_SHARDS = "FSDP1 offload: every unit's gradient shard on the GPU until backward ends"
 
 
 def offload_parts(scenario, workload, stage: int, shape, framework: str) -> dict[str, list[tuple[str, int]]]:
@@ -48,4 +50,8 @@ def offload_parts(scenario, workload, stage: int, shape, framework: str) -> dict
     # FSDP1 casts the new shard to the flat parameter's dtype before the copy to _cpu_grad (_cast_grad_to_param_dtype)
     grad_bits = stored if workload.fsdp_version == 1 else reduce_bits(workload, compute)
     bits = shard * stored + (shard * compute if compute != stored else 0) + grad_shard * grad_bits
-    return {"backward": [(OFFLOAD_COPIES, bytes_of(bits, 1))]}
+    parts = {"backward": [(OFFLOAD_COPIES, bytes_of(bits, 1))]}
+    if workload.fsdp_version == 1:         # _saved_grad_shard, deleted by the final callback only
+        held = sum(-(-g.grad_params // g.shard) for g in shape.groups if not g.name.endswith("frozen"))
+        parts["backward end"] = [(HELD_SHARDS, bytes_of(held, stored))]
+    return parts
