@@ -83,6 +83,21 @@ def test_llama_3_8b_lora_under_fsdp1():
     assert leaf["gradient buckets"] < fsdp2["gradient buckets"] < mixed["gradient buckets"]
 
 
+def test_backward_prefetch_windows():
+    """_runtime_utils.py: BACKWARD_PRE prefetches the next unit in each pre-backward (_pre_backward_hook), so it is
+    gathered while a block computes and reduces; BACKWARD_POST after the block reshards (_post_backward_reshard), so
+    only while it reduces; without prefetch each unit is gathered at its own pre-backward."""
+    def backward(prefetch):
+        p = _peak(fsdp_version=1, fsdp_backward_prefetch=prefetch)["backward"]
+        return p["gathered parameters"] + p["gradient buckets"]
+    block = 2 * 218_112_000
+    assert backward("pre") - backward("none") == block
+    assert backward("none") < backward("post") <= backward("pre")
+    with pytest.raises(FieldError) as e:
+        Workload(LLAMA, fsdp_backward_prefetch="none")          # FSDP2 has no such choice
+    assert e.value.field == "fsdp_backward_prefetch"
+
+
 def test_the_cli_flags(capsys):
     from zerocalc.cli.main import main
 
@@ -93,16 +108,23 @@ def test_the_cli_flags(capsys):
 
     assert peak("--fsdp-version", "2") == peak()
     assert peak("--fsdp-version", "1", "--fsdp-use-orig-params", "yes") != peak("--fsdp-version", "1")
+    assert peak("--fsdp-version", "1", "--fsdp-backward-prefetch", "none") != peak("--fsdp-version", "1")
 
 
 def test_accelerate_sets_the_version_and_use_orig_params():
     """accelerate 1.15 utils/dataclasses.py: fsdp_version defaults to 1 (FSDP_VERSION), use_orig_params to False
-    for FSDP1 (FSDP_USE_ORIG_PARAMS) and is dropped for FSDP2."""
+    for FSDP1 (FSDP_USE_ORIG_PARAMS) and is dropped for FSDP2, backward_prefetch to NO_PREFETCH (None)."""
     base = "distributed_type: FSDP\nmixed_precision: bf16\nnum_processes: 2\nfsdp_config:\n"
     r = import_accelerate(base + "  fsdp_sharding_strategy: FULL_SHARD\n")
     assert r.workload["fsdp_version"] == 1 and r.workload["fsdp_use_orig_params"] == "no"
-    r = import_accelerate(base + "  fsdp_use_orig_params: true\n")
-    assert r.workload["fsdp_use_orig_params"] == "yes"
+    assert r.workload["fsdp_backward_prefetch"] == "none"                  # the plugin's NO_PREFETCH
+    r = import_accelerate(base + "  fsdp_use_orig_params: true\n  fsdp_backward_prefetch: BACKWARD_PRE\n")
+    assert r.workload["fsdp_use_orig_params"] == "yes" and r.workload["fsdp_backward_prefetch"] == "pre"
+    assert import_accelerate(base + "  backward_prefetch: 2\n").workload["fsdp_backward_prefetch"] == "post"
+    from zerocalc.frameworks import FrameworkConfigError
+    with pytest.raises(FrameworkConfigError) as e:
+        import_accelerate(base + "  fsdp_backward_prefetch: EARLY\n")
+    assert e.value.field == "fsdp_config.fsdp_backward_prefetch"
     r = import_accelerate(base + "  fsdp_version: 2\n  fsdp_use_orig_params: true\n")
     assert r.workload["fsdp_version"] == 2 and "fsdp_use_orig_params" not in r.workload
     assert "fsdp_config.fsdp_use_orig_params" in {i["key"] for i in r.ignored_keys}
@@ -122,7 +144,11 @@ RUNS = [({"finetune": "full", "use_orig_params": False}, "fsdp2", "full", "no", 
         ({"finetune": "full", "use_orig_params": True}, "fsdp2", "full", "yes", "fp32"),
         ({"finetune": "lora", "use_orig_params": True}, "fsdp2", "lora", "yes", "fp32"),
         ({"finetune": "lora", "use_orig_params": False, "wrap": "peft", "dtype": "bf16", "param_dtype": None,
-          "autocast_adapter_dtype": False}, "pure-bf16", "lora", "no", None)]
+          "autocast_adapter_dtype": False}, "pure-bf16", "lora", "no", None),
+        ({"finetune": "full", "use_orig_params": False, "backward_prefetch": "none"}, "fsdp2", "full", "no", "fp32",
+         "none"),
+        ({"finetune": "full", "use_orig_params": False, "backward_prefetch": "post"}, "fsdp2", "full", "no", "fp32",
+         "post")]
 REFUSED = {"finetune": "lora", "use_orig_params": False}
 OFFLOAD = {"finetune": "full", "use_orig_params": False, "offload": True}
 
@@ -140,13 +166,13 @@ def measured():
     return fsdp1_buffers(runs=[r[0] for r in RUNS] + [REFUSED, OFFLOAD], config=_config(), timeout=400)
 
 
-def _plan(convention, finetune, orig, reduce, workers=2, **offload):
+def _plan(convention, finetune, orig, reduce, prefetch="pre", workers=2, **offload):
     from zerocalc.model.hf_config import architecture_from_config
     arch = architecture_from_config(_config())
     sc = Scenario.from_convention(convention, params=param_count(arch), workers=workers, **offload)
     ft = FineTune("lora", lora_rank=8, lora_targets=("q", "v")) if finetune == "lora" else FineTune()
     work = Workload(arch, micro_batch=2, seq_len=32, comm_buffers="fsdp", fsdp_version=1, fsdp_use_orig_params=orig,
-                    reduce_dtype=reduce, layout=Layout(), finetune=ft)
+                    reduce_dtype=reduce, layout=Layout(), finetune=ft, fsdp_backward_prefetch=prefetch)
     return sc, work, layout_report(sc, work)
 
 

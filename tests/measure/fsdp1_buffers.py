@@ -10,7 +10,8 @@ TRANSFORMER_BASED_WRAP does (transformer_auto_wrap_policy over LlamaDecoderLayer
 embeddings, final norm and head in the root's), or with `"wrap": "peft"` as peft's fsdp_auto_wrap_policy (each
 leaf with a trainable weight its own unit too: what FSDP1 needs for LoRA with use_orig_params=False), with
 MixedPrecision(param_dtype, reduce_dtype) (none with `"param_dtype": None`: the model's `dtype` throughout, as
-Answer.AI's fsdp_qlora runs bf16) and `use_orig_params`. One forward + backward is sampled after every op
+Answer.AI's fsdp_qlora runs bf16), `use_orig_params` and `backward_prefetch` ("pre": torch's default, "post",
+"none"). One forward + backward is sampled after every op
 (a TorchDispatchMode) for the storages FSDP1 holds beyond the sharded state: every handle's unsharded padded flat
 parameter (`_full_param_padded`, freed by resizing its storage to 0), its low-precision shard (`_mp_shard`), its
 unsharded gradient (`flat_param.grad` at the unsharded size), and, in the post-backward hook, the gradient
@@ -106,8 +107,11 @@ def _model(case):
         # is synchronous). Both become no-ops; every allocation FSDP1 makes runs as it is.
         torch.Tensor.pin_memory = lambda self, *a, **k: self
         torch.cpu.Stream.synchronize = lambda self: None
+    from torch.distributed.fsdp import BackwardPrefetch
+    prefetch = {"pre": BackwardPrefetch.BACKWARD_PRE, "post": BackwardPrefetch.BACKWARD_POST, "none": None}
     return FSDP(model, auto_wrap_policy=policy, device_id=torch.device("cpu"), mixed_precision=mp,
-                use_orig_params=case["use_orig_params"], cpu_offload=offload)
+                use_orig_params=case["use_orig_params"], cpu_offload=offload,
+                backward_prefetch=prefetch[case.get("backward_prefetch", "pre")])
 
 
 def _measure(case):

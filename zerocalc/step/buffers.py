@@ -41,7 +41,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..tables import DTYPE_BITS, bytes_of
-from .fsdp1 import flat_elements, flat_unit, unit_gradient
+from .fsdp1 import PREFETCHED_IN, flat_elements, flat_unit, unit_gradient
 
 COMM_BUFFERS = ("auto", "deepspeed", "megatron", "fsdp", "none")
 FSDP_WRAPS = ("blocks", "torchtitan")
@@ -208,7 +208,8 @@ def fsdp_forward(units: FsdpUnits, wrap: str, pbits: int) -> int:
     return bytes_of(kept.params, pbits)
 
 
-def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int, held: bool = True) -> tuple[int, int]:
+def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int, held: bool = True,
+                  prefetch: str = "pre") -> tuple[int, int]:
     """(gathered parameters, unsharded gradients + reduce-scatter input) of the largest backward window from the
     output end down to block 1 (_fsdp_param_group.py: pre_backward unshards the unit and prefetches the previous
     unit's all-gather; post_backward reshards, then reduce-scatters, and keeps that reduce-scatter input until the
@@ -223,16 +224,18 @@ def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int, held: boo
     Not counted (after most activations are freed): block 0's prefetch of torchtitan's embedding unit and the
     reduce-scatter of the root or embedding unit at the end of backward.
     FSDP1 (`held` False): a unit's post-backward drops its reduce tensors when it returns (step/fsdp1.py), so no
-    window holds the previous block's; RS is then the cast and padded copies plus the new shard."""
+    window holds the previous block's; RS is then the cast and padded copies of the gradient. Its
+    backward_prefetch (`prefetch`, step/fsdp1.py PREFETCHED_IN) says which windows hold A."""
     u, last = units.block, units.last
     p, g, rs = bytes_of(u.params, pbits), bytes_of(u.grads, pbits), bytes_of(u.reduce, rbits)
     a = (p if units.prefetch is None else bytes_of(units.prefetch, pbits)) if units.blocks > 1 else 0
     later = units.blocks > 2 and held
+    a_out, a_compute, a_reduce = (a if w in PREFETCHED_IN[prefetch] else 0 for w in ("output end", "compute", "reduce"))
     if wrap == "blocks" or units.tied:
         root = bytes_of((units.first + units.last).params, pbits)
         # tied: the head's gradient is the embedding's
         out = bytes_of(last.grads + (units.first.grads if units.tied else 0), pbits)
-        windows = [(root + a, out), (root + p + a, out + g), (root + a, out + g + rs)]
+        windows = [(root + a_out, out), (root + p + a_compute, out + g), (root + a_reduce, out + g + rs)]
         if later:
             windows.append((root + p + a, out + g + rs))
     else:
@@ -256,7 +259,8 @@ def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tupl
         pbits = shape.compute_bits
         rbits = reduce_bits(workload, pbits)
         wrap = workload.fsdp_wrap
-        gathered, grads = fsdp_backward(shape.fsdp, wrap, pbits, rbits, held=workload.fsdp_version == 2)
+        gathered, grads = fsdp_backward(shape.fsdp, wrap, pbits, rbits, held=workload.fsdp_version == 2,
+                                        prefetch=workload.fsdp_backward_prefetch)
         if s < 3:          # the ledger holds whole parameters: only the unit's gradients and reduce-scatter
             u = shape.fsdp.block
             return [], [("gradient buckets", bytes_of(u.grads, pbits) + bytes_of(u.reduce, rbits))], []

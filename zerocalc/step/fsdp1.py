@@ -32,6 +32,12 @@ from __future__ import annotations
 from types import MappingProxyType
 
 ORIG_PARAMS = ("yes", "no")
+# FSDP1's backward_prefetch: pre (BackwardPrefetch.BACKWARD_PRE, torch's default: the next unit gathered at the
+# current unit's pre-backward), post (BACKWARD_POST: after the current unit reshards in its post-backward), none
+# (each unit gathered at its own pre-backward; accelerate's and the HF Trainer's default NO_PREFETCH)
+PREFETCH = ("pre", "post", "none")
+# which backward windows (step/buffers.py fsdp_backward) hold the next unit's prefetched all-gather
+PREFETCHED_IN = MappingProxyType({"pre": ("output end", "compute", "reduce"), "post": ("reduce",), "none": ()})
 FSDP_VERSIONS = (1, 2)
 ALIGN_BYTES = 16          # _flat_param.py _get_aligned_numel: ALIGNMENT = 16 bytes, under use_orig_params
 

@@ -4,9 +4,10 @@ The ledger puts an offloaded shard on the CPU (tables.OFFLOADED_CATEGORIES), and
 gathered units (the root kept from forward to the end of backward, the running unit, the prefetched one). What
 offload adds on the GPU, per unit being gathered or reduced (torch 2.13.0, commit
 cf30153c4c131c8164ee7798e5022d810682e2cb):
-- FSDP1 (torch/distributed/fsdp/_flat_param.py, units from step/fsdp1.py): pre_unshard -> _use_low_precision_shard copies the pinned CPU
-  shard to the device (`_local_shard.to(self.device)`, the parameter dtype) into `_mp_shard` (param_dtype), which
-  post_unshard frees after the all-gather; without mixed precision flat_param_to(device) moves the shard itself.
+- FSDP1 (torch/distributed/fsdp/_flat_param.py, units from step/fsdp1.py): pre_unshard ->
+  _use_low_precision_shard copies the pinned CPU shard to the device (`_local_shard.to(self.device)`, the
+  parameter dtype) into `_mp_shard` (param_dtype), which post_unshard frees after the all-gather; without mixed
+  precision flat_param_to(device) moves the shard itself.
   After the reduce-scatter, _runtime_utils.py _offload_grad copies the sharded gradient to `_cpu_grad`
   (non_blocking) and record_stream keeps the device copy until that copy is done; _accumulate_sharded_grad first
   casts the new shard to the flat parameter's dtype (_cast_grad_to_param_dtype). That device shard stays as
@@ -22,8 +23,8 @@ cf30153c4c131c8164ee7798e5022d810682e2cb):
 So during backward, beside the prefetched unit's all-gather and the previous unit's reduction, the GPU holds at
 most one unit's shard in the parameter dtype and in the compute dtype, and one unit's gradient shard in the reduce
 dtype: one FSDP1 flat shard exactly; for FSDP2 an upper bound (its parameter-dtype copies live one tensor at a
-time). Code only: on the CPU both FSDPs' device copies are the CPU tensors themselves (FSDP1 runs there given
-device_id=torch.device("cpu"), tests/measure/fsdp1_buffers.py, but its offload copies nothing that can be told apart).
+time). The copies are code only: on the CPU both FSDPs' device copies are the CPU tensors themselves (FSDP1 runs
+there given device_id=torch.device("cpu"), tests/measure/fsdp1_buffers.py, but those copies cannot be told apart).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
-from .fsdp1 import FSDP_VERSIONS, ORIG_PARAMS
+from .fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
 from .async_tp import refusal as async_tp_refusal
 from .float8 import FLOAT8_RECIPES
 from .grad_lifetime import GRAD_LIFETIMES
@@ -155,6 +155,9 @@ class Workload:
     # frozen and trainable tensors and allocates the whole flat gradient; no wraps trainable leaves alone.
     fsdp_version: int = 2
     fsdp_use_orig_params: str = "no"
+    # FSDP1's backward_prefetch (step/fsdp1.py PREFETCH): pre (torch's default), post, none (accelerate's and the HF
+    # Trainer's NO_PREFETCH). FSDP2 prefetches the next unit at each pre-backward: pre.
+    fsdp_backward_prefetch: str = "pre"
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -224,7 +227,11 @@ class Workload:
             raise FieldError("fsdp_version", self.fsdp_version, "1 or 2")
         require_choice("fsdp_version", self.fsdp_version, FSDP_VERSIONS)
         require_choice("fsdp_use_orig_params", self.fsdp_use_orig_params, ORIG_PARAMS)
+        require_choice("fsdp_backward_prefetch", self.fsdp_backward_prefetch, PREFETCH)
         if self.fsdp_version == 2:
+            if self.fsdp_backward_prefetch != "pre":
+                raise FieldError("fsdp_backward_prefetch", self.fsdp_backward_prefetch,
+                                 "pre with fsdp_version 2 (fully_shard prefetches at each pre-backward)")
             return
         for field, value, allowed in (("fsdp_wrap", "torchtitan", "blocks"), ("reshard_after_forward", "no",
                                       "auto or yes (FSDP1's SHARD_GRAD_OP is ZeRO stage 2)"),
