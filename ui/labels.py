@@ -45,6 +45,8 @@ LABELS = {
     "transformers_version": "transformers release", "bitsandbytes_version": "bitsandbytes release",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
     "comm_buffers": "Communication buffers (whose)", "fsdp_wrap": "FSDP wrap units",
+    "fsdp_version": "FSDP version", "fsdp_use_orig_params": "FSDP1 use_orig_params",
+    "fsdp_backward_prefetch": "FSDP1 backward prefetch",
     "grad_lifetime": "Gradients live",
     "reshard_after_forward": "FSDP reshard after forward", "reduce_dtype": "FSDP reduce dtype",
     "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
@@ -185,6 +187,15 @@ HELP = {
                      "one GPU, Hugging Face / torchtitan / torchtune) at one micro-batch per step.",
     "fsdp_wrap": "FSDP's units: each decoder block with the ends in the root, or torchtitan's (embedding, blocks, "
                  "[norm, head] kept after forward).",
+    "fsdp_version": "2: fully_shard (torchtitan, accelerate fsdp_version 2), per-tensor shards; 1: "
+                    "FullyShardedDataParallel (the HF Trainer, accelerate's default, Lightning Fabric), one padded "
+                    "flat parameter per unit, the root kept gathered through backward.",
+    "fsdp_use_orig_params": "FSDP1's use_orig_params: yes lets a unit mix frozen and trainable weights and allocates "
+                            "the gradient of its whole flat parameter (torch warns of it); no wraps each LoRA leaf "
+                            "as its own unit (peft's wrap policy).",
+    "fsdp_backward_prefetch": "FSDP1's backward_prefetch: pre (torch's BACKWARD_PRE) gathers the next unit at each "
+                              "unit's pre-backward, post after its post-backward reshards, none at its own "
+                              "pre-backward (accelerate's and the HF Trainer's NO_PREFETCH).",
     "reshard_after_forward": "FSDP2 fully_shard(reshard_after_forward=...): auto as torchtitan, off under pipeline "
                              "parallelism (each rank keeps its stage's unsharded parameters for the step).",
     "reduce_dtype": "FSDP MixedPrecisionPolicy.reduce_dtype: gradients reduced (and, under pipeline parallelism, "

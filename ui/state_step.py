@@ -1,5 +1,6 @@
 """The step's framework choices in the app's state (issue 20): Megatron's fused loss, whose communication buffers
-(zerocalc.step.buffers), FSDP's wrap, reshard-after-forward and reduce dtype, the allocator whose reserve band is
+(zerocalc.step.buffers), FSDP's wrap, version (1: flat parameters, zerocalc.step.fsdp1) and use_orig_params,
+reshard-after-forward and reduce dtype, the allocator whose reserve band is
 shown (zerocalc.step.allocator), and the library workspaces. The fields as a link carries them, and the Workload
 keywords they give. Where the core has None the state holds a value a link never needs: "auto", or -1 bytes."""
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
+from zerocalc.step.fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
 from zerocalc.step.grad_lifetime import GRAD_LIFETIMES
 from zerocalc.step.host import LOADING_CHOICES
 from zerocalc.step.losses import LOSS_CHOICES
@@ -24,6 +26,9 @@ def step_fields(field) -> tuple:
     """The fields, built with ui.state's Field."""
     units_lo, units_hi = WORKLOAD_LIMITS["allocator_units"]
     return (field("comm_buffers", "choice", "auto", COMM_BUFFERS), field("fsdp_wrap", "choice", "blocks", FSDP_WRAPS),
+            field("fsdp_version", "int", 2, (), min(FSDP_VERSIONS), max(FSDP_VERSIONS)),   # an int, as imports give it
+            field("fsdp_use_orig_params", "choice", "no", ORIG_PARAMS),
+            field("fsdp_backward_prefetch", "choice", "pre", PREFETCH),
             field("reshard_after_forward", "choice", "auto", RESHARD_CHOICES),
             field("grad_lifetime", "choice", "auto", GRAD_LIFETIMES),
             field("reduce_dtype", "choice", "auto", ("auto",) + tuple(DTYPE_BITS)),
@@ -59,6 +64,9 @@ def step_versions(state: dict) -> tuple:
 def step_workload(state: dict) -> dict:
     """The Workload keywords of those fields (Megatron's loss fusion only under the megatron implementation)."""
     return {"comm_buffers": state["comm_buffers"], "fsdp_wrap": state["fsdp_wrap"],
+            "fsdp_version": state["fsdp_version"], "fsdp_use_orig_params": state["fsdp_use_orig_params"],
+            # FSDP2 always prefetches at each pre-backward: the FSDP1 choice applies to FSDP1 only
+            "fsdp_backward_prefetch": state["fsdp_backward_prefetch"] if state["fsdp_version"] == 1 else "pre",
             "reshard_after_forward": state["reshard_after_forward"], "grad_lifetime": state["grad_lifetime"],
             "reduce_dtype": None if state["reduce_dtype"] == "auto" else state["reduce_dtype"],
             "allocator": state["allocator"], "allocator_units": state["allocator_units"],

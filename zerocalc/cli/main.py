@@ -33,6 +33,7 @@ from .optimizer import OPTIMIZER_FIELDS, add_optimizer_flags
 from .sweep import sweep_for, sweep_text
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from ..step.fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
 from ..step.grad_lifetime import GRAD_LIFETIMES
 from ..step.host import LOADING_CHOICES
 from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
@@ -151,6 +152,13 @@ def _model_flags(p):
     m.add_argument("--fsdp-wrap", choices=FSDP_WRAPS,
                    help="FSDP units: blocks (default: each decoder block, the ends in the root) or torchtitan "
                         "(the embedding, each block, [norm, head] kept gathered after forward)")
+    m.add_argument("--fsdp-version", type=int, choices=FSDP_VERSIONS, help="which FSDP the fsdp buffers model: 2 "
+                   "(default: fully_shard, per-tensor shards) or 1 (FullyShardedDataParallel: a flat parameter per "
+                   "unit)")
+    m.add_argument("--fsdp-use-orig-params", choices=ORIG_PARAMS, help="FSDP1's use_orig_params (default no): yes "
+                   "lets a unit mix frozen and trainable weights and allocates its whole flat gradient")
+    m.add_argument("--fsdp-backward-prefetch", choices=PREFETCH, help="FSDP1's backward_prefetch: pre (default, "
+                   "torch's BACKWARD_PRE), post, none (accelerate's and the HF Trainer's NO_PREFETCH)")
     m.add_argument("--reshard-after-forward", choices=RESHARD_CHOICES,
                    help="FSDP2 at stage 3: yes frees each unit's gathered parameters after forward, no keeps them "
                         "(under pp: the stage unsharded for the step); auto (default): torchtitan's, no under pp")

@@ -22,7 +22,8 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather", "async_tp",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "grad_lifetime", "fsdp_wrap",
-                  "reshard_after_forward", "reduce_dtype",
+                  "reshard_after_forward", "reduce_dtype", "fsdp_version", "fsdp_use_orig_params",
+                  "fsdp_backward_prefetch",
                   "cuda_context_bytes", "workspace_bytes", "fragmentation_percent",
                   "allocator", "allocator_units", "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent",
                   "host_memory_bytes", "model_loading")

@@ -41,6 +41,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..tables import DTYPE_BITS, bytes_of
+from .fsdp1 import PREFETCHED_IN, flat_elements, flat_unit, unit_gradient
 
 COMM_BUFFERS = ("auto", "deepspeed", "megatron", "fsdp", "none")
 FSDP_WRAPS = ("blocks", "torchtitan")
@@ -66,6 +67,8 @@ class FsdpUnits(NamedTuple):
     first: Unit        # the embedding end (embeddings, positions)
     last: Unit         # the output end (final norm, head)
     tied: bool = False # no separate head on the rank (tied embeddings): torchtitan wraps the ends as one unit
+    prefetch: int | None = None   # elements the next block's prefetch gathers; None: the block's (FSDP1's
+                                  # leaf-wrapped adapters: the frozen flat unit only, step/fsdp1.py)
 
 
 def framework(scenario, workload, shape) -> str:
@@ -96,6 +99,9 @@ def describe(scenario, workload, shape) -> dict:
     counted = framework(scenario, workload, shape)
     chosen = workload.comm_buffers
     why = COUNTS[counted]
+    if counted == "fsdp" and workload.fsdp_version == 1:
+        why += (f"; FSDP1's flat parameters (use_orig_params {workload.fsdp_use_orig_params}), the root kept "
+                "gathered through backward")
     if chosen == "auto":
         why = f"auto (convention {scenario.convention}): " + why
     elif counted != chosen:
@@ -106,12 +112,17 @@ def describe(scenario, workload, shape) -> dict:
 QUANTIZED = ("nf4", "fp4_e2m1", "int4", "int8", "uint8")   # storage FSDP gathers as it is, never cast
 
 
-def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False) -> FsdpUnits:
-    """The rank's FSDP units from its holdings: each tensor sharded over its group's size, padded per tensor. A
-    quantized frozen base (QLoRA's nf4) is gathered in its packed storage, not in param_dtype (bitsandbytes packs
-    two 4-bit values a byte into bnb_4bit_quant_storage; FSDP's mixed precision casts floating tensors only): its
-    elements count as compute-dtype elements of the same bytes. `float8_gather`: torchao's float8 all-gather, the
-    blocks' linear weights (2-D layer tensors) gathered at 8 bits (step/float8.py); their gradients stay wide."""
+def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False, version: int = 2,
+               orig_params: str = "no", rbits: int | None = None) -> FsdpUnits:
+    """The rank's FSDP units from its holdings. FSDP2: each tensor sharded over its group's size, padded per tensor.
+    FSDP1 (`version` 1): one flat parameter per unit, padded once (step/fsdp1.py flat_unit, with use_orig_params
+    `orig_params` and the reduce width `rbits`). A quantized frozen base (QLoRA's nf4) is gathered in its packed
+    storage, not in param_dtype (bitsandbytes packs two 4-bit values a byte into bnb_4bit_quant_storage; FSDP's
+    mixed precision casts floating tensors only): its elements count as compute-dtype elements of the same bytes.
+    `float8_gather`: torchao's float8 all-gather (FSDP2), the blocks' linear weights (2-D layer tensors) gathered
+    at 8 bits (step/float8.py); their gradients stay wide."""
+    if version == 1:
+        return _flat_units(rank, groups, compute_bits, orig_params, rbits or compute_bits)
     shard = {g.name: g.shard for g in groups}
     kinds = {"all": Unit(), "dense": Unit(), "moe": Unit()}
     seen, first, last = {}, Unit(), Unit()
@@ -138,8 +149,51 @@ def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False
     for (kind, _), u in seen.items():
         kinds[kind] += u
     dense, moe = kinds["all"] + kinds["dense"], kinds["all"] + kinds["moe"]
-    tied = not any(h.tensor.role == "head" and not h.tensor.tied for h in rank.holdings)
-    return FsdpUnits(dense if dense.params >= moe.params else moe, rank.layers, first, last, tied)
+    return FsdpUnits(dense if dense.params >= moe.params else moe, rank.layers, first, last, _tied(rank))
+
+
+def _tied(rank) -> bool:
+    return not any(h.tensor.role == "head" and not h.tensor.tied for h in rank.holdings)
+
+
+def _flat_units(rank, groups, compute_bits: int, orig_params: str, rbits: int) -> FsdpUnits:
+    """FSDP1's units (step/fsdp1.py): each decoder block one flat parameter, the embeddings, final norm and head
+    the root's. The root's gathered size is split as first (the embedding end's flat elements) and last (the rest,
+    with the root's padding); its gradients are the tensors' own (they wait in autograd until the embedding's
+    arrives, measured); the output end's trainable ones, or all of them in a mixed root under use_orig_params."""
+    shard = {g.name: g.shard for g in groups}
+    world, seen, ends = 1, {}, {"first": [], "last": []}
+    for h in rank.holdings:
+        world = max(world, shard.get(h.group, 1))
+        t = h.tensor
+        elements = h.local_elements
+        if t.storage in QUANTIZED:
+            elements = -(-elements * DTYPE_BITS[t.storage] // compute_bits)
+        piece = (elements, bool(t.trainable))
+        if t.place == "layer":
+            key = (t.kind, t.name, t.role)
+            seen[key] = max(seen.get(key, piece), piece)
+        else:
+            ends["first" if t.place == "first" else "last"].append(piece)
+    kinds = {"all": [], "dense": [], "moe": []}
+    # module order: Hugging Face decoder layers register self_attn and mlp before their norms (LlamaDecoderLayer)
+    for norms in (False, True):
+        for (kind, _, role), piece in seen.items():
+            if (role == "norm") == norms:
+                kinds[kind].append(piece)
+    pieces = [kinds["all"] + kinds[k] for k in ("dense", "moe")]
+    units = [Unit(*flat_unit(p, world, orig_params, compute_bits, rbits)) for p in pieces]
+    covers = [unit_gradient(p, orig_params) for p in pieces]
+    block, covers = max(zip(units, covers), key=lambda uc: uc[0].params)
+    root_pieces = ends["first"] + ends["last"]
+    root = Unit(*flat_unit(root_pieces, world, orig_params, compute_bits, rbits))
+    first_flat = flat_elements(ends["first"], orig_params, compute_bits)
+    mixed_flat = root.grads == flat_elements(root_pieces, orig_params, compute_bits) and root.grads
+    own = lambda pieces: sum(e for e, t in pieces if t or mixed_flat)  # noqa: E731
+    first = Unit(first_flat, own(ends["first"]), 0)
+    last = Unit(root.params - first_flat, own(ends["last"]), root.reduce)
+    prefetch = block.params - -(-block.grads // world) * world if covers == "leaf" else None
+    return FsdpUnits(block, rank.layers, first, last, _tied(rank), prefetch)
 
 
 def reduce_bits(workload, compute_bits: int) -> int:
@@ -154,7 +208,8 @@ def fsdp_forward(units: FsdpUnits, wrap: str, pbits: int) -> int:
     return bytes_of(kept.params, pbits)
 
 
-def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int) -> tuple[int, int]:
+def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int, held: bool = True,
+                  prefetch: str = "pre") -> tuple[int, int]:
     """(gathered parameters, unsharded gradients + reduce-scatter input) of the largest backward window from the
     output end down to block 1 (_fsdp_param_group.py: pre_backward unshards the unit and prefetches the previous
     unit's all-gather; post_backward reshards, then reduce-scatters, and keeps that reduce-scatter input until the
@@ -167,16 +222,20 @@ def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int) -> tuple[
         H compute  H.P + H.G + A;  H reduce  H.G + H.RS + A;  last block  P + G + A + H.RS (held);
         a later block  P + G + A + RS;  a block's reduce  G + RS + A
     Not counted (after most activations are freed): block 0's prefetch of torchtitan's embedding unit and the
-    reduce-scatter of the root or embedding unit at the end of backward."""
+    reduce-scatter of the root or embedding unit at the end of backward.
+    FSDP1 (`held` False): a unit's post-backward drops its reduce tensors when it returns (step/fsdp1.py), so no
+    window holds the previous block's; RS is then the cast and padded copies of the gradient. Its
+    backward_prefetch (`prefetch`, step/fsdp1.py PREFETCHED_IN) says which windows hold A."""
     u, last = units.block, units.last
     p, g, rs = bytes_of(u.params, pbits), bytes_of(u.grads, pbits), bytes_of(u.reduce, rbits)
-    a = p if units.blocks > 1 else 0
-    later = units.blocks > 2
+    a = (p if units.prefetch is None else bytes_of(units.prefetch, pbits)) if units.blocks > 1 else 0
+    later = units.blocks > 2 and held
+    a_out, a_compute, a_reduce = (a if w in PREFETCHED_IN[prefetch] else 0 for w in ("output end", "compute", "reduce"))
     if wrap == "blocks" or units.tied:
         root = bytes_of((units.first + units.last).params, pbits)
         # tied: the head's gradient is the embedding's
         out = bytes_of(last.grads + (units.first.grads if units.tied else 0), pbits)
-        windows = [(root + a, out), (root + p + a, out + g), (root + a, out + g + rs)]
+        windows = [(root + a_out, out), (root + p + a_compute, out + g), (root + a_reduce, out + g + rs)]
         if later:
             windows.append((root + p + a, out + g + rs))
     else:
@@ -200,7 +259,8 @@ def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tupl
         pbits = shape.compute_bits
         rbits = reduce_bits(workload, pbits)
         wrap = workload.fsdp_wrap
-        gathered, grads = fsdp_backward(shape.fsdp, wrap, pbits, rbits)
+        gathered, grads = fsdp_backward(shape.fsdp, wrap, pbits, rbits, held=workload.fsdp_version == 2,
+                                        prefetch=workload.fsdp_backward_prefetch)
         if s < 3:          # the ledger holds whole parameters: only the unit's gradients and reduce-scatter
             u = shape.fsdp.block
             return [], [("gradient buckets", bytes_of(u.grads, pbits) + bytes_of(u.reduce, rbits))], []

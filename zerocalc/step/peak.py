@@ -205,17 +205,20 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         for phase, name in ((forward, "forward"), (backward, "backward")):
             gone = {REPLACES[part] for part, _ in kept.get(name, ()) if part in REPLACES}
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
-        backward += offload_parts(scenario, workload, s, shape, comm).get("backward", [])   # fsdp_offload.py
-        if per_backward and grads:
-            backward = _larger_end(backward, grads, first_block_bytes(shape))
+        offload = offload_parts(scenario, workload, s, shape, comm)                        # fsdp_offload.py
+        backward += offload.get("backward", [])
+        if per_backward and grads or offload.get("backward end"):
+            backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
+                                   offload.get("backward end", ()))
         yield s, (forward, backward, optimizer)
 
 
-def _larger_end(backward, grads: int, first_block: int):
-    """The backward phase when gradients live from backward on (grad_lifetime.py): its start (every activation and
-    the loss's transients, no gradient yet) or its end (every gradient, the first block's saves and the working
-    sets that run with it), whichever holds more."""
+def _larger_end(backward, grads: int, first_block: int, at_end=()):
+    """The backward phase when gradients live from backward on (grad_lifetime.py), or something else is held only
+    at its end (`at_end`: FSDP1 offload's gradient shards): its start (every activation and the loss's transients,
+    no gradient yet) or its end (every gradient, the first block's saves and the working sets that run with it),
+    whichever holds more."""
     start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
     gone = ("activations", "logits and loss")
-    end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block)]
+    end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block), *at_end]
     return max(start, end, key=lambda items: sum(v for _, v in items))

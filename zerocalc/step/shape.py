@@ -100,7 +100,9 @@ def rank_shape(scenario, workload, rank) -> StepShape:
                      rank.persistent_params(workload.param_persistence_threshold), rank.params,
                      groups, activation, alive,
                      tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank),
-                     fsdp_units(rank, groups, DTYPE_BITS[compute], workload.float8_all_gather), offloaded, host)
+                     fsdp_units(rank, groups, DTYPE_BITS[compute], workload.float8_all_gather, workload.fsdp_version,
+                                workload.fsdp_use_orig_params,
+                                DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else None), offloaded, host)
 
 
 def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:

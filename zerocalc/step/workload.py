@@ -23,6 +23,7 @@ from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from .allocator import ALLOCATORS, DEFAULT_ALLOCATOR
 from .buffers import COMM_BUFFERS, FSDP_WRAPS
 from .host import LOADING_CHOICES
+from .fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
 from .async_tp import refusal as async_tp_refusal
 from .float8 import FLOAT8_RECIPES
 from .grad_lifetime import GRAD_LIFETIMES
@@ -150,6 +151,16 @@ class Workload:
     # FSDP's wrap units: blocks (each decoder block, the ends in the root) or torchtitan's (embedding, blocks,
     # [norm, head] kept after forward).
     fsdp_wrap: str = "blocks"
+    # Which FSDP the fsdp buffers model (step/fsdp1.py): 2, fully_shard's per-tensor shards (torchtitan, accelerate
+    # fsdp_version 2), or 1, FullyShardedDataParallel's flat parameter per unit (the HF Trainer's and accelerate's
+    # fsdp_version 1, accelerate's default; Lightning Fabric's FSDPStrategy). fsdp_use_orig_params: FSDP1's
+    # use_orig_params (torch's and accelerate's default no; the HF Trainer's FSDP1 default yes): yes lets a unit mix
+    # frozen and trainable tensors and allocates the whole flat gradient; no wraps trainable leaves alone.
+    fsdp_version: int = 2
+    fsdp_use_orig_params: str = "no"
+    # FSDP1's backward_prefetch (step/fsdp1.py PREFETCH): pre (torch's default), post, none (accelerate's and the HF
+    # Trainer's NO_PREFETCH). FSDP2 prefetches the next unit at each pre-backward: pre.
+    fsdp_backward_prefetch: str = "pre"
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -177,6 +188,7 @@ class Workload:
         if self.loss != "auto" and self.implementation != "huggingface":
             raise FieldError("loss", self.loss, "auto with implementation megatron (its loss: loss_fusion)")
         require_choice("float8", self.float8, FLOAT8_RECIPES)
+        self._check_fsdp1()
         try:
             op_rule(self.op_policy)
         except ValueError as exc:
@@ -210,6 +222,25 @@ class Workload:
         check_against(self.layout, self.arch, self.seq_len, self.attention)
         self._check_megatron_recompute()
         self._check_mtp()
+
+    def _check_fsdp1(self):
+        """FSDP1's flags as torch accepts them: torchtitan's wrap, reshard_after_forward and the float8 all-gather
+        are fully_shard's (FSDP1 at stage 3 is FULL_SHARD, which reshards every unit but the root)."""
+        if isinstance(self.fsdp_version, bool):
+            raise FieldError("fsdp_version", self.fsdp_version, "1 or 2")
+        require_choice("fsdp_version", self.fsdp_version, FSDP_VERSIONS)
+        require_choice("fsdp_use_orig_params", self.fsdp_use_orig_params, ORIG_PARAMS)
+        require_choice("fsdp_backward_prefetch", self.fsdp_backward_prefetch, PREFETCH)
+        if self.fsdp_version == 2:
+            if self.fsdp_backward_prefetch != "pre":
+                raise FieldError("fsdp_backward_prefetch", self.fsdp_backward_prefetch,
+                                 "pre with fsdp_version 2 (fully_shard prefetches at each pre-backward)")
+            return
+        for field, value, allowed in (("fsdp_wrap", "torchtitan", "blocks"), ("reshard_after_forward", "no",
+                                      "auto or yes (FSDP1's SHARD_GRAD_OP is ZeRO stage 2)"),
+                                      ("float8_all_gather", True, "false (torchao's float8 all-gather is FSDP2's)")):
+            if getattr(self, field) == value and type(getattr(self, field)) is type(value):
+                raise FieldError(field, value, f"{allowed} with fsdp_version 1")
 
     def _check_mtp(self):
         """Multi-token prediction (step/mtp.py) as modelled: Megatron's, for full training with the implementation's

@@ -33,6 +33,17 @@ class FsdpReader:
             stage, hybrid = self._fsdp2_reshard(keys, get), False
         self.b.stage = stage
         self.b.set("workload", "comm_buffers", "fsdp", f"FSDP{version}: one wrapped unit at a time")
+        self.b.set("workload", "fsdp_version", version, self._k(keys, "fsdp_version", "default 1 (accelerate's "
+                   "FullyShardedDataParallelPlugin: FSDP_VERSION defaults to 1)"))
+        if version == 1:
+            orig = get("fsdp_use_orig_params", False)
+            orig = accelerate_bool(self._k(keys, "fsdp_use_orig_params") or "fsdp_config.fsdp_use_orig_params", orig)
+            self.b.set("workload", "fsdp_use_orig_params", "yes" if orig else "no",
+                       self._k(keys, "fsdp_use_orig_params", "default false (the plugin's FSDP_USE_ORIG_PARAMS)"))
+            self._fsdp1_prefetch(keys, get)
+        elif "fsdp_use_orig_params" in keys:
+            self.b.ignore(self._k(keys, "fsdp_use_orig_params"), "FSDP2 always uses the original parameters (the "
+                          "plugin drops use_orig_params for fsdp_version 2)")
         comm = {"no": None, "fp8": "bf16"}.get(precision, precision)
         self.fp32_ledger(f"FSDP{version} mixed precision ({FSDP_SRC}.set_mixed_precision): fp32 shards, "
                          f"{comm or 'fp32'} gathers and compute", comm)
@@ -95,6 +106,20 @@ class FsdpReader:
         stage, hybrid = STRATEGY_STAGE[strategy]
         self.b.sources["selected_stage"] = key or "default FULL_SHARD (accelerate launch --fsdp_sharding_strategy)"
         return stage, hybrid
+
+    def _fsdp1_prefetch(self, keys, get):
+        """fsdp_backward_prefetch: BACKWARD_PRE / BACKWARD_POST / NO_PREFETCH, by name or number (the plugin's
+        FSDP_BACKWARD_PREFETCH order); absent, the plugin's NO_PREFETCH (backward_prefetch None)."""
+        key = self._k(keys, "fsdp_backward_prefetch")
+        value = get("fsdp_backward_prefetch", "NO_PREFETCH")
+        names = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
+        text = str(value).upper()
+        if text.isdigit() and 1 <= int(text) <= 2:
+            text = names[int(text) - 1]
+        if text not in names:
+            raise FrameworkConfigError(key, value, "one of " + ", ".join(names) + " (any case) or 1-2")
+        self.b.set("workload", "fsdp_backward_prefetch", {"BACKWARD_PRE": "pre", "BACKWARD_POST": "post"}.get(
+            text, "none"), key or "default NO_PREFETCH (the plugin's backward_prefetch None)")
 
     def _fsdp2_reshard(self, keys, get):
         if "fsdp_sharding_strategy" in keys:
