@@ -37,7 +37,8 @@ class FsdpReader:
                    "FullyShardedDataParallelPlugin: FSDP_VERSION defaults to 1)"))
         if version == 1:
             orig = get("fsdp_use_orig_params", False)
-            orig = accelerate_bool(self._k(keys, "fsdp_use_orig_params") or "fsdp_config.fsdp_use_orig_params", orig)
+            orig = boolean(self._k(keys, "fsdp_use_orig_params") or "fsdp_config.fsdp_use_orig_params", orig,
+                           rule="accelerate")
             self.b.set("workload", "fsdp_use_orig_params", "yes" if orig else "no",
                        self._k(keys, "fsdp_use_orig_params", "default false (the plugin's FSDP_USE_ORIG_PARAMS)"))
             self._fsdp1_prefetch(keys, get)
