@@ -108,6 +108,13 @@ class Architecture:
     # model's, AutoModelForTokenClassification / AutoModelForSequenceClassification with num_labels=1, OpenRLHF's
     # value_head Linear(h, 1)); 0: the LM head over the vocabulary. Its logits are T x score_head.
     score_head: int = 0
+    # Parallel blocks (GPT-NeoX use_parallel_residual, phi, Falcon parallel_attn, StableLM's option): attention and
+    # MLP both read the block input and their outputs are added to it together; shared_norm: one norm feeds both
+    # (phi, Falcon-7B, StableLM), else each has its own (GPT-NeoX, Falcon-40B's ln_attn / ln_mlp).
+    parallel_residual: bool = False
+    shared_norm: bool = False
+    rotary_pct: float = 1.0           # share of each head's dimensions rotated (partial rotary: Pythia 0.25, phi 0.5)
+    head_bias: bool = False           # a bias on the LM head (phi)
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -129,6 +136,11 @@ class Architecture:
                 raise FieldError(f, v, "a number from 0 (off) to 1,000,000")
         for f, (lo, hi) in MOE_LIMITS.items():
             require_int(f, getattr(self, f), lo, hi)
+        v = self.rotary_pct
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise FieldError("rotary_pct", v, "a fraction above 0 and at most 1 (1: every dimension rotated)")
+        if self.shared_norm and not self.parallel_residual:
+            raise FieldError("shared_norm", True, "false unless parallel_residual (one norm feeds both branches)")
         if self.score_head and self.tied_embeddings:
             raise FieldError("tied_embeddings", True, "false with a score head (the head is its own Linear(h, n))")
         if self.kv_lora_rank and not (self.qk_nope_dim + self.qk_rope_dim and self.v_head_dim):
