@@ -26,6 +26,11 @@ NORMS = ("layernorm", "rmsnorm", "rmsnorm-gemma", "rmsnorm-fp32")
 POSITIONS = ("learned", "rotary")
 QK_NORMS = ("none", "head", "full")
 ROUTERS = ("softmax", "sigmoid", "topk-softmax")
+# How K and V reach the attention when there are fewer KV heads (Falcon, modeling_falcon.py _split_heads):
+# none: as projected (repeat_kv in eager, grouped-query kernels); split: expanded to every query head as they are
+# split from the fused projection (new_decoder_architecture); broadcast: one head, broadcast by matmul, which
+# SDPA's fused kernels refuse (multi_query: the math fallback runs).
+KV_EXPANDS = ("none", "split", "broadcast")
 MOE_LIMITS = {"q_lora_rank": (0, 10**6), "kv_lora_rank": (0, 10**6), "qk_nope_dim": (0, 10**5),
               "qk_rope_dim": (0, 10**5), "v_head_dim": (0, 10**5), "experts": (0, 100_000),
               "experts_per_token": (0, 100_000), "expert_ffn": (0, 10**7), "shared_expert_ffn": (0, 10**8),
@@ -115,6 +120,7 @@ class Architecture:
     shared_norm: bool = False
     rotary_pct: float = 1.0           # share of each head's dimensions rotated (partial rotary: Pythia 0.25, phi 0.5)
     head_bias: bool = False           # a bias on the LM head (phi)
+    kv_expand: str = "none"           # KV_EXPANDS (Falcon)
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -130,6 +136,7 @@ class Architecture:
             require_probability(f, getattr(self, f))
         require_choice("qk_norm", self.qk_norm, QK_NORMS)
         require_choice("router", self.router, ROUTERS)
+        require_choice("kv_expand", self.kv_expand, KV_EXPANDS)
         for f in ("attn_softcap", "final_softcap"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6:

@@ -167,8 +167,7 @@ FAMILIES = MappingProxyType({
     # StableLM: a gated SiLU MLP without biases, LayerNorms with biases, q/k/v biases (use_qkv_bias), partial
     # rotary (0.25); use_parallel_residual drops post_attention_layernorm (one norm feeds both branches).
     "stablelm": _family(
-        keys={"qkv_bias": "use_qkv_bias", "parallel_residual": "use_parallel_residual", "head_dim": None,
-              "resid_dropout": "hidden_dropout"},
+        keys={"qkv_bias": "use_qkv_bias", "parallel_residual": "use_parallel_residual", "head_dim": None},
         defaults=dict(vocab=50304, hidden=2560, ffn=6912, layers=32, heads=32, kv_heads=32, seq_len=4096,
                       tied_embeddings=False, activation="silu", rotary_pct=0.25),
         traits=dict(gated_mlp=True, norm="layernorm", positions="rotary", softmax_fp32=True)),

@@ -207,6 +207,8 @@ def _phi(cfg: dict, fields: dict) -> None:
 def _stablelm(cfg: dict, fields: dict) -> None:
     # StableLmDecoderLayer: with use_parallel_residual there is no post_attention_layernorm
     fields["shared_norm"] = fields.get("parallel_residual", False)
+    if cfg.get("hidden_dropout") not in (None, 0, 0.0):   # one dropout, on the MLP output only: not modelled
+        raise _refuse("hidden_dropout", cfg.get("hidden_dropout"), "0 (StableLM's MLP-only dropout is not modelled)")
     if _read(cfg, "qk_layernorm", "qk_layernorm", False):   # StableLmLayerNormPerHead: one LayerNorm per head
         raise ConfigError("qk_layernorm", True, "false (StableLM's per-head q/k LayerNorms are not modelled yet)")
 
@@ -218,8 +220,10 @@ def _falcon(cfg: dict, fields: dict) -> None:
         raise ConfigError("alibi", True, "false (ALiBi Falcon, e.g. falcon-rw, is not modelled yet)")
     if new:
         fields["kv_heads"] = _read(cfg, "num_kv_heads", "kv_heads", None) or fields["heads"]
+        fields["kv_expand"] = "split"
     elif _read(cfg, "multi_query", "multi_query", True):
         fields["kv_heads"] = 1
+        fields["kv_expand"] = "broadcast"
     else:                                     # 3 x hidden_size, whatever num_kv_heads says
         fields["kv_heads"] = fields["heads"]
     ln = cfg.get("num_ln_in_parallel_attn")

@@ -141,7 +141,8 @@ MODEL_PRESETS = MappingProxyType({
                         1_644_515_328, "stabilityai/stablelm-2-1_6b"),
     "falcon-7b": (Architecture(layers=32, hidden=4544, heads=71, kv_heads=1, ffn=4 * 4544, vocab=65024, seq_len=2048,
                                gated_mlp=False, norm="layernorm", positions="rotary", fused_qkv=True, activation="gelu",
-                               tied_embeddings=True, softmax_fp32=False, parallel_residual=True, shared_norm=True),
+                               tied_embeddings=True, softmax_fp32=False, parallel_residual=True, shared_norm=True,
+                               kv_expand="broadcast"),
                   6_921_720_704, "tiiuae/falcon-7b"),
     # mixture of experts
     "mixtral-8x7b": (Architecture(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,

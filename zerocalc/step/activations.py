@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Dict, NamedTuple
 
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
+from ..scenario import FieldError
 from ..tables import INDEX_BITS, STAT_BITS
 from .compiled import compiled_adapter_terms, compiled_op_terms, compiled_terms, covered_adapters
 from .compiled import covered as compiled_covered
@@ -162,8 +163,11 @@ def _qkv(a: Architecture, T: int, w: int, attention: str, hf: bool) -> int:
         return w * T * (q + 2 * kv)
     repeated = attention == "eager" and a.n_kv_heads < a.heads     # repeat_kv copies to every query head
     fused = q + 2 * kv
+    if a.kv_expand == "split":                 # Falcon's new architecture: K and V expanded when split (copies)
+        return 3 * w * T * q
     if a.positions == "rotary":                                    # new q and k tensors after the rotation
-        v = q if repeated else (fused if a.fused_qkv else kv)      # v stays a view of the projection output
+        # v stays a view of the projection output; eager's matmul copies a strided view of a fused one
+        v = q if repeated or (attention == "eager" and a.fused_qkv) else (fused if a.fused_qkv else kv)
         return w * T * (q + (q if repeated else kv) + v)
     if a.fused_qkv:
         return w * T * (fused + (2 * q if repeated else 0))
@@ -211,6 +215,24 @@ def _latent_qkv(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]
     return terms
 
 
+def _kv_index(a: Architecture, hf: bool) -> int:
+    """Falcon's _split_heads takes K and V by index lists (qkv[..., [-2], :], [..., [-1], :]): two one-element
+    int64 index tensors saved per block."""
+    return 2 * INDEX_BITS if hf and a.kv_expand != "none" else 0
+
+
+def _math_fallback(a: Architecture, t: Tokens, recompute: str) -> Dict[str, int]:
+    """SDPA with one K/V head broadcast to every query head and no enable_gqa (Falcon's multi_query): the fused
+    kernels refuse unequal head counts, so PyTorch's composite math kernel runs, in fp32 for 16-bit inputs
+    (aten _scaled_dot_product_attention_math): it saves the scaled fp32 query, K and V expanded to every head
+    (fp32 copies, matmul's broadcast) and the fp32 s x s probabilities (measured on the CPU, where the same
+    composite runs: tests/test_families_activations.py). Q, K and V as the block computed them are not saved."""
+    terms = {"q, k, v (math SDPA, fp32, every head)": 3 * STAT_BITS * t.inside * a.q_size + _kv_index(a, True)}
+    if recompute != "selective":
+        terms["attention softmax (math SDPA, fp32)"] = STAT_BITS * a.heads * t.s * t.s * t.b
+    return terms
+
+
 def _qk_norms(a: Architecture, T: int, w: int, impl: str) -> int:
     if a.qk_norm == "head":                    # over each head's d features
         return norm_bits(a, T, w, impl, a.q_size, T * a.heads) + norm_bits(a, T, w, impl, a.kv_size,
@@ -226,8 +248,11 @@ def _attention(a: Architecture, t: Tokens, w: int, attention: str, impl: str, re
     else:
         if a.qk_norm != "none":
             terms["q, k norms"] = _qk_norms(a, t.inside, w, impl)
-        terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf)
-    if attention == "flash":
+        if not (attention == "flash" and a.kv_expand == "broadcast" and hf):
+            terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf) + _kv_index(a, hf)
+    if attention == "flash" and a.kv_expand == "broadcast" and hf:
+        terms.update(_math_fallback(a, t, recompute))
+    elif attention == "flash":
         terms["attention logsumexp"] = STAT_BITS * t.b * a.heads * t.s
     elif recompute != "selective":                                 # selective recompute drops the s^2 terms
         terms.update(_scores(a, t, w, hf))
@@ -250,14 +275,32 @@ def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None, 
 def _full_layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:
     terms = {"input norm": norm_bits(a, t.outside, w, impl)}
     terms.update(_attention(a, t, w, attention, impl, recompute))
-    terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
+    if a.parallel_residual:
+        terms.update(_parallel_norm(a, t, w, impl))
+    else:
+        terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
     if a.sandwich_norm:
         terms["pre-MLP norm"] = norm_bits(a, t.outside, w, impl)
         terms["post-MLP norm"] = norm_bits(a, t.outside, w, impl)
-    terms.update(mlp_terms(a, t, w, impl) if kind == "dense" else moe_terms(a, t, w, impl, moe, mlp_terms))
+    terms.update(mlp_terms(a, t, w, impl, with_input=not a.shared_norm) if kind == "dense"
+                 else moe_terms(a, t, w, impl, moe, mlp_terms))
     if a.resid_dropout > 0:
         terms["mlp output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
+
+
+def _parallel_norm(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]:
+    """Parallel blocks (GPT-NeoX, phi, StableLM, Falcon): the MLP reads the block input too. With one shared norm
+    (phi, Falcon-7B, StableLM) its output is the attention's input, already saved, and nothing more is; with a
+    norm of its own (GPT-NeoX's post_attention_layernorm, Falcon-40B's ln_mlp) a LayerNorm's saved input is the
+    block input the first norm saved (one storage), so only its mean and rstd are new (measured:
+    tests/test_families_activations.py)."""
+    if a.shared_norm:
+        return {}
+    bits = norm_bits(a, t.outside, w, impl)
+    if a.norm == "layernorm":
+        bits -= w * t.outside * a.hidden
+    return {"MLP norm (parallel: statistics)" if a.norm == "layernorm" else "MLP norm": bits}
 
 
 def _bytes(terms: Dict[str, int]) -> Dict[str, int]:
@@ -308,6 +351,9 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     first_delta = 0
     every = recompute_every if recompute == "full" else 1
     mods = parse_modules(recompute_modules) if recompute == "selective" else ()
+    if a.parallel_residual and mods and mods != ("core_attn",):
+        raise FieldError("recompute_modules", recompute_modules, "core_attn only for parallel attention + MLP blocks "
+                         "(Megatron's layernorm / mlp modules assume a sequential block)")
     megatron_full = recompute == "full" and (recompute_method == "block" or recompute_num_layers > 1)
     checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
     pairs = routed_pairs(t.outside, a.experts_per_token, moe or Routing()) if a.experts else 0
@@ -357,7 +403,9 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     elif hf:
         # Batch-1 tables shared by a module's layers; each pipeline stage runs the rotary embedding itself.
         tables = 2 if a.local_rope and a.sliding_window and a.sliding_pattern > 1 else 1   # local + global
-        stage["rotary cos/sin"] = tables * 2 * w * t.s * (a.qk_rope_dim if a.mla else a.d_head)
+        # partial rotary (GPT-NeoX rotary_pct, phi / StableLM partial_rotary_factor): tables of the rotated dims
+        rotated = a.qk_rope_dim if a.mla else int(a.d_head * a.rotary_pct)
+        stage["rotary cos/sin"] = tables * 2 * w * t.s * rotated
         if recompute in CHECKPOINTED:
             stage["position ids (checkpoint input)"] = INDEX_BITS * t.s   # each checkpointed block's input
     if recompute in CHECKPOINTED and hf and attention == "eager":
