@@ -45,7 +45,14 @@ TINY = {
                    tie_word_embeddings=True),
     "falcon_new": dict(_BASE, model_type="falcon", new_decoder_architecture=True, num_kv_heads=2, parallel_attn=True,
                        bias=False, tie_word_embeddings=True),
+    # Gemma 2: attention logit soft-capping (50) and final logit soft-capping (30); eager only (below)
+    "gemma2": dict(_BASE, model_type="gemma2", intermediate_size=512, num_key_value_heads=2, head_dim=64,
+                   query_pre_attn_scalar=64, sliding_window=64, attn_logit_softcapping=50.0,
+                   final_logit_softcapping=30.0),
 }
+# Gemma2PreTrainedModel._supports_sdpa = False in transformers 5.24 ("sdpa does not support softcapping"): the
+# model refuses SDPA, so eager (or a flash-attention kernel with its softcap argument) is what runs.
+EAGER_ONLY = ("gemma2",)
 
 
 def build(config: dict, dtype=torch.float32, attn="sdpa"):
