@@ -41,6 +41,7 @@ from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
 from .moe import Routing, moe_terms, routed_pairs
 from .mtp import mtp_module_terms, mtp_terms
 from .op_checkpoint import op_saved_terms
+from .parallel_blocks import kv_index, math_fallback, mlp_norm, sdpa_math_fallback
 from .trainable import adapt, adapt_ends
 
 ATTENTION = ("eager", "flash")
@@ -215,24 +216,6 @@ def _latent_qkv(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]
     return terms
 
 
-def _kv_index(a: Architecture, hf: bool) -> int:
-    """Falcon's _split_heads takes K and V by index lists (qkv[..., [-2], :], [..., [-1], :]): two one-element
-    int64 index tensors saved per block."""
-    return 2 * INDEX_BITS if hf and a.kv_expand != "none" else 0
-
-
-def _math_fallback(a: Architecture, t: Tokens, recompute: str) -> Dict[str, int]:
-    """SDPA with one K/V head broadcast to every query head and no enable_gqa (Falcon's multi_query): the fused
-    kernels refuse unequal head counts, so PyTorch's composite math kernel runs, in fp32 for 16-bit inputs
-    (aten _scaled_dot_product_attention_math): it saves the scaled fp32 query, K and V expanded to every head
-    (fp32 copies, matmul's broadcast) and the fp32 s x s probabilities (measured on the CPU, where the same
-    composite runs: tests/test_families_activations.py). Q, K and V as the block computed them are not saved."""
-    terms = {"q, k, v (math SDPA, fp32, every head)": 3 * STAT_BITS * t.inside * a.q_size + _kv_index(a, True)}
-    if recompute != "selective":
-        terms["attention softmax (math SDPA, fp32)"] = STAT_BITS * a.heads * t.s * t.s * t.b
-    return terms
-
-
 def _qk_norms(a: Architecture, T: int, w: int, impl: str) -> int:
     if a.qk_norm == "head":                    # over each head's d features
         return norm_bits(a, T, w, impl, a.q_size, T * a.heads) + norm_bits(a, T, w, impl, a.kv_size,
@@ -248,10 +231,10 @@ def _attention(a: Architecture, t: Tokens, w: int, attention: str, impl: str, re
     else:
         if a.qk_norm != "none":
             terms["q, k norms"] = _qk_norms(a, t.inside, w, impl)
-        if not (attention == "flash" and a.kv_expand == "broadcast" and hf):
-            terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf) + _kv_index(a, hf)
-    if attention == "flash" and a.kv_expand == "broadcast" and hf:
-        terms.update(_math_fallback(a, t, recompute))
+        if not sdpa_math_fallback(a, hf, attention):
+            terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf) + kv_index(a, hf)
+    if sdpa_math_fallback(a, hf, attention):                        # Falcon's multi_query (parallel_blocks.py)
+        terms.update(math_fallback(a, t, recompute))
     elif attention == "flash":
         terms["attention logsumexp"] = STAT_BITS * t.b * a.heads * t.s
     elif recompute != "selective":                                 # selective recompute drops the s^2 terms
@@ -275,8 +258,8 @@ def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None, 
 def _full_layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:
     terms = {"input norm": norm_bits(a, t.outside, w, impl)}
     terms.update(_attention(a, t, w, attention, impl, recompute))
-    if a.parallel_residual:
-        terms.update(_parallel_norm(a, t, w, impl))
+    if a.parallel_residual:                    # the MLP reads the block input too (parallel_blocks.py)
+        terms.update(mlp_norm(a, norm_bits(a, t.outside, w, impl), w, t.outside))
     else:
         terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
     if a.sandwich_norm:
@@ -287,20 +270,6 @@ def _full_layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=N
     if a.resid_dropout > 0:
         terms["mlp output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
-
-
-def _parallel_norm(a: Architecture, t: Tokens, w: int, impl: str) -> Dict[str, int]:
-    """Parallel blocks (GPT-NeoX, phi, StableLM, Falcon): the MLP reads the block input too. With one shared norm
-    (phi, Falcon-7B, StableLM) its output is the attention's input, already saved, and nothing more is; with a
-    norm of its own (GPT-NeoX's post_attention_layernorm, Falcon-40B's ln_mlp) a LayerNorm's saved input is the
-    block input the first norm saved (one storage), so only its mean and rstd are new (measured:
-    tests/test_families_activations.py)."""
-    if a.shared_norm:
-        return {}
-    bits = norm_bits(a, t.outside, w, impl)
-    if a.norm == "layernorm":
-        bits -= w * t.outside * a.hidden
-    return {"MLP norm (parallel: statistics)" if a.norm == "layernorm" else "MLP norm": bits}
 
 
 def _bytes(terms: Dict[str, int]) -> Dict[str, int]:
