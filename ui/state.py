@@ -16,7 +16,8 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, kept_in_link
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
-from zerocalc.model.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
+from zerocalc.model.architecture import (ACTIVATIONS, KV_EXPANDS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS,
+                                        Architecture)
 from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
                                      FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
@@ -70,7 +71,7 @@ VARIANT_ARCH_FIELDS = ("attn_bias", "mlp_bias", "qk_norm", "sandwich_norm", "att
                        "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "experts", "experts_per_token",
                        "expert_ffn", "shared_expert_ffn", "shared_expert_gate", "router", "norm_topk",
                        "router_bias", "router_fp32", "route_weights_fp32", "expert_bias", "first_dense_layers",
-                       "moe_step")
+                       "moe_step", "parallel_residual", "shared_norm", "rotary_pct", "head_bias", "kv_expand")
 ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS + ("mtp_layers",)    # MTP: drawn in the Recipe section
 # Fine-tuning (zerocalc.model.finetune.FineTune): which fields each training mode reads; the others do not matter
 # for it.
@@ -107,6 +108,9 @@ FIELDS: Tuple[Field, ...] = (
     *(Field(n, "bool", None) for n in ("norm_topk", "router_bias", "router_fp32", "route_weights_fp32",
                                        "expert_bias")),
     *(_i(n, *MOE_LIMITS[n], None) for n in ("first_dense_layers", "moe_step", "mtp_layers")),
+    # parallel blocks (GPT-NeoX, phi, StableLM, Falcon), partial rotary, phi's head bias, Falcon's K/V layout
+    *(Field(n, "bool", None) for n in ("parallel_residual", "shared_norm", "head_bias")),
+    Field("rotary_pct", "factor", None, (), 0.01, 1), _c("kv_expand", KV_EXPANDS, None),
     # precision (defaults: the chosen convention's)
     _c("convention", CONVENTIONS, DEFAULT_CONVENTION),
     _c("param_dtype", DTYPES, None), _c("grad_dtype", DTYPES, None), _c("master_dtype", DTYPES + ("none",), None),
