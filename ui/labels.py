@@ -279,7 +279,8 @@ HELP = {
                 "DoRA: low-rank adapters beside a frozen base (peft). QLoRA: adapters on a 4-bit (nf4 / fp4) or "
                 "8-bit base (bitsandbytes). Frozen weights keep no gradient, master copy or optimizer state.",
     "lora_rank": "r: lora_A is r x in, lora_B is out x r for every adapted linear.",
-    "lora_targets": "peft's target_modules; all-linear adapts every linear of the blocks (not the head). Experts "
+    "lora_targets": "peft's target_modules; all-linear adapts every linear of the blocks (not the head: name "
+                    "lm_head beside the modules to adapt it). Experts "
                     "and routers are not adapted (they are not nn.Linear modules in transformers 5).",
     "lora_dropout": "Above 0, each adapter saves a 1-byte dropout mask of its input.",
     "adapter_dtype": "auto: peft's default, fp32 adapters on a 16-bit base (autocast_adapter_dtype). DeepSpeed "

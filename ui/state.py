@@ -18,8 +18,8 @@ from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, kept_in_link
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.model.architecture import (ACTIVATIONS, KV_EXPANDS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS,
                                         Architecture)
-from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
-                                     FineTune)
+from zerocalc.model.finetune import (ALL_LINEAR, HEAD_TARGET, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS,
+                                     TRAINABLE_MODULES, FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from .state_stages import STAGE_NAMES, parse_ints, stage_fields, stage_layout
@@ -132,7 +132,7 @@ FIELDS: Tuple[Field, ...] = (
     _c("implementation", IMPLEMENTATIONS, "huggingface"),
     # fine-tuning (FineTune's defaults; peft's adapter dtype and the base's dtype when "auto")
     _c("finetune", MODES, "full"), _i("lora_rank", 1, 4096, 8),
-    Field("lora_targets", "multi", ("q", "v"), TARGETS + (ALL_LINEAR,)),
+    Field("lora_targets", "multi", ("q", "v"), TARGETS + (HEAD_TARGET, ALL_LINEAR)),
     Field("lora_dropout", "prob", 0.0, (), 0, 0.9), _c("adapter_dtype", ("auto",) + DTYPES, "auto"),
     Field("modules_to_save", "multi", (), SAVEABLE), _i("train_last_layers", 0, 10_000, 0),
     Field("train_modules", "multi", (), TRAINABLE_MODULES), _c("base_dtype", ("auto",) + DTYPES, "auto"),
