@@ -15,6 +15,8 @@ LABELS = {
     "sandwich_norm": "Sandwich norms", "attention_sinks": "Attention sinks", "attn_softcap": "Attention soft-cap",
     "final_softcap": "Final logit soft-cap", "sliding_window": "Sliding window (0: none)",
     "sliding_pattern": "Every n-th layer global", "local_rope": "Own rotary tables for local layers",
+    "parallel_residual": "Parallel attention + MLP", "shared_norm": "One norm for both branches",
+    "rotary_pct": "Rotated share of each head", "head_bias": "LM head bias", "kv_expand": "K/V layout (Falcon)",
     "q_lora_rank": "MLA q_lora_rank", "kv_lora_rank": "MLA kv_lora_rank (0: not MLA)",
     "qk_nope_dim": "MLA qk_nope_head_dim", "qk_rope_dim": "MLA qk_rope_head_dim", "v_head_dim": "MLA v_head_dim",
     "experts": "Routed experts (0: dense)", "experts_per_token": "Experts per token (top-k)",
@@ -79,7 +81,7 @@ LABELS = {
     "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
 }
 HELP = {
-    "model": "Type to search the 36 presets (published parameter counts); custom: edit the architecture or load "
+    "model": "Type to search the 48 presets (published parameter counts); custom: edit the architecture or load "
              "a config.json / Hub model; params-only: model states from a parameter count alone.",
     "params": "A count such as 7B or 124439808; the peak needs an architecture, so only model states are shown.",
     "convention": "Which tensors a framework keeps per parameter (zero-paper 16 bytes, deepspeed 20, megatron 18, "
@@ -282,6 +284,12 @@ HELP = {
     "qk_norm": "Norms on queries and keys: per head (Qwen3, Gemma 3) or over all heads (OLMo 2).",
     "sandwich_norm": "Norms before and after the attention and the MLP (Gemma 2/3).",
     "attention_sinks": "One learned sink logit per head (gpt-oss).",
+    "parallel_residual": "Attention and MLP both read the block input (GPT-NeoX, phi, Falcon, StableLM's option).",
+    "shared_norm": "With parallel blocks: one norm feeds both branches (phi, Falcon-7B, StableLM).",
+    "rotary_pct": "Partial rotary: the share of each head's dimensions rotated (Pythia 0.25, phi-2 0.4).",
+    "head_bias": "A bias on the LM head (phi).",
+    "kv_expand": "Falcon: K and V expanded to every head when split (new architecture) or one head broadcast "
+                 "(multi_query, where SDPA falls back to its math kernel).",
     "sliding_window": "Local attention window (tokens); with flash it changes the saved tensors only for long "
                       "sequences.",
     "kv_lora_rank": "Multi-head latent attention (DeepSeek-V2/V3): the compressed KV width.",
@@ -295,7 +303,8 @@ HELP = {
                 "DoRA: low-rank adapters beside a frozen base (peft). QLoRA: adapters on a 4-bit (nf4 / fp4) or "
                 "8-bit base (bitsandbytes). Frozen weights keep no gradient, master copy or optimizer state.",
     "lora_rank": "r: lora_A is r x in, lora_B is out x r for every adapted linear.",
-    "lora_targets": "peft's target_modules; all-linear adapts every linear of the blocks (not the head). Experts "
+    "lora_targets": "peft's target_modules; all-linear adapts every linear of the blocks (not the head: name "
+                    "lm_head beside the modules to adapt it). Experts "
                     "and routers are not adapted (they are not nn.Linear modules in transformers 5).",
     "lora_dropout": "Above 0, each adapter saves a 1-byte dropout mask of its input.",
     "adapter_dtype": "auto: peft's default, fp32 adapters on a 16-bit base (autocast_adapter_dtype). DeepSpeed "

@@ -16,9 +16,10 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, link_defaults
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
-from zerocalc.model.architecture import ACTIVATIONS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS, Architecture
-from zerocalc.model.finetune import (ALL_LINEAR, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS, TRAINABLE_MODULES,
-                                     FineTune)
+from zerocalc.model.architecture import (ACTIVATIONS, KV_EXPANDS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS,
+                                        Architecture)
+from zerocalc.model.finetune import (ALL_LINEAR, HEAD_TARGET, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS,
+                                     TRAINABLE_MODULES, FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from .state_stages import STAGE_NAMES, parse_ints, stage_fields, stage_layout
@@ -70,7 +71,7 @@ VARIANT_ARCH_FIELDS = ("attn_bias", "mlp_bias", "qk_norm", "sandwich_norm", "att
                        "kv_lora_rank", "qk_nope_dim", "qk_rope_dim", "v_head_dim", "experts", "experts_per_token",
                        "expert_ffn", "shared_expert_ffn", "shared_expert_gate", "router", "norm_topk",
                        "router_bias", "router_fp32", "route_weights_fp32", "expert_bias", "first_dense_layers",
-                       "moe_step")
+                       "moe_step", "parallel_residual", "shared_norm", "rotary_pct", "head_bias", "kv_expand")
 ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS + ("mtp_layers",)    # MTP: drawn in the Recipe section
 # Fine-tuning (zerocalc.model.finetune.FineTune): which fields each training mode reads; the others do not matter
 # for it.
@@ -107,6 +108,9 @@ FIELDS: Tuple[Field, ...] = (
     *(Field(n, "bool", None) for n in ("norm_topk", "router_bias", "router_fp32", "route_weights_fp32",
                                        "expert_bias")),
     *(_i(n, *MOE_LIMITS[n], None) for n in ("first_dense_layers", "moe_step", "mtp_layers")),
+    # parallel blocks (GPT-NeoX, phi, StableLM, Falcon), partial rotary, phi's head bias, Falcon's K/V layout
+    *(Field(n, "bool", None) for n in ("parallel_residual", "shared_norm", "head_bias")),
+    Field("rotary_pct", "factor", None, (), 0.01, 1), _c("kv_expand", KV_EXPANDS, None),
     # precision (defaults: the chosen convention's)
     _c("convention", CONVENTIONS, DEFAULT_CONVENTION),
     _c("param_dtype", DTYPES, None), _c("grad_dtype", DTYPES, None), _c("master_dtype", DTYPES + ("none",), None),
@@ -128,7 +132,7 @@ FIELDS: Tuple[Field, ...] = (
     _c("implementation", IMPLEMENTATIONS, "huggingface"),
     # fine-tuning (FineTune's defaults; peft's adapter dtype and the base's dtype when "auto")
     _c("finetune", MODES, "full"), _i("lora_rank", 1, 4096, 8),
-    Field("lora_targets", "multi", ("q", "v"), TARGETS + (ALL_LINEAR,)),
+    Field("lora_targets", "multi", ("q", "v"), TARGETS + (HEAD_TARGET, ALL_LINEAR)),
     Field("lora_dropout", "prob", 0.0, (), 0, 0.9), _c("adapter_dtype", ("auto",) + DTYPES, "auto"),
     Field("modules_to_save", "multi", (), SAVEABLE), _i("train_last_layers", 0, 10_000, 0),
     Field("train_modules", "multi", (), TRAINABLE_MODULES), _c("base_dtype", ("auto",) + DTYPES, "auto"),

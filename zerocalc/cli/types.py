@@ -7,7 +7,7 @@ import argparse
 import math
 
 from ..layout import parse_stage_layers
-from ..model.finetune import TARGETS
+from ..model.finetune import HEAD_TARGET, TARGETS
 from ..tables import DTYPE_BITS
 from ..units import parse_capacity, parse_count
 
@@ -64,9 +64,10 @@ def _probability(text: str) -> float:
 
 def _targets(text: str) -> tuple:
     items = tuple(t.strip() for t in text.split(",") if t.strip())
-    if items == ("all-linear",) or (items and all(t in TARGETS for t in items)):
+    if items == ("all-linear",) or (items and all(t in TARGETS + (HEAD_TARGET,) for t in items)):
         return items
-    raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(TARGETS)}, or all-linear")
+    raise argparse.ArgumentTypeError(f"got {text!r}; allowed: some of {','.join(TARGETS + (HEAD_TARGET,))}, "
+                                     "or all-linear")
 
 
 def _versions(text: str) -> tuple:

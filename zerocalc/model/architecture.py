@@ -26,6 +26,11 @@ NORMS = ("layernorm", "rmsnorm", "rmsnorm-gemma", "rmsnorm-fp32")
 POSITIONS = ("learned", "rotary")
 QK_NORMS = ("none", "head", "full")
 ROUTERS = ("softmax", "sigmoid", "topk-softmax")
+# How K and V reach the attention when there are fewer KV heads (Falcon, modeling_falcon.py _split_heads):
+# none: as projected (repeat_kv in eager, grouped-query kernels); split: expanded to every query head as they are
+# split from the fused projection (new_decoder_architecture); broadcast: one head, broadcast by matmul, which
+# SDPA's fused kernels refuse (multi_query: the math fallback runs).
+KV_EXPANDS = ("none", "split", "broadcast")
 MOE_LIMITS = {"q_lora_rank": (0, 10**6), "kv_lora_rank": (0, 10**6), "qk_nope_dim": (0, 10**5),
               "qk_rope_dim": (0, 10**5), "v_head_dim": (0, 10**5), "experts": (0, 100_000),
               "experts_per_token": (0, 100_000), "expert_ffn": (0, 10**7), "shared_expert_ffn": (0, 10**8),
@@ -108,6 +113,14 @@ class Architecture:
     # model's, AutoModelForTokenClassification / AutoModelForSequenceClassification with num_labels=1, OpenRLHF's
     # value_head Linear(h, 1)); 0: the LM head over the vocabulary. Its logits are T x score_head.
     score_head: int = 0
+    # Parallel blocks (GPT-NeoX use_parallel_residual, phi, Falcon parallel_attn, StableLM's option): attention and
+    # MLP both read the block input and their outputs are added to it together; shared_norm: one norm feeds both
+    # (phi, Falcon-7B, StableLM), else each has its own (GPT-NeoX, Falcon-40B's ln_attn / ln_mlp).
+    parallel_residual: bool = False
+    shared_norm: bool = False
+    rotary_pct: float = 1.0           # share of each head's dimensions rotated (partial rotary: Pythia 0.25, phi 0.5)
+    head_bias: bool = False           # a bias on the LM head (phi)
+    kv_expand: str = "none"           # KV_EXPANDS (Falcon)
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -123,12 +136,18 @@ class Architecture:
             require_probability(f, getattr(self, f))
         require_choice("qk_norm", self.qk_norm, QK_NORMS)
         require_choice("router", self.router, ROUTERS)
+        require_choice("kv_expand", self.kv_expand, KV_EXPANDS)
         for f in ("attn_softcap", "final_softcap"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1e6:
                 raise FieldError(f, v, "a number from 0 (off) to 1,000,000")
         for f, (lo, hi) in MOE_LIMITS.items():
             require_int(f, getattr(self, f), lo, hi)
+        v = self.rotary_pct
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise FieldError("rotary_pct", v, "a fraction above 0 and at most 1 (1: every dimension rotated)")
+        if self.shared_norm and not self.parallel_residual:
+            raise FieldError("shared_norm", True, "false unless parallel_residual (one norm feeds both branches)")
         if self.score_head and self.tied_embeddings:
             raise FieldError("tied_embeddings", True, "false with a score head (the head is its own Linear(h, n))")
         if self.kv_lora_rank and not (self.qk_nope_dim + self.qk_rope_dim and self.v_head_dim):

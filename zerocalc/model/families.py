@@ -138,6 +138,49 @@ FAMILIES = MappingProxyType({
         traits={**_LLAMA_TRAITS, "attention_sinks": True, "router": "topk-softmax", "router_bias": True,
                 "expert_bias": True, "norm_topk": False, "route_weights_fp32": False, "sliding_pattern": 2,
                 "norm": "rmsnorm-fp32", "activation": "clamped-swiglu"}),
+    # Gemma (1): Llama's block with Gemma RMSNorm (1 + w, fp32), head_dim 256, tied embeddings, the embedding
+    # scaled by sqrt(hidden) (a constant: no parameter); GemmaConfig maps the released configs' legacy
+    # hidden_act "gelu" to "gelu_pytorch_tanh" (both save their input once).
+    "gemma": _family(
+        keys=ATTENTION_BIAS,
+        defaults=dict(vocab=256000, hidden=3072, ffn=24576, layers=28, heads=16, kv_heads=16, head_dim=256,
+                      seq_len=8192, tied_embeddings=True, activation="gelu_pytorch_tanh"),
+        traits={**_LLAMA_TRAITS, "norm": "rmsnorm-gemma"}),
+    # GPT-NeoX (Pythia): fused query_key_value and dense with biases (attention_bias), a biased plain MLP,
+    # LayerNorms with biases, parallel residual with two norms (use_parallel_residual), partial rotary (rotary_pct,
+    # hf_config.py), untied embed_out; hidden_dropout after the embedding, attention and MLP.
+    "gpt_neox": _family(
+        keys={"attn_bias": "attention_bias", "parallel_residual": "use_parallel_residual", "head_dim": None,
+              "kv_heads": None, "resid_dropout": "hidden_dropout", "embd_dropout": "hidden_dropout"},
+        defaults=dict(vocab=50432, hidden=6144, ffn=24576, layers=44, heads=64, seq_len=2048, tied_embeddings=False,
+                      activation="gelu", attn_bias=True, parallel_residual=True, rotary_pct=0.25),
+        traits=dict(gated_mlp=False, norm="layernorm", positions="rotary", fused_qkv=True, mlp_bias=True,
+                    softmax_fp32=True)),
+    # phi (Phi-1, 1.5, 2): one LayerNorm feeds attention and MLP in parallel, q/k/v and dense with biases, a
+    # biased fc1/fc2 MLP (gelu_new), partial rotary (0.5), optional per-head q/k LayerNorms, a biased lm_head.
+    "phi": _family(
+        keys={"head_dim": None, "resid_dropout": "resid_pdrop", "embd_dropout": "embd_pdrop"},
+        defaults=dict(vocab=51200, hidden=2048, ffn=8192, layers=24, heads=32, seq_len=2048, tied_embeddings=False,
+                      activation="gelu_new", rotary_pct=0.5),
+        traits=dict(gated_mlp=False, norm="layernorm", positions="rotary", attn_bias=True, mlp_bias=True,
+                    parallel_residual=True, shared_norm=True, head_bias=True, softmax_fp32=True)),
+    # StableLM: a gated SiLU MLP without biases, LayerNorms with biases, q/k/v biases (use_qkv_bias), partial
+    # rotary (0.25); use_parallel_residual drops post_attention_layernorm (one norm feeds both branches).
+    "stablelm": _family(
+        keys={"qkv_bias": "use_qkv_bias", "parallel_residual": "use_parallel_residual", "head_dim": None},
+        defaults=dict(vocab=50304, hidden=2560, ffn=6912, layers=32, heads=32, kv_heads=32, seq_len=4096,
+                      tied_embeddings=False, activation="silu", rotary_pct=0.25),
+        traits=dict(gated_mlp=True, norm="layernorm", positions="rotary", softmax_fp32=True)),
+    # Falcon: fused query_key_value ((heads + 2 kv) x head_dim: multi_query -> 1 KV head, new_decoder_architecture
+    # -> num_kv_heads), biases on every Linear when "bias", a plain MLP of ffn_hidden_size (4 h when null),
+    # parallel attention + MLP (parallel_attn) with one norm, or two (ln_attn, ln_mlp) under the new architecture;
+    # tied embeddings. The KV heads, the norms and ffn_hidden_size are derived in hf_config.py (_falcon).
+    "falcon": _family(
+        keys={"kv_heads": None, "head_dim": None, "ffn": None, "activation": "activation", "bias": "bias",
+              "parallel_residual": "parallel_attn"},
+        defaults=dict(vocab=65024, hidden=4544, layers=32, heads=71, seq_len=2048, tied_embeddings=True,
+                      activation="gelu", bias=False, parallel_residual=True),
+        traits=dict(gated_mlp=False, norm="layernorm", positions="rotary", fused_qkv=True, softmax_fp32=False)),
     # Gemma 2: four norms per block, Gemma RMSNorm (1 + w, fp32), tied embeddings by default, soft-capping.
     "gemma2": _family(
         keys={"activation": "hidden_activation", "attn_softcap": "attn_logit_softcapping",

@@ -34,6 +34,10 @@ from ..versions import applies, check as check_versions
 MODES = ("full", "freeze", "lora", "dora", "qlora")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 ALL_LINEAR = "all-linear"
+# LoRA on the output head (peft target_modules "lm_head", beside the block targets; all-linear leaves the head
+# out): lora_A [r, h], lora_B [V, r] on the last stage, the frozen head kept as it is (measured with peft 0.21.2,
+# tests/test_families_lora_head.py).
+HEAD_TARGET = "lm_head"
 SAVEABLE = ("embed_tokens", "lm_head")
 TRAINABLE_MODULES = ("embed_tokens", "lm_head", "norms")
 QUANT_TYPES = ("nf4", "fp4", "int8")
@@ -74,8 +78,9 @@ class FineTune:
         require_choice("finetune", self.mode, MODES)
         require_int("lora_rank", self.lora_rank, 1, 1_000_000)
         if not isinstance(self.lora_targets, tuple) or not (
-                self.lora_targets == (ALL_LINEAR,) or all(t in TARGETS for t in self.lora_targets)):
-            raise FieldError("lora_targets", self.lora_targets, f"some of {', '.join(TARGETS)}, or {ALL_LINEAR}")
+                self.lora_targets == (ALL_LINEAR,) or all(t in TARGETS + (HEAD_TARGET,) for t in self.lora_targets)):
+            raise FieldError("lora_targets", self.lora_targets,
+                             f"some of {', '.join(TARGETS + (HEAD_TARGET,))}, or {ALL_LINEAR}")
         require_probability("lora_dropout", self.lora_dropout)
         if self.adapter_dtype is not None:
             require_choice("adapter_dtype", self.adapter_dtype, DTYPE_BITS)
@@ -99,7 +104,13 @@ class FineTune:
 
     @property
     def targets(self) -> Tuple[str, ...]:
-        return TARGETS if self.lora_targets == (ALL_LINEAR,) else self.lora_targets
+        """The block modules targeted (the head apart: head_adapter)."""
+        return TARGETS if self.lora_targets == (ALL_LINEAR,) else tuple(t for t in self.lora_targets
+                                                                         if t != HEAD_TARGET)
+
+    @property
+    def head_adapter(self) -> bool:
+        return self.adapters and HEAD_TARGET in self.lora_targets
 
     @property
     def quantized(self) -> Optional[str]:
@@ -141,6 +152,13 @@ def _adapters(t, ft: FineTune, storage: str) -> list:
                                shape=(out,), role="adapter", tp="column" if column else "replicated",
                                storage=storage, trainable=True))
     return rows
+
+
+def _head_adapters(t, ft: FineTune, storage: str) -> list:
+    """LoRA on the LM head (tied or not: peft wraps the lm_head Linear): lora_A [r, h] replicated, lora_B [V, r]
+    split with the vocabulary rows, both on the last stage; DoRA adds its magnitude vector [V]."""
+    rows = _adapters(t._replace(tp="column", tied=False), ft, storage)
+    return [r._replace(module=f"lm_head.{r.module.split('.', 1)[1]}") for r in rows]
 
 
 def peft_converts_experts(arch) -> bool:
@@ -259,6 +277,8 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
             out += _moe_adapters(t, ft, ft.adapter_storage(param_dtype))
         elif linears and t.role in ("router", "expert") and ft.mode != "freeze":
             out += _linear_experts(t, ft, ft.adapter_storage(param_dtype), converts_experts.endswith("named"), gated)
+        elif ft.head_adapter and t.module == "lm_head" and len(t.shape) == 2:
+            out += _head_adapters(t, ft, ft.adapter_storage(param_dtype))
         if t.module in ft.modules_to_save and not t.tied:
             out.append(t._replace(name=f"{t.module}.modules_to_save.weight", module=f"{t.module}.modules_to_save",
                                   tied=False, trainable=True, storage=base or t.storage))

@@ -97,6 +97,8 @@ FIELD_KINDS = {
     "attn_softcap": ("number or null", None), "final_softcap": ("number or null", None),
     "dense_layer_ids": ("int list or null", None), "sliding_window": ("int, null = 0", 0),
     "sliding_pattern": ("int", 1), "mtp_declared": ("int", 0),
+    "parallel_residual": ("bool", None), "bias": ("bool", None), "qk_layernorm": ("bool", None),
+    "multi_query": ("bool", None), "new_decoder_architecture": ("bool", None), "alibi": ("bool", None),
 }
 # Every integer field's range is the core's own (architecture.py ARCH_LIMITS, MOE_LIMITS), so a config value is
 # refused here by its config key rather than later by the field's name; DeepSeek's n_shared_experts (a count of
@@ -174,7 +176,71 @@ def _family_architecture(cfg: dict, model_type: str) -> Architecture:
     if model_type == "phi3":
         fields["resid_dropout"] = _read(cfg, "resid_pdrop", "resid_dropout", 0.0)
         fields["embd_dropout"] = _read(cfg, "embd_pdrop", "embd_dropout", 0.0)
+    if "rotary_pct" in defaults:
+        fields["rotary_pct"] = _rotary_fraction(cfg, defaults["rotary_pct"])
+    if model_type in _PARALLEL_BLOCKS:
+        _PARALLEL_BLOCKS[model_type](cfg, fields)
     return Architecture(**fields)
+
+
+def _rotary_fraction(cfg: dict, default: float) -> float:
+    """The rotated share of each head: rope_parameters' partial_rotary_factor, else the legacy key the config
+    class folds into it (GPTNeoXConfig: rotary_pct; PhiConfig, StableLmConfig: partial_rotary_factor)."""
+    rope = cfg.get("rope_parameters")
+    for key, value in ((("rope_parameters.partial_rotary_factor", rope.get("partial_rotary_factor"))
+                        if isinstance(rope, dict) else ("", None)),
+                       ("partial_rotary_factor", cfg.get("partial_rotary_factor")),
+                       ("rotary_pct", cfg.get("rotary_pct"))):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise _refuse(key, value, "a fraction above 0 and at most 1")
+        return float(value)
+    return default
+
+
+def _phi(cfg: dict, fields: dict) -> None:
+    # PhiAttention: qk_layernorm adds LayerNorm(head_dim) for q and for k, shared by the heads
+    if _read(cfg, "qk_layernorm", "qk_layernorm", False):
+        fields["qk_norm"] = "head"
+
+
+def _stablelm(cfg: dict, fields: dict) -> None:
+    # StableLmDecoderLayer: with use_parallel_residual there is no post_attention_layernorm
+    fields["shared_norm"] = fields.get("parallel_residual", False)
+    if cfg.get("hidden_dropout") not in (None, 0, 0.0):   # one dropout, on the MLP output only: not modelled
+        raise _refuse("hidden_dropout", cfg.get("hidden_dropout"), "0 (StableLM's MLP-only dropout is not modelled)")
+    if _read(cfg, "qk_layernorm", "qk_layernorm", False):   # StableLmLayerNormPerHead: one LayerNorm per head
+        raise ConfigError("qk_layernorm", True, "false (StableLM's per-head q/k LayerNorms are not modelled yet)")
+
+
+def _falcon(cfg: dict, fields: dict) -> None:
+    """FalconAttention / FalconDecoderLayer (transformers 5.24): the KV heads, the block's norms, the FFN width."""
+    new = _read(cfg, "new_decoder_architecture", "new_decoder_architecture", False)
+    if _read(cfg, "alibi", "alibi", False):
+        raise ConfigError("alibi", True, "false (ALiBi Falcon, e.g. falcon-rw, is not modelled yet)")
+    if new:
+        fields["kv_heads"] = _read(cfg, "num_kv_heads", "kv_heads", None) or fields["heads"]
+        fields["kv_expand"] = "split"
+    elif _read(cfg, "multi_query", "multi_query", True):
+        fields["kv_heads"] = 1
+        fields["kv_expand"] = "broadcast"
+    else:                                     # 3 x hidden_size, whatever num_kv_heads says
+        fields["kv_heads"] = fields["heads"]
+    ln = cfg.get("num_ln_in_parallel_attn")
+    ln = (2 if new else 1) if ln is None else _check_int("num_ln_in_parallel_attn", ln, 1, 2)
+    # parallel_attn with one norm (or the old architecture's input_layernorm) feeds attention and MLP both
+    fields["shared_norm"] = fields["parallel_residual"] and (ln == 1 or not new)
+    if new and not fields["parallel_residual"]:           # the new architecture adds the MLP to attention anyway
+        raise ConfigError("parallel_attn", False, "true with new_decoder_architecture (not modelled otherwise)")
+    ffn = cfg.get("ffn_hidden_size")
+    fields["ffn"] = 4 * fields["hidden"] if ffn is None else _read(cfg, "ffn_hidden_size", "ffn", None)
+    for key in ("hidden_dropout", "attention_dropout"):  # dropout_add around the residual: not modelled
+        if cfg.get(key) not in (None, 0, 0.0):
+            raise _refuse(key, cfg.get(key), "0 (Falcon's dropout_add is not modelled; every release has 0)")
+
+
+_PARALLEL_BLOCKS = {"phi": _phi, "stablelm": _stablelm, "falcon": _falcon}
 
 
 def _sliding_from_layer_types(cfg: dict, fields: dict) -> None:
@@ -249,7 +315,7 @@ def architecture_from_config(source) -> Architecture:
         raise
     except FieldError as exc:  # a combination Architecture refuses (heads not dividing hidden, ...)
         keys = CONFIG_KEYS["gpt2"] if model_type == "gpt2" else FAMILIES[model_type]["keys"]
-        raise ConfigError(keys.get(exc.field, exc.field), exc.value, exc.allowed) from None
+        raise ConfigError(keys.get(exc.field) or exc.field, exc.value, exc.allowed) from None
 
 
 def _gpt2(cfg: dict) -> Architecture:

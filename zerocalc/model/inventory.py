@@ -145,7 +145,7 @@ def tensors(a: "Architecture") -> Tuple[ParamTensor, ...]:
     column-parallel, o and down row-parallel, embedding and head vocabulary-parallel, norms and routers
     replicated, experts split over expert parallelism."""
     h = a.hidden
-    rows = _norm("input_norm", h, a) + _norm("post_attention_norm", h, a)
+    rows = _norm("input_norm", h, a) + ([] if a.shared_norm else _norm("post_attention_norm", h, a))
     if a.sandwich_norm:
         rows += _norm("pre_mlp_norm", h, a) + _norm("post_mlp_norm", h, a)
     rows += _attention(a)
@@ -163,6 +163,8 @@ def tensors(a: "Architecture") -> Tuple[ParamTensor, ...]:
     else:
         rows.append(ParamTensor("lm_head.weight", "lm_head", (a.vocab, h), "head", "vocab", "last",
                                 a.tied_embeddings))
+        if a.head_bias:          # phi: Linear(h, vocab, bias=True); the bias is never tied
+            rows.append(ParamTensor("lm_head.bias", "lm_head", (a.vocab,), "head", "vocab", "last"))
     return tuple(rows) + (_mtp(a, rows) if a.mtp_layers else ())
 
 
@@ -189,8 +191,10 @@ def _mtp(a: "Architecture", rows: list) -> tuple:
 
 def _modules(a: "Architecture", place, kind=None) -> Dict[str, int]:
     mods: Dict[str, int] = {}
+    # A tied head is gathered with the embedding, unless a bias of its own (phi) makes lm_head a module to gather
+    own = {t.module for t in tensors(a) if not t.tied}
     for t in tensors(a):
-        if t.place in place and not t.tied and (kind is None or t.kind in ("all", kind)):
+        if t.place in place and (not t.tied or t.module in own) and (kind is None or t.kind in ("all", kind)):
             mods[t.module] = mods.get(t.module, 0) + t.elements
     return mods
 

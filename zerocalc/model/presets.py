@@ -31,6 +31,14 @@ _GPT_OSS = dict(_LLAMA, kv_heads=8, head_dim=64, attn_bias=True, attention_sinks
 _GEMMA3 = dict(norm="rmsnorm-gemma", activation="gelu_pytorch_tanh", qk_norm="head", sandwich_norm=True,
                tied_embeddings=True, gated_mlp=True, positions="rotary", vocab=262208, seq_len=131072,
                sliding_window=1024, sliding_pattern=6, local_rope=True)
+_GEMMA = dict(norm="rmsnorm-gemma", activation="gelu_pytorch_tanh", tied_embeddings=True, gated_mlp=True,
+              positions="rotary", vocab=256000, seq_len=8192, head_dim=256)
+_GEMMA2 = dict(_GEMMA, sandwich_norm=True, attn_softcap=50.0, final_softcap=30.0, sliding_window=4096,
+               sliding_pattern=2)
+_PYTHIA = dict(gated_mlp=False, norm="layernorm", positions="rotary", fused_qkv=True, attn_bias=True, mlp_bias=True,
+               activation="gelu", parallel_residual=True, rotary_pct=0.25, seq_len=2048)
+_PHI = dict(gated_mlp=False, norm="layernorm", positions="rotary", attn_bias=True, mlp_bias=True, activation="gelu_new",
+            parallel_residual=True, shared_norm=True, head_bias=True, vocab=51200, seq_len=2048)
 
 # name -> (architecture, published parameter count, source repository or paper)
 MODEL_PRESETS = MappingProxyType({
@@ -106,6 +114,36 @@ MODEL_PRESETS = MappingProxyType({
                    4_300_079_472, "google/gemma-3-4b-it"),
     "gemma-3-27b": (Architecture(layers=62, hidden=5376, heads=32, kv_heads=16, head_dim=128, ffn=21504, **_GEMMA3),
                     27_432_406_640, "google/gemma-3-27b-it"),
+    "gemma-2b": (Architecture(layers=18, hidden=2048, heads=8, kv_heads=1, ffn=16384, **_GEMMA),
+                 2_506_172_416, "google/gemma-2b"),
+    "gemma-7b": (Architecture(layers=28, hidden=3072, heads=16, kv_heads=16, ffn=24576, **_GEMMA),
+                 8_537_680_896, "google/gemma-7b"),
+    "gemma-2-2b": (Architecture(layers=26, hidden=2304, heads=8, kv_heads=4, ffn=9216, **_GEMMA2),
+                   2_614_341_888, "google/gemma-2-2b"),
+    "gemma-2-9b": (Architecture(layers=42, hidden=3584, heads=16, kv_heads=8, ffn=14336, **_GEMMA2),
+                   9_241_705_984, "google/gemma-2-9b"),
+    "gemma-2-27b": (Architecture(layers=46, hidden=4608, heads=32, kv_heads=16, ffn=36864,
+                                 **dict(_GEMMA2, head_dim=128)),
+                    27_227_128_320, "google/gemma-2-27b"),
+    # parallel attention + MLP blocks
+    "pythia-1b": (Architecture(layers=16, hidden=2048, heads=8, ffn=8192, vocab=50304, **_PYTHIA),
+                  1_011_781_632, "EleutherAI/pythia-1b (model card table)"),
+    "pythia-6.9b": (Architecture(layers=32, hidden=4096, heads=32, ffn=16384, vocab=50432, **_PYTHIA),
+                    6_857_302_016, "EleutherAI/pythia-6.9b (model card table)"),
+    "pythia-12b": (Architecture(layers=36, hidden=5120, heads=40, ffn=20480, vocab=50688, **_PYTHIA),
+                   11_846_072_320, "EleutherAI/pythia-12b (model card table)"),
+    "phi-1_5": (Architecture(layers=24, hidden=2048, heads=32, ffn=8192, rotary_pct=0.5, **_PHI),
+                1_418_270_720, "microsoft/phi-1_5"),
+    "phi-2": (Architecture(layers=32, hidden=2560, heads=32, ffn=10240, rotary_pct=0.4, **_PHI),
+              2_779_683_840, "microsoft/phi-2"),
+    "stablelm-2-1_6b": (Architecture(layers=24, hidden=2048, heads=32, ffn=5632, vocab=100352, seq_len=4096,
+                                     qkv_bias=True, rotary_pct=0.25, **dict(_LLAMA, norm="layernorm")),
+                        1_644_515_328, "stabilityai/stablelm-2-1_6b"),
+    "falcon-7b": (Architecture(layers=32, hidden=4544, heads=71, kv_heads=1, ffn=4 * 4544, vocab=65024, seq_len=2048,
+                               gated_mlp=False, norm="layernorm", positions="rotary", fused_qkv=True, activation="gelu",
+                               tied_embeddings=True, softmax_fp32=False, parallel_residual=True, shared_norm=True,
+                               kv_expand="broadcast"),
+                  6_921_720_704, "tiiuae/falcon-7b"),
     # mixture of experts
     "mixtral-8x7b": (Architecture(layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=32000,
                                   seq_len=32768, experts=8, experts_per_token=2, expert_ffn=14336, **_LLAMA),

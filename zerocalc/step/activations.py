@@ -32,6 +32,7 @@ from functools import lru_cache
 from typing import Dict, NamedTuple
 
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
+from ..scenario import FieldError
 from ..tables import INDEX_BITS, STAT_BITS
 from .compiled import compiled_adapter_terms, compiled_op_terms, compiled_terms, covered_adapters
 from .compiled import covered as compiled_covered
@@ -40,6 +41,7 @@ from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
 from .moe import Routing, moe_terms, routed_pairs
 from .mtp import mtp_module_terms, mtp_terms
 from .op_checkpoint import op_saved_terms
+from .parallel_blocks import kv_index, math_fallback, mlp_norm, sdpa_math_fallback
 from .trainable import adapt, adapt_ends
 
 ATTENTION = ("eager", "flash")
@@ -162,8 +164,11 @@ def _qkv(a: Architecture, T: int, w: int, attention: str, hf: bool) -> int:
         return w * T * (q + 2 * kv)
     repeated = attention == "eager" and a.n_kv_heads < a.heads     # repeat_kv copies to every query head
     fused = q + 2 * kv
+    if a.kv_expand == "split":                 # Falcon's new architecture: K and V expanded when split (copies)
+        return 3 * w * T * q
     if a.positions == "rotary":                                    # new q and k tensors after the rotation
-        v = q if repeated else (fused if a.fused_qkv else kv)      # v stays a view of the projection output
+        # v stays a view of the projection output; eager's matmul copies a strided view of a fused one
+        v = q if repeated or (attention == "eager" and a.fused_qkv) else (fused if a.fused_qkv else kv)
         return w * T * (q + (q if repeated else kv) + v)
     if a.fused_qkv:
         return w * T * (fused + (2 * q if repeated else 0))
@@ -226,8 +231,11 @@ def _attention(a: Architecture, t: Tokens, w: int, attention: str, impl: str, re
     else:
         if a.qk_norm != "none":
             terms["q, k norms"] = _qk_norms(a, t.inside, w, impl)
-        terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf)
-    if attention == "flash":
+        if not sdpa_math_fallback(a, hf, attention):
+            terms["q, k, v"] = _qkv(a, t.inside, w, attention, hf) + kv_index(a, hf)
+    if sdpa_math_fallback(a, hf, attention):                        # Falcon's multi_query (parallel_blocks.py)
+        terms.update(math_fallback(a, t, recompute))
+    elif attention == "flash":
         terms["attention logsumexp"] = STAT_BITS * t.b * a.heads * t.s
     elif recompute != "selective":                                 # selective recompute drops the s^2 terms
         terms.update(_scores(a, t, w, hf))
@@ -250,11 +258,15 @@ def _layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None, 
 def _full_layer(a, t: Tokens, w, attention, impl, recompute, kind="dense", moe=None) -> Dict[str, int]:
     terms = {"input norm": norm_bits(a, t.outside, w, impl)}
     terms.update(_attention(a, t, w, attention, impl, recompute))
-    terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
+    if a.parallel_residual:                    # the MLP reads the block input too (parallel_blocks.py)
+        terms.update(mlp_norm(a, norm_bits(a, t.outside, w, impl), w, t.outside))
+    else:
+        terms["post-attention norm"] = norm_bits(a, t.outside, w, impl)
     if a.sandwich_norm:
         terms["pre-MLP norm"] = norm_bits(a, t.outside, w, impl)
         terms["post-MLP norm"] = norm_bits(a, t.outside, w, impl)
-    terms.update(mlp_terms(a, t, w, impl) if kind == "dense" else moe_terms(a, t, w, impl, moe, mlp_terms))
+    terms.update(mlp_terms(a, t, w, impl, with_input=not a.shared_norm) if kind == "dense"
+                 else moe_terms(a, t, w, impl, moe, mlp_terms))
     if a.resid_dropout > 0:
         terms["mlp output dropout mask"] = MASK_BITS * t.outside * a.hidden
     return terms
@@ -308,6 +320,9 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     first_delta = 0
     every = recompute_every if recompute == "full" else 1
     mods = parse_modules(recompute_modules) if recompute == "selective" else ()
+    if a.parallel_residual and mods and mods != ("core_attn",):
+        raise FieldError("recompute_modules", recompute_modules, "core_attn only for parallel attention + MLP blocks "
+                         "(Megatron's layernorm / mlp modules assume a sequential block)")
     megatron_full = recompute == "full" and (recompute_method == "block" or recompute_num_layers > 1)
     checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
     pairs = routed_pairs(t.outside, a.experts_per_token, moe or Routing()) if a.experts else 0
@@ -357,7 +372,9 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     elif hf:
         # Batch-1 tables shared by a module's layers; each pipeline stage runs the rotary embedding itself.
         tables = 2 if a.local_rope and a.sliding_window and a.sliding_pattern > 1 else 1   # local + global
-        stage["rotary cos/sin"] = tables * 2 * w * t.s * (a.qk_rope_dim if a.mla else a.d_head)
+        # partial rotary (GPT-NeoX rotary_pct, phi / StableLM partial_rotary_factor): tables of the rotated dims
+        rotated = a.qk_rope_dim if a.mla else int(a.d_head * a.rotary_pct)
+        stage["rotary cos/sin"] = tables * 2 * w * t.s * rotated
         if recompute in CHECKPOINTED:
             stage["position ids (checkpoint input)"] = INDEX_BITS * t.s   # each checkpointed block's input
     if recompute in CHECKPOINTED and hf and attention == "eager":

@@ -43,7 +43,8 @@ TORCH_VERSION = "2.13.0"
 
 
 def covered(a: Architecture) -> bool:
-    return not (a.mla or a.attention_sinks or a.attn_softcap or a.sandwich_norm)
+    return not (a.mla or a.attention_sinks or a.attn_softcap or a.sandwich_norm or a.parallel_residual
+                or a.kv_expand != "none" or a.rotary_pct < 1)     # parallel blocks, Falcon, partial rotary: eager
 
 
 def _norm(a: Architecture, rows: int, w: int, name: str) -> Dict[str, int]:

@@ -75,6 +75,7 @@ class Training(NamedTuple):
     moe_adapted: frozenset = frozenset()
 
     final_norm: bool = False          # the final norm's weight trains
+    head_adapter: bool = False        # LoRA on the LM head (peft target "lm_head")
 
     def needs_gradient(self, position: int, first: bool) -> bool:
         """Does a tensor computed after the modules at `position` need a gradient? In the first block only when
@@ -202,13 +203,32 @@ def adapt_ends(embed: Dict[str, int], head: Dict[str, int], train: Training, a, 
     trains, and its final norm its normalised copy only when the norms train."""
     embed = {k: v for k, v in embed.items() if k != "token ids" or train.embedding}
     head = dict(head)
+    shared = head.get("output projection input")
     if not train.head:
         head.pop("output projection input", None)
+    if train.head_adapter:
+        head.update(_head_adapter_terms(train, a, t, w, shared))
     if train.frozen_blocks >= a.layers and not train.final_norm:
         head.pop("final norm", None)                # no gradient reaches the final norm's input either
     elif not train.final_norm and "final norm" in head:
         head["final norm"] -= norm_weight_bits(a, t.outside, w, impl, a.hidden)
     return embed, head
+
+
+def _head_adapter_terms(train: Training, a, t, w: int, shared: Optional[int]) -> Dict[str, int]:
+    """LoRA on the LM head, as the block adapters save (peft 0.21.2 lora.Linear.forward, measured in
+    tests/test_families_lora_head.py): lora_A's input (the head's input itself when the adapter's dtype is the
+    activations' and there is no dropout, else its cast copy), a dropout mask, and lora_A's output r x T."""
+    T, h = t.inside, a.hidden
+    terms = {}
+    if train.adapter_bits == w and not train.dropout and shared is not None:
+        terms["output projection input"] = shared
+    else:
+        terms["lora lm_head: input copy"] = train.adapter_bits * T * h
+    if train.dropout:
+        terms["lora lm_head: dropout mask"] = MASK_BITS * T * h
+    terms[f"lora lm_head: rank-{train.rank} intermediate"] = train.adapter_bits * T * train.rank
+    return terms
 
 
 def training_for(ft, arch, recompute: str, param_dtype: str, dtype_bits) -> Optional[Training]:
@@ -243,4 +263,5 @@ def training_for(ft, arch, recompute: str, param_dtype: str, dtype_bits) -> Opti
     return Training(frozenset(), adapted, False, "embed_tokens" in ft.modules_to_save,
                     "lm_head" in ft.modules_to_save, ft.lora_rank, ft.lora_dropout > 0, ft.mode == "dora",
                     dtype_bits[ft.adapter_storage(param_dtype)], ft.quantized == "int8",
-                    recompute == "full" or "embed_tokens" in ft.modules_to_save, moe_adapted=moe_adapted)
+                    recompute == "full" or "embed_tokens" in ft.modules_to_save, moe_adapted=moe_adapted,
+                    head_adapter=ft.head_adapter)
