@@ -10,7 +10,6 @@ never evaluated; a bad or unknown one falls back to its default with a warning n
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
@@ -22,13 +21,13 @@ from zerocalc.model.finetune import (ALL_LINEAR, HEAD_TARGET, MODES, QUANT_BLOCK
                                      TRAINABLE_MODULES, FineTune)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
-from .state_stages import STAGE_NAMES, parse_ints, stage_fields, stage_layout
+from .field_text import allowed, format_value, parse_value  # noqa: F401 - a field's text form, imported from here
+from .state_stages import STAGE_NAMES, stage_fields, stage_layout
 from .state_step import step_fields, step_versions, step_workload
 from .state_optimizer import OPTIMIZER_OPTION_FIELDS, optimizer_fields
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
 from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZER_NAMES
-from zerocalc.units import parse_capacity, parse_count
 from zerocalc.step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 
 PARAMS_ONLY = "params-only"
@@ -36,7 +35,6 @@ CUSTOM = "custom"
 MODEL_CHOICES = tuple(MODEL_PRESETS) + (CUSTOM, PARAMS_ONLY)
 DEFAULT_MODEL = "llama-2-7b"
 DTYPES = tuple(DTYPE_BITS)
-MAX_VALUE_CHARS = 64          # longer URL values are refused before parsing
 MAX_LISTED_KEYS = 20          # unknown link keys named one by one; the rest counted
 # A custom architecture's dense-MLP layer list (Qwen mlp_only_layers) lives in the state under this key, outside
 # FIELDS: a list has no short link form, so a link does not carry it (the page says so when it is set).
@@ -197,61 +195,6 @@ def default_for(name: str, state: dict):
 
 def defaults() -> dict:
     return dict(_defaults(DEFAULT_MODEL, DEFAULT_CONVENTION))
-
-
-def allowed(f: Field) -> str:
-    if f.kind == "choice":
-        return "one of " + ", ".join(f.choices)
-    if f.kind == "bool":
-        return "true or false"
-    if f.kind in ("multi", "ints"):
-        return "a comma-separated list of " + ", ".join(f.choices) + " (or nothing)"
-    if f.kind in ("prob", "factor"):
-        return f"a number from {f.lo:g} to {f.hi:g}"
-    if f.kind == "bytes":
-        return "a capacity with its unit, from 1 GiB to 1 PiB (48 GB, 44.4 GiB, 46068 MiB; a bare number is bytes)"
-    return f"an integer from {f.lo:,} to {f.hi:,}"
-
-
-def parse_value(f: Field, text: str):
-    """The value a URL string denotes for this field; ValueError when it is not allowed."""
-    text = str(text).strip()
-    if f.kind == "ints":             # bounded by its own reader (ui/state_stages.py)
-        return parse_ints(text) if text else ()
-    if len(text) > MAX_VALUE_CHARS:
-        raise ValueError("too long")
-    if f.kind == "choice":
-        if text not in f.choices:
-            raise ValueError(text)
-        return text
-    if f.kind == "bool":
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(text)
-        return text.lower() in ("true", "1")
-    if f.kind == "multi":
-        items = tuple(dict.fromkeys(t.strip() for t in text.split(",") if t.strip()))
-        if any(t not in f.choices for t in items):
-            raise ValueError(text)
-        return items
-    if f.kind in ("prob", "factor"):
-        value = float(text)
-        if not math.isfinite(value) or not f.lo <= value <= f.hi:
-            raise ValueError(text)
-        return value
-    value = parse_capacity(text) if f.kind == "bytes" else parse_count(text)
-    if not f.lo <= value <= f.hi:
-        raise ValueError(text)
-    return value
-
-
-def format_value(f: Field, value) -> str:
-    if f.kind == "bool":
-        return "true" if value else "false"
-    if f.kind in ("multi", "ints"):
-        return ",".join(map(str, value))
-    if f.kind in ("prob", "factor"):
-        return repr(float(value))
-    return str(value)
 
 
 def _significant(state: dict) -> Tuple[str, ...]:
