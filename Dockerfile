@@ -1,16 +1,40 @@
-# zerocalc web app: docker build -t zerocalc . && docker run -p 8501:8501 zerocalc
-FROM python:3.11-slim
+# zerocalc web app: docker build -t zerocalc . && docker run --rm -p 8501:8501 zerocalc
+# The base is a build argument so that a machine with no registry can build on a stand-in made from Debian
+# packages (.ci/base-image.sh does, for CI); everyone else gets the official image.
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
+# STREAMLIT_SERVER_ALLOWED_HOSTS: the Host names the page's WebSocket accepts (server.allowedHosts, against DNS
+# rebinding), space-separated. Set it to the names visitors type: -e STREAMLIT_SERVER_ALLOWED_HOSTS=calc.example.com
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_ROOT_USER_ACTION=ignore \
+    STREAMLIT_SERVER_ALLOWED_HOSTS="localhost 127.0.0.1 ::1"
 
+# Settings first, files last: each step after the packages' layer copies it whole on some storage drivers (vfs).
 WORKDIR /app
-COPY requirements.txt .
-RUN pip install --no-cache-dir -r requirements.txt
+EXPOSE 8501
+# The slim image has no curl: probe with Python. script-health-check answers 503 when app.py itself fails. The
+# path follows STREAMLIT_SERVER_BASE_URL_PATH when the page is served under a path.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import os,sys,urllib.request as u; p=os.environ.get('STREAMLIT_SERVER_BASE_URL_PATH','').strip('/'); sys.exit(0 if u.urlopen('http://127.0.0.1:8501/'+(p+'/' if p else '')+'_stcore/script-health-check', timeout=4).status == 200 else 1)"]
+# serve.py: app.py behind the headers a public page needs (frame-ancestors, nosniff, referrer policy).
+ENTRYPOINT ["streamlit", "run", "serve.py", "--server.address=0.0.0.0", "--server.port=8501", \
+            "--server.scriptHealthCheckEnabled=true"]
+# A numeric, unprivileged user (USER below): no root in the running container; the files stay root's.
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin zerocalc
 
-COPY .streamlit/ .streamlit/
+COPY requirements.txt .
+# Byte-code is compiled here (the unprivileged user cannot write it at run time); the packages' own test suites
+# are never imported by the page and go (pandas', numpy's and pyarrow's are most of them).
+RUN pip install --no-cache-dir -r requirements.txt \
+    && python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > /tmp/site \
+    && find "$(cat /tmp/site)" -depth -type d -name tests -path '*/site-packages/*/tests' -exec rm -rf {} + \
+    && rm /tmp/site
+
+COPY .streamlit/config.toml .streamlit/
 COPY zerocalc/ zerocalc/
 COPY ui/ ui/
 COPY app.py serve.py ./
@@ -18,16 +42,4 @@ COPY app.py serve.py ./
 COPY tools/zerocalc_probe.py tools/
 # The pages "How to read it" shows, and the validation ledger whose summary it states.
 COPY docs/*.md docs/validation.json docs/
-
-# A numeric, unprivileged user: no root in the running container.
-RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin zerocalc
 USER 10001
-
-EXPOSE 8501
-# The slim image has no curl: probe with Python. script-health-check answers 503 when app.py itself fails.
-HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
-    CMD ["python", "-c", "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('http://127.0.0.1:8501/_stcore/script-health-check', timeout=4).status == 200 else 1)"]
-
-# serve.py: app.py behind the headers a public page needs (frame-ancestors, nosniff, referrer policy).
-ENTRYPOINT ["streamlit", "run", "serve.py", "--server.address=0.0.0.0", "--server.port=8501", \
-            "--server.scriptHealthCheckEnabled=true"]

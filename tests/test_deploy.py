@@ -26,8 +26,12 @@ def test_dockerfile_passes_hadolint():
 
 
 def test_dockerfile_base_port_and_exec_form_entrypoint():
+    """The base is a build argument (CI builds on a stand-in, .ci/base-image.sh) whose default is the official image,
+    so `docker build .` needs no argument."""
     ins = instructions()
-    assert ins[0][:2] == ("FROM", ("python:3.11-slim",))
+    assert ins[0][:2] == ("ARG", ("BASE_IMAGE=python:3.11-slim",))
+    assert ins[1][:2] == ("FROM", ("${BASE_IMAGE}",))
+    assert [i[0] for i in ins].count("FROM") == 1
     assert ("EXPOSE", ("8501",), False) in ins
     entry = [i for i in ins if i[0] == "ENTRYPOINT"]
     assert len(entry) == 1 and entry[0][2] is True, "ENTRYPOINT must be in exec (JSON) form"
@@ -42,6 +46,46 @@ def test_the_image_holds_what_the_page_reads():
     assert {"docs/*.md", "docs/validation.json", "tools/zerocalc_probe.py", "zerocalc/", "ui/"} <= sources
     for name in ("validation.json", "validation.md", "peak-memory.md"):
         assert (ROOT / "docs" / name).is_file(), name
+
+
+def build_context() -> set:
+    """The files `docker build .` sends, as Docker's own Python client computes it (docker.utils.build, a port of
+    moby's fileutils matcher), with .dockerignore read as the CLI reads it (blank lines and # comments dropped)."""
+    from docker.utils.build import exclude_paths
+
+    lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    context = exclude_paths(str(ROOT), [p for p in lines if p and not p.startswith("#")], dockerfile="Dockerfile")
+    return {p for p in context if (ROOT / p).is_file()}
+
+
+def copy_sources() -> list:
+    return [src for cmd, args, _ in instructions() if cmd == "COPY" for src in args[:-1]]
+
+
+def test_every_copy_source_is_in_the_build_context():
+    """Each COPY source matches files in the repository and every one of them survives .dockerignore (issue 34:
+    .dockerignore dropped docs/ while the Dockerfile copied docs/*.md, so `docker build` failed)."""
+    context = build_context()
+    for source in copy_sources():
+        matched = sorted(ROOT.glob(source.rstrip("/")))
+        assert matched, f"COPY {source}: nothing in the repository matches"
+        files = [f for m in matched for f in ([m] if m.is_file() else m.rglob("*"))
+                 if f.is_file() and "__pycache__" not in f.parts]
+        missing = [str(f.relative_to(ROOT)) for f in files if str(f.relative_to(ROOT)) not in context]
+        assert files, f"COPY {source}: matches no file"
+        assert not missing, f"COPY {source}: excluded by .dockerignore: {missing[:5]}"
+
+
+def test_the_build_context_holds_only_what_the_image_copies():
+    """.dockerignore is an allow-list: no tests, caches, screenshots, local secrets or virtual environments go to the
+    engine (a .streamlit/secrets.toml beside config.toml would otherwise be baked into the image)."""
+    copied = set()
+    for source in copy_sources():
+        for m in ROOT.glob(source.rstrip("/")):
+            copied |= {str(f.relative_to(ROOT)) for f in ([m] if m.is_file() else m.rglob("*")) if f.is_file()}
+    extra = build_context() - copied - {"Dockerfile", ".dockerignore"}
+    assert not extra, f"sent to the engine but never copied: {sorted(extra)[:10]}"
+    assert not any("__pycache__" in p or p.endswith(".pyc") for p in build_context())
 
 
 def test_dockerfile_runs_as_a_numeric_non_root_user():
