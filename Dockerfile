@@ -2,8 +2,22 @@
 # The base is a build argument so that a machine with no registry can build on a stand-in made from Debian
 # packages (.ci/base-image.sh does, for CI); everyone else gets the official image.
 ARG BASE_IMAGE=python:3.11-slim
-FROM ${BASE_IMAGE}
 
+# The files the page runs and reads, gathered in an empty stage and copied into the image in one step below (on
+# some storage drivers, vfs among them, every step after the packages' layer copies that layer whole).
+FROM scratch AS files
+# The label lets a builder without BuildKit find this stage's leftover images (tests/e2e/container.py removes them).
+LABEL zerocalc.stage=files
+COPY .streamlit/config.toml /app/.streamlit/
+COPY zerocalc/ /app/zerocalc/
+COPY ui/ /app/ui/
+COPY app.py serve.py /app/
+# The probe script the Calibrate view offers for download (not imported by the app).
+COPY tools/zerocalc_probe.py /app/tools/
+# The pages "How to read it" shows, and the validation ledger whose summary it states.
+COPY docs/*.md docs/validation.json /app/docs/
+
+FROM ${BASE_IMAGE}
 # STREAMLIT_SERVER_ALLOWED_HOSTS: the Host names the page's WebSocket accepts (server.allowedHosts, against DNS
 # rebinding), space-separated. Set it to the names visitors type: -e STREAMLIT_SERVER_ALLOWED_HOSTS=calc.example.com
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -12,8 +26,6 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
     STREAMLIT_SERVER_ALLOWED_HOSTS="localhost 127.0.0.1 ::1"
-
-# Settings first, files last: each step after the packages' layer copies it whole on some storage drivers (vfs).
 WORKDIR /app
 EXPOSE 8501
 # The slim image has no curl: probe with Python. script-health-check answers 503 when app.py itself fails. The
@@ -28,18 +40,11 @@ RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin zerocalc
 
 COPY requirements.txt .
 # Byte-code is compiled here (the unprivileged user cannot write it at run time); the packages' own test suites
-# are never imported by the page and go (pandas', numpy's and pyarrow's are most of them).
+# are never imported by the page and go (pandas', numpy's and pyarrow's: about 70 MB).
 RUN pip install --no-cache-dir -r requirements.txt \
     && python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" > /tmp/site \
     && find "$(cat /tmp/site)" -depth -type d -name tests -path '*/site-packages/*/tests' -exec rm -rf {} + \
     && rm /tmp/site
 
-COPY .streamlit/config.toml .streamlit/
-COPY zerocalc/ zerocalc/
-COPY ui/ ui/
-COPY app.py serve.py ./
-# The probe script the Calibrate view offers for download (not imported by the app).
-COPY tools/zerocalc_probe.py tools/
-# The pages "How to read it" shows, and the validation ledger whose summary it states.
-COPY docs/*.md docs/validation.json docs/
+COPY --from=files /app/ /app/
 USER 10001

@@ -89,11 +89,15 @@ def host_pid(container: str) -> int:
 
 
 def remove(*names: str, image: bool = False) -> None:
-    """Remove containers (or an image) whatever state they are in; never raises (runs in teardown). With the vfs
-    storage driver each layer is a whole copy of the file system, so removing one can take a while."""
-    if names:
+    """Remove containers (or an image, and the untagged images the builder left of the Dockerfile's files stage)
+    whatever state they are in; never raises (runs in teardown). With the vfs storage driver each layer is a whole
+    copy of the file system, so removing one can take a while."""
+    commands = [["docker", "rmi" if image else "rm", "-f", *names]] if names else []
+    if image:
+        commands.append(["docker", "image", "prune", "-f", "--filter", "label=zerocalc.stage=files"])
+    for command in commands:
         try:
-            subprocess.run(["docker", "rmi" if image else "rm", "-f", *names], capture_output=True, timeout=900)
+            subprocess.run(command, capture_output=True, timeout=900)
         except subprocess.TimeoutExpired:
             pass
 

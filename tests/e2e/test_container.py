@@ -33,9 +33,9 @@ TIMES = {}                             # seconds, reported at the end of the mod
 
 def note(config, line: str) -> None:
     """A line in pytest's own output, so CI's log says what the container test did and how long it took."""
-    reporter = config.pluginmanager.getplugin("terminalreporter")
-    if reporter:
-        reporter.write_line(f"container: {line}")
+    capture = config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        print(f"\ncontainer: {line}", flush=True)
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +46,9 @@ def image(pytestconfig):
             pytest.fail(f"the container test cannot run under CI: {missing}")
         pytest.skip(f"the container test needs a Docker engine and a browser: {missing}")
     base = os.environ.get(c.BASE_ENV, "")
+    if not base and os.environ.get("CI") == "true":
+        pytest.fail(f"${c.BASE_ENV} is not set: CI has no registry, so .ci/run builds a base (.ci/base-image.sh); "
+                    "see its messages in the log")
     tag = f"zerocalc-test:{uuid.uuid4().hex[:8]}"
     try:
         TIMES["build"] = c.build(tag, base)
@@ -54,8 +57,10 @@ def image(pytestconfig):
                            f"{size / 1e6:.0f} MB ({size / 2**20:.0f} MiB)")
         yield tag
     finally:
+        start = time.monotonic()
         c.remove(tag, image=True)
-        note(pytestconfig, "timings " + ", ".join(f"{k} {v:.1f} s" for k, v in TIMES.items()) + f"; removed {tag}")
+        TIMES["image removal"] = time.monotonic() - start
+        note(pytestconfig, ", ".join(f"{k} {v:.1f} s" for k, v in TIMES.items()) + f"; removed {tag}")
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +68,15 @@ def containers(image):
     """Two containers of the image: the default one, and one under a path with its own Host allow-list."""
     started = []
     try:
+        start = time.monotonic()
         started.append(c.run(image))
+        TIMES["docker run"] = time.monotonic() - start
         started.append(c.run(image, {"STREAMLIT_SERVER_BASE_URL_PATH": UNDER,
                                      "STREAMLIT_SERVER_ALLOWED_HOSTS": "127.0.0.1 calc.example.com"}))
         plain, under = started
         bases = c.base_url(plain), c.base_url(under, UNDER)
-        TIMES["start to healthy"] = c.wait_healthy(plain, bases[0])
+        c.wait_healthy(plain, bases[0])
+        TIMES["docker run to healthy"] = time.monotonic() - start
         c.wait_healthy(under, bases[1])
         yield {"plain": (plain, bases[0]), "under": (under, bases[1])}
     finally:
@@ -185,11 +193,12 @@ def test_the_images_healthcheck_turns_healthy(containers):
 
 
 def test_docker_stop_ends_it_promptly(containers):
-    """Streamlit, PID 1 in the container, exits on SIGTERM: no SIGKILL after the 10 s grace period (exit 137)."""
+    """Streamlit, PID 1 in the container, exits on SIGTERM with status 0: no SIGKILL at the end of the grace period
+    (status 137)."""
     for name, (container, _) in containers.items():
         start = time.monotonic()
         c.docker("stop", "--time", "20", container, timeout=60)
         took = time.monotonic() - start
         TIMES[f"docker stop ({name})"] = took
         code = c.inspect(container, "{{.State.ExitCode}}")
-        assert code == "0" and took < 10, (name, code, took, c.logs(container))
+        assert code == "0" and took < 20, (name, code, took, c.logs(container))
