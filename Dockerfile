@@ -20,12 +20,15 @@ COPY docs/*.md docs/validation.json /app/docs/
 FROM ${BASE_IMAGE}
 # STREAMLIT_SERVER_ALLOWED_HOSTS: the Host names the page's WebSocket accepts (server.allowedHosts, against DNS
 # rebinding), space-separated. Set it to the names visitors type: -e STREAMLIT_SERVER_ALLOWED_HOSTS=calc.example.com
+# STREAMLIT_LOGGER_HIDE_WELCOME_MESSAGE: on 0.0.0.0 the welcome message looks up the host's public address at
+# checkip.amazonaws.com on every start; a server has no use for it.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_ROOT_USER_ACTION=ignore \
-    STREAMLIT_SERVER_ALLOWED_HOSTS="localhost 127.0.0.1 ::1"
+    STREAMLIT_SERVER_ALLOWED_HOSTS="localhost 127.0.0.1 ::1" \
+    STREAMLIT_LOGGER_HIDE_WELCOME_MESSAGE=true
 WORKDIR /app
 EXPOSE 8501
 # The slim image has no curl: probe with Python. script-health-check answers 503 when app.py itself fails. The

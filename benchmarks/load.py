@@ -5,9 +5,10 @@ dominates the latencies under load; the server's own CPU time per rerun is print
 
 One command, bounded, stops by itself:
     python benchmarks/load.py --sessions 20 --changes 10 --soak 1000
-prints a table and, with --json, a JSON line; `--image zerocalc` loads a container of that Docker image instead. Every input change sets a new worker count and waits until the
-per-worker chart in the page holds exactly the bytes the core computes for it: the time measured is input change
-to updated chart. Errors (timeouts, wrong numbers, page or console errors) are counted, never retried.
+prints a table and, with --json, a JSON line; `--image zerocalc` loads a container of that Docker image instead
+of a local server. Every input change sets a new worker count and waits until the per-worker chart in the page holds
+exactly the bytes the core computes for it: the time measured is input change to updated chart. Errors (timeouts,
+wrong numbers, page or console errors) are counted, never retried.
 """
 
 from __future__ import annotations
@@ -172,7 +173,8 @@ def mib(n: int) -> str:
 
 
 def print_table(out: dict) -> None:
-    print(f"load{' on image ' + out['image'] if out['image'] else ''}: {out['sessions']} concurrent sessions x {out['changes']} input changes ({out['think_s']:g} s "
+    where = f" on image {out['image']}" if out["image"] else ""
+    print(f"load{where}: {out['sessions']} concurrent sessions x {out['changes']} input changes ({out['think_s']:g} s "
           f"between changes), soak {out['soak_reruns']}")
     for name in ("single", "concurrent"):
         lat = out[name]["latency"]

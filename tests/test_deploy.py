@@ -107,6 +107,19 @@ def test_dockerfile_has_an_exec_form_healthcheck_on_the_script_health_endpoint()
     assert "script-health-check" in " ".join(checks[0][1])
 
 
+def test_the_image_limits_the_websocket_to_local_host_names_by_default():
+    """Issue 38: with server.allowedHosts unset, the WebSocket accepts any Host that equals its Origin, so a name
+    rebound to an intranet server reaches it. The image sets the list from the environment (an operator replaces it
+    with -e); tests/e2e/test_container.py checks that a foreign Host is refused."""
+    env = {}
+    for cmd, values, _ in image_stage():
+        if cmd == "ENV":
+            env.update(zip(values[::2], (v.strip('"') for v in values[1::2])))
+    assert env["STREAMLIT_SERVER_ALLOWED_HOSTS"].split() == ["localhost", "127.0.0.1", "::1"]
+    assert env["STREAMLIT_LOGGER_HIDE_WELCOME_MESSAGE"] == "true"     # no checkip.amazonaws.com lookup at start
+    assert "allowedHosts" not in tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
+
+
 def test_streamlit_server_config_is_safe_for_hosting():
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["server"]["headless"] is True

@@ -49,10 +49,12 @@ def build(tag: str, base: str = "", timeout: float = 1500) -> float:
     return time.monotonic() - start
 
 
-def run(image: str, env: dict | None = None) -> str:
-    """Start a detached container of `image` with `env`; its id."""
+def run(image: str, env: dict | None = None, read_only: bool = False) -> str:
+    """Start a detached container of `image` with `env` (read-only with a small /tmp, as compose.yaml runs it, when
+    `read_only`); its id."""
     name = f"zerocalc-test-{uuid.uuid4().hex[:8]}"
     flags = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")]
+    flags += ["--read-only", "--tmpfs", "/tmp:size=64m"] if read_only else []
     return docker("run", "-d", "--name", name, "-p", f"127.0.0.1::{PORT}", *flags, image, timeout=600)
 
 

@@ -65,14 +65,15 @@ def image(pytestconfig):
 
 @pytest.fixture(scope="module")
 def containers(image):
-    """Two containers of the image: the default one, and one under a path with its own Host allow-list."""
+    """Two containers of the image: the default one, and one as compose.yaml runs it (read-only, a small /tmp) under
+    a path with its own Host allow-list."""
     started = []
     try:
         start = time.monotonic()
         started.append(c.run(image))
         TIMES["docker run"] = time.monotonic() - start
         started.append(c.run(image, {"STREAMLIT_SERVER_BASE_URL_PATH": UNDER,
-                                     "STREAMLIT_SERVER_ALLOWED_HOSTS": "127.0.0.1 calc.example.com"}))
+                                     "STREAMLIT_SERVER_ALLOWED_HOSTS": "127.0.0.1 calc.example.com"}, read_only=True))
         plain, under = started
         bases = c.base_url(plain), c.base_url(under, UNDER)
         c.wait_healthy(plain, bases[0])
@@ -154,6 +155,14 @@ def test_the_process_runs_as_the_images_unprivileged_user(served):
     with open(f"/proc/{c.host_pid(container)}/status") as status:     # streamlit itself, as the host sees it
         uids = next(line for line in status if line.startswith("Uid:")).split()[1:]
     assert uids == ["10001"] * 4
+
+
+def test_the_server_asks_nothing_of_the_outside_world(served):
+    """Streamlit's welcome message on 0.0.0.0 looks up the public address at checkip.amazonaws.com; the image hides
+    it. Where that lookup is tried the log says "External URL" or "Did not auto detect external IP"."""
+    container, _ = served
+    log = c.logs(container)
+    assert "external" not in log.lower(), log
 
 
 def test_the_websocket_refuses_a_host_outside_the_allow_list(containers):
