@@ -21,7 +21,8 @@ def docker(*args: str, timeout: float = 60, check: bool = True) -> str:
     """stdout of `docker ARGS`; RuntimeError with docker's own message when it fails and `check` is set."""
     done = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if check and done.returncode != 0:
-        raise RuntimeError(f"docker {' '.join(args[:2])} failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        output = (done.stdout.strip()[-3000:] + "\n" + done.stderr.strip()[-2000:]).strip()   # a build's log is stdout
+        raise RuntimeError(f"docker {' '.join(args[:2])} failed ({done.returncode}):\n{output}")
     return done.stdout.strip()
 
 
