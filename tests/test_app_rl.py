@@ -94,3 +94,14 @@ def test_the_link_carries_the_batching_and_the_band():
     params = dict(at.query_params)
     assert params["rl.packing"] == "no" and params["rl.logprob_micro_batch"] == "4"
     assert params["rl.mini_batch"] == "16" and params["rl.fsdp_version"] == "1"
+
+
+def test_engine_fields_left_at_zero_say_the_values_in_use():
+    """Issue 33: the RL fields showed gpu_memory_utilization 0.00 and engine TP 0 while verl used 0.5 and TP 2."""
+    from tests.app_helpers import captions, run_app
+    at = run_app({"model": "qwen2.5-7b"}, sections=["sec_rl"])
+    assert "In use: gpu_memory_utilization 0.5 (verl's), engine TP 2 (verl's)." in captions(at)
+    at.selectbox(key="rl_framework").set_value("trl").run()
+    assert "In use: gpu_memory_utilization 0.3 (TRL's), engine TP 1 (TRL's)." in captions(at)
+    at.number_input(key="rl_gpu_memory_utilization").set_value(0.6).run()
+    assert "gpu_memory_utilization 0.6," in captions(at)

@@ -48,6 +48,7 @@ def render() -> None:
     # The answer first: the title line and the verdict as one block of plain HTML (no script); then the share link,
     # the one block with a script (its copy button).
     measured, measured_note = calibration.measured_verdict(resolved)      # measured beats estimated
+    panels.warnings(link_warnings + problems + resolved.warnings)   # above the verdict they change (issue 33)
     st.html(panels.header_html(report, resolved.state, name)
             + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit, measured))
     st.html(share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
@@ -57,7 +58,6 @@ def render() -> None:
     panels.experts_line(report, stage)
     panels.no_peak(report, unit, stage)
     panels.caveats(report)
-    panels.warnings(link_warnings + problems + resolved.warnings)
     if state.get(DENSE_IDS) and model == CUSTOM:
         st.caption("This architecture's dense-MLP layer list (mlp_only_layers) is kept in this session only: "
                    "the link does not carry it.")

@@ -34,3 +34,20 @@ def section(box) -> None:
         else:
             box.number_input(f.label, min_value=int(f.lo), max_value=int(f.hi), step=1, key=key, help=f.help or None)
         store[f.name] = st.session_state[key]
+        if f.name == "rollout_tp":
+            box.caption(framework_values(store))
+
+
+def framework_values(store: dict) -> str:
+    """What the engine fields left at 0 use: the framework's own values (zerocalc.rl.plan.FRAMEWORKS), so the page
+    never shows 0.00 where 0.5 is used (issue 33)."""
+    from zerocalc.rl.plan import FRAMEWORKS
+    framework = FRAMEWORKS.get(store.get("framework", "verl"))
+    if framework is None:
+        return ""
+    own = framework.rollout_defaults
+    used = [f"gpu_memory_utilization {store['gpu_memory_utilization'] or own.get('gpu_memory_utilization', 0.5):g}"
+            + ("" if store["gpu_memory_utilization"] else f" ({framework.name}'s)"),
+            f"engine TP {store['rollout_tp'] or own.get('tp', 1)}" + ("" if store["rollout_tp"] else
+                                                                      f" ({framework.name}'s)")]
+    return "In use: " + ", ".join(used) + "."
