@@ -139,7 +139,9 @@ def test_accelerate_fsdp_template():
     assert r.selected_stage == 3 and r.format == "accelerate"
     subset(r.scenario, dict(FSDP2, comm_dtype="bf16", workers=2, offload_params="none", offload_optimizer="none",
                             shard_group=None))
-    assert r.workload == {"recompute": "none", "comm_buffers": "fsdp"} and r.layout["gpus"] == 2
+    # FSDP1 (accelerate's default fsdp_version), the file's use_orig_params, BACKWARD_PRE prefetch (tests/test_fsdp1.py)
+    assert r.workload == {"recompute": "none", "comm_buffers": "fsdp", "fsdp_version": 1, "fsdp_use_orig_params": "yes",
+                          "fsdp_backward_prefetch": "pre"} and r.layout["gpus"] == 2
 
 
 def test_accelerate_deepspeed_template_points_at_a_file_it_does_not_read():

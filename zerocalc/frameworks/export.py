@@ -16,6 +16,7 @@ from ..step.activations import RECOMPUTE, RECOMPUTE_NAMES
 from ..step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 from ..tables import DTYPE_BITS
 from .accelerate.document import dump_yaml
+from .passthrough import notes as passthrough_notes, over_file
 from .common import FORMATS, FrameworkConfigError
 from .deepspeed.schema import COMMUNICATION_DTYPES
 from .emitters import dump_toml
@@ -206,7 +207,7 @@ def _dtype_text(dtype) -> str:
 
 def export_deepspeed(scenario: dict, workload: dict, layout: dict, stage: int) -> str:
     """ds_config.json text for the view (2-space indented JSON)."""
-    return json.dumps(_deepspeed(scenario, workload, layout, stage)[0], indent=2) + "\n"
+    return export_config("deepspeed", scenario, workload, layout, stage)
 
 
 # --- accelerate --------------------------------------------------------------------------------------------------
@@ -285,8 +286,7 @@ def _accelerate(scenario, workload, layout, stage, backend=None):
 
 def export_accelerate(scenario: dict, workload: dict, layout: dict, stage: int, backend=None) -> str:
     """An accelerate config YAML. backend None: FSDP (DDP at stage 0), and the DeepSpeed plugin at stage 1."""
-    data, notes = _accelerate(scenario, workload, layout, stage, backend)
-    return dump_yaml(data, _comments(notes))
+    return export_config("accelerate", scenario, workload, layout, stage, backend=backend)
 
 
 # --- torchtitan --------------------------------------------------------------------------------------------------
@@ -410,8 +410,7 @@ def _torchtitan_split(lay: dict, parallelism: dict, notes: list) -> None:
 
 def export_torchtitan(scenario: dict, workload: dict, layout: dict, stage: int) -> str:
     """A torchtitan TOML fragment: [training], [parallelism], [activation_checkpoint], [optimizer]."""
-    tables, notes = _torchtitan(scenario, workload, layout, stage)
-    return dump_toml(tables, _comments(notes))
+    return export_config("torchtitan", scenario, workload, layout, stage)
 
 
 def _comments(notes):
@@ -419,20 +418,33 @@ def _comments(notes):
     return head + [" - " + n.replace("\n", " ") for n in notes]
 
 
-def export_caveats(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int, backend=None) -> list:
-    """Sentences on what the export to `fmt` leaves out or approximates."""
+def _built(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int, backend=None, base=None,
+           auto_values=None) -> tuple:
+    """(the document, its notes) in `fmt`; over `base` (the imported file of that format, as data) when given."""
     if fmt not in FORMATS:
         raise ExportError("format", fmt, "one of " + ", ".join(FORMATS))
     if fmt == "deepspeed":
-        return _deepspeed(scenario, workload, layout, stage)[1]
-    if fmt == "accelerate":
-        return _accelerate(scenario, workload, layout, stage, backend)[1]
-    return _torchtitan(scenario, workload, layout, stage)[1]
+        data, notes = _deepspeed(scenario, workload, layout, stage)
+    elif fmt == "accelerate":
+        data, notes = _accelerate(scenario, workload, layout, stage, backend)
+    else:
+        data, notes = _torchtitan(scenario, workload, layout, stage)
+    if base is not None:
+        data, passed, kept, dropped = over_file(data, base, auto_values or {})
+        notes = list(notes) + passthrough_notes(passed, kept, dropped)
+    return data, notes
 
 
-def export_config(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int) -> str:
-    """The export in `fmt` (one of FORMATS)."""
-    if fmt not in FORMATS:
-        raise ExportError("format", fmt, "one of " + ", ".join(FORMATS))
-    return {"deepspeed": export_deepspeed, "accelerate": export_accelerate,
-            "torchtitan": export_torchtitan}[fmt](scenario, workload, layout, stage)
+def export_caveats(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int, backend=None, base=None,
+                   auto_values=None) -> list:
+    """Sentences on what the export to `fmt` leaves out or approximates (and, over a file, what passed through)."""
+    return _built(fmt, scenario, workload, layout, stage, backend, base, auto_values)[1]
+
+
+def export_config(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int, base=None, auto_values=None,
+                  backend=None) -> str:
+    """The export in `fmt` (one of FORMATS); over `base`, the imported file as data (frameworks/passthrough.py)."""
+    data, notes = _built(fmt, scenario, workload, layout, stage, backend, base, auto_values)
+    if fmt == "deepspeed":
+        return json.dumps(data, indent=2) + "\n"
+    return (dump_yaml if fmt == "accelerate" else dump_toml)(data, _comments(notes))
