@@ -276,7 +276,7 @@ def test_trl_context_parallel_fsdp2_full_recompute():
     r = load("trl_context_parallel_2gpu.yaml")
     assert r.selected_stage == 3 and r.scenario["workers"] == 1
     subset(r.layout, {"cp": 2, "gpus": 2})
-    assert r.workload == {"recompute": "full", "comm_buffers": "fsdp"}     # FSDP: per-unit buffers
+    assert r.workload == {"recompute": "full", "comm_buffers": "fsdp", "fsdp_version": 2}     # FSDP2: per-unit buffers
 
 
 def test_trl_zero3_plugin_and_open_instruct_zero2_plugin():

@@ -18,7 +18,10 @@ from pathlib import Path
 from typing import NamedTuple, Optional
 
 from ..frameworks import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig, import_config
+from ..frameworks.accelerate.document import load_yaml
+from ..frameworks.common import parse_relaxed_json
 from ..frameworks.export import ExportError, export_caveats, export_config
+from ..frameworks.torchtitan.reader import parse_toml
 from ..scenario import FieldError
 
 IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config.json"),
@@ -110,24 +113,40 @@ def _plain(obj) -> dict:
     return {} if obj is None else {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
-def export_from_args(args, scenario, workload=None, layout=None, stage=None) -> Optional[str]:
-    """The --export text (caveats included as comments for YAML / TOML), or None without --export."""
+def imported_file(args, fmt: str, imported=None) -> dict:
+    """{"base": the imported file as data, "auto_values": what its "auto" keys resolved to} when --export writes
+    the format the file was imported from (the export then goes over it: frameworks/passthrough.py); else {}."""
+    found = next(((flag, getattr(args, dest)) for flag, dest, f, _ in IMPORT_FLAGS
+                  if f == fmt and getattr(args, dest, None) is not None), None)
+    if found is None:
+        return {}
+    source = read_config_file(found[1], found[0])
+    loaders = {"deepspeed": lambda text: parse_relaxed_json(text)[0], "accelerate": load_yaml, "torchtitan": parse_toml}
+    auto = {a["key"]: a["value"] for a in (imported.auto_keys if imported is not None else ())}
+    return {"base": loaders[fmt](source), "auto_values": auto}
+
+
+def export_from_args(args, scenario, workload=None, layout=None, stage=None, imported=None) -> Optional[str]:
+    """The --export text (caveats included as comments for YAML / TOML), or None without --export; over the
+    imported file when it is of the exported format."""
     fmt = getattr(args, "export", None)
     if fmt is None:
         return None
     stage = _export_stage(args, stage)
     with _export_errors(args):
-        return export_config(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage)
+        return export_config(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage,
+                             **imported_file(args, fmt, imported))
 
 
-def export_notes(args, scenario, workload=None, layout=None, stage=None) -> list:
-    """What the --export leaves out (for stderr, since JSON has no comments)."""
+def export_notes(args, scenario, workload=None, layout=None, stage=None, imported=None) -> list:
+    """What the --export leaves out (for stderr, since JSON has no comments), and what it passed through."""
     fmt = getattr(args, "export", None)
     if fmt is None:
         return []
     stage = _export_stage(args, stage)
     with _export_errors(args):
-        return export_caveats(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage)
+        return export_caveats(fmt, _plain(scenario), _plain(workload), dict(layout or {}), stage,
+                              **imported_file(args, fmt, imported))
 
 
 def _export_stage(args, stage):

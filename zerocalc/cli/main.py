@@ -353,9 +353,10 @@ def run(argv) -> str:
 def _render(args, scenario, arch, workload, imported) -> str:
     if args.export:
         stage = None if imported is None else imported.stage
-        for note in export_notes(args, scenario, workload, _layout_dict(workload), stage):
+        found = None if imported is None else imported.imported
+        for note in export_notes(args, scenario, workload, _layout_dict(workload), stage, found):
             print(f"zerocalc: note: {note}", file=sys.stderr)
-        return export_from_args(args, scenario, workload, _layout_dict(workload), stage)
+        return export_from_args(args, scenario, workload, _layout_dict(workload), stage, found)
     report = report_for(scenario, workload)
     mp = 1 if workload is None else workload.layout.model_parallel
     view = _deepspeed(args, scenario.params, arch, report, mp) if args.deepspeed_estimate else None

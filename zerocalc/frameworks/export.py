@@ -16,7 +16,7 @@ from ..step.activations import RECOMPUTE, RECOMPUTE_NAMES
 from ..step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
 from ..tables import DTYPE_BITS
 from .accelerate.document import dump_yaml
-from .passthrough import notes as passthrough_notes, over_file
+from .passthrough import over_file_of
 from .common import FORMATS, FrameworkConfigError
 from .deepspeed.schema import COMMUNICATION_DTYPES
 from .emitters import dump_toml
@@ -205,8 +205,7 @@ def _dtype_text(dtype) -> str:
     return "none" if dtype is None else dtype
 
 
-def export_deepspeed(scenario: dict, workload: dict, layout: dict, stage: int) -> str:
-    """ds_config.json text for the view (2-space indented JSON)."""
+def export_deepspeed(scenario: dict, workload: dict, layout: dict, stage: int) -> str:    # 2-space indented JSON
     return export_config("deepspeed", scenario, workload, layout, stage)
 
 
@@ -254,7 +253,12 @@ def _accelerate(scenario, workload, layout, stage, backend=None):
                 notes.append("DDP (stage 0) with tp/cp or a shard group cannot be written for accelerate.")
         else:
             data["distributed_type"] = "FSDP"
-            data["fsdp_config"] = {"fsdp_version": 2, "fsdp_reshard_after_forward": stage == 3,
+            v1 = w.get("fsdp_version", 2) == 1    # FSDP1's keys (accelerate's FSDP_SHARDING_STRATEGY, FSDP1 only)
+            data["fsdp_config"] = {"fsdp_version": 1 if v1 else 2, **({
+                "fsdp_sharding_strategy": "FULL_SHARD" if stage == 3 else "SHARD_GRAD_OP",
+                "fsdp_use_orig_params": w.get("fsdp_use_orig_params") == "yes", "fsdp_backward_prefetch": {
+                    "pre": "BACKWARD_PRE", "post": "BACKWARD_POST", "none": "NO_PREFETCH"}[
+                    w.get("fsdp_backward_prefetch", "pre")]} if v1 else {"fsdp_reshard_after_forward": stage == 3}),
                                    "fsdp_offload_params": offload == "cpu",
                                    "fsdp_activation_checkpointing": w["recompute"] == "full",
                                    "fsdp_auto_wrap_policy": "TRANSFORMER_BASED_WRAP"}
@@ -408,8 +412,7 @@ def _torchtitan_split(lay: dict, parallelism: dict, notes: list) -> None:
                      "rule (pipeline_parallel_first / last_stage_less_layers).")
 
 
-def export_torchtitan(scenario: dict, workload: dict, layout: dict, stage: int) -> str:
-    """A torchtitan TOML fragment: [training], [parallelism], [activation_checkpoint], [optimizer]."""
+def export_torchtitan(scenario: dict, workload: dict, layout: dict, stage: int) -> str:   # [training], [parallelism]...
     return export_config("torchtitan", scenario, workload, layout, stage)
 
 
@@ -419,25 +422,22 @@ def _comments(notes):
 
 
 def _built(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int, backend=None, base=None,
-           auto_values=None) -> tuple:
-    """(the document, its notes) in `fmt`; over `base` (the imported file of that format, as data) when given."""
+           auto_values=None) -> tuple:             # (the document, its notes); over `base`, the imported file
     if fmt not in FORMATS:
         raise ExportError("format", fmt, "one of " + ", ".join(FORMATS))
     if fmt == "deepspeed":
         data, notes = _deepspeed(scenario, workload, layout, stage)
-    elif fmt == "accelerate":
+    elif fmt == "accelerate":       # over a file: its own backend (a DeepSpeed plugin stays one)
+        backend = backend or {"DEEPSPEED": "deepspeed", "FSDP": "fsdp"}.get((base or {}).get("distributed_type"))
         data, notes = _accelerate(scenario, workload, layout, stage, backend)
     else:
         data, notes = _torchtitan(scenario, workload, layout, stage)
-    if base is not None:
-        data, passed, kept, dropped = over_file(data, base, auto_values or {})
-        notes = list(notes) + passthrough_notes(passed, kept, dropped)
-    return data, notes
+    return over_file_of(fmt, data, notes, base, auto_values) if base is not None else (data, notes)
 
 
 def export_caveats(fmt: str, scenario: dict, workload: dict, layout: dict, stage: int, backend=None, base=None,
-                   auto_values=None) -> list:
-    """Sentences on what the export to `fmt` leaves out or approximates (and, over a file, what passed through)."""
+                   auto_values=None) -> list:                  # what the export leaves out; over a file, what passed
+
     return _built(fmt, scenario, workload, layout, stage, backend, base, auto_values)[1]
 
 
