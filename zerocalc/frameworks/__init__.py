@@ -9,12 +9,17 @@ never a path.
 """
 
 from .accelerate.reader import import_accelerate
-from .common import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig
+from .common import (FORMATS, IMPORT_FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext,
+                     ImportedConfig)
 from .deepspeed.reader import import_deepspeed
+from .hf_trainer.follow import follow
+from .hf_trainer.reader import import_hf_trainer
+from .llamafactory.reader import import_llamafactory
 from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
 from .torchtitan.reader import import_torchtitan
 
-IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan}
+IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
+             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer}
 
 
 SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
@@ -26,13 +31,16 @@ def guess_format(filename: str):
     return next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
 
 
-def import_config(fmt: str, source, context=None) -> ImportedConfig:
-    """Import `source` (text or bytes) in format `fmt` (one of FORMATS)."""
+def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
+    """Import `source` (text or bytes) in format `fmt` (one of IMPORT_FORMATS). A launcher file's DeepSpeed config is
+    followed through `read(path) -> bytes` (None: it cannot be, and a note says so): hf_trainer/follow.py."""
     if fmt not in IMPORTERS:
-        raise FrameworkConfigError("format", fmt, "one of " + ", ".join(FORMATS))
-    return IMPORTERS[fmt](source, context)
+        raise FrameworkConfigError("format", fmt, "one of " + ", ".join(IMPORT_FORMATS))
+    return follow(IMPORTERS[fmt](source, context), read, context)
 
 
-__all__ = ["FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError", "ImportContext", "ImportedConfig",
-           "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan", "export_config",
+__all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
+           "ImportContext", "ImportedConfig",
+           "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
+           "import_llamafactory", "import_hf_trainer", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]
