@@ -197,7 +197,8 @@ def on_hub_fetch() -> None:
 # --- framework configs --------------------------------------------------------------------------------------
 
 FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accelerate config YAML",
-                   "torchtitan": "torchtitan TOML"}
+                   "torchtitan": "torchtitan TOML", "llamafactory": "LLaMA-Factory YAML",
+                   "hf_trainer": "Hugging Face TrainingArguments / TRL config"}
 
 
 def _ui_value(name: str, value):
@@ -235,6 +236,11 @@ def framework_fields(imported, applied, state: dict) -> dict:
                                                                                            name))
         elif name == "gpu_memory" and getattr(w, "gpu_memory", None):
             out["gpu"] = CUSTOM
+    for name in imported.finetune:        # FineTune fields: the page's field is the CLI's dest (mode -> finetune)
+        page = "finetune" if name == "mode" else name
+        if page in FIELD and w is not None:
+            out[page] = _check(page, _ui_value(page, getattr(w.finetune, name)),
+                               imported.sources.get(f"finetune.{name}", name))
     if "recompute" in out and "recompute_every" not in out:
         out["recompute_every"] = 1            # a file that sets recompute means every block unless it says N
     layout = dict(applied.layout)
@@ -280,7 +286,7 @@ def on_framework_upload() -> None:
     if upload is None:
         return
     name = plain.file_name(upload.name)         # the stage table and its CSV show it too: marked once, here
-    fmt = guess_format(upload.name) or "deepspeed"
+    fmt = guess_format(upload.name, upload.getvalue()) or "deepspeed"
     state = read_state()
     try:
         model = worker.call("import", import_config, fmt, upload.getvalue(), None).model   # the file's own model

@@ -25,10 +25,31 @@ IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "to
 SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
 
 
-def guess_format(filename: str):
-    """The format a file name suggests (for uploads), or None."""
+# Keys only a launcher file holds (an accelerate YAML and a ds_config.json hold none of them): LLaMA-Factory's own
+# arguments, then TrainingArguments / TRL fields.
+LLAMAFACTORY_KEYS = ("finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit", "flash_attn")
+TRAINER_KEYS = ("per_device_train_batch_size", "output_dir", "gradient_checkpointing", "max_seq_length",
+                "use_peft", "optim", "num_train_epochs", "learning_rate")     # not max_length: config.json has it
+
+
+def guess_format(filename: str, data=None):
+    """The format a file name suggests (for uploads), or None; with the file's bytes, a YAML or JSON whose keys are
+    a LLaMA-Factory or Trainer file's is recognised as one (an unreadable file keeps the name's guess)."""
     name = str(filename).lower()
-    return next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
+    fmt = next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
+    if data is None or fmt not in ("accelerate", "deepspeed"):
+        return fmt
+    try:
+        from .accelerate.document import load_yaml
+        from .common import parse_json
+        keys = parse_json(data) if fmt == "deepspeed" else load_yaml(data)
+    except (FrameworkConfigError, ImportError):
+        return fmt
+    if not isinstance(keys, dict) or "distributed_type" in keys or "zero_optimization" in keys:
+        return fmt
+    if any(k in keys for k in LLAMAFACTORY_KEYS):
+        return "llamafactory"
+    return "hf_trainer" if any(k in keys for k in TRAINER_KEYS) else fmt
 
 
 def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
