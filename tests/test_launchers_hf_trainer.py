@@ -98,3 +98,47 @@ def test_hostile_values_are_refused_by_name(data, field):
         with pytest.raises(FrameworkConfigError) as exc:
             import_hf_trainer(source)
         assert exc.value.field == field
+
+
+# --- FSDP and checkpointing, as transformers 5.24 training_args.py reads them (_process_fsdp_args,
+# _apply_legacy_fsdp_to_config, __post_init__'s activation_checkpointing alias) -----------------------------------
+
+@pytest.mark.parametrize("fsdp, config, stage, offload", [
+    (True, {}, 3, "none"),                                            # version 2, reshard_after_forward true
+    (True, {"reshard_after_forward": False}, 2, "none"),
+    ("full_shard auto_wrap offload", {}, 3, "cpu"),                  # the legacy string
+    (["shard_grad_op"], {"fsdp_version": 2}, 2, "none"),             # the fsdp_ prefix is stripped
+    ("shard_grad_op", {"version": 1}, 2, "none"), ("hybrid_shard", {"version": 1}, 3, "none"),
+    (True, {"version": 1, "reshard_after_forward": "no_shard", "cpu_offload": "true"}, 0, "cpu"),
+])
+def test_fsdp_selects_the_stage_and_offload(fsdp, config, stage, offload):
+    got = import_hf_trainer(json.dumps({"fsdp": fsdp, "fsdp_config": config, "bf16": True}))
+    assert got.selected_stage == stage
+    assert got.scenario["offload_params"] == offload and got.scenario["offload_optimizer"] == offload
+    assert got.scenario["param_dtype"] == "fp32" and got.scenario["comm_dtype"] == "bf16"
+    assert got.workload["comm_buffers"] == "fsdp"
+    assert not [i for i in got.ignored_keys if i["key"].startswith("fsdp_config.")]
+
+
+def test_fsdp_activation_checkpointing_and_the_checkpointing_names():
+    got = import_hf_trainer(json.dumps({"fsdp": True, "fsdp_config": {"activation_checkpointing": True}}))
+    assert got.workload["recompute"] == "full"
+    # activation_checkpointing is the new name; gradient_checkpointing is used only when it is unset
+    new = import_hf_trainer(json.dumps({"activation_checkpointing": False, "gradient_checkpointing": True}))
+    assert new.workload["recompute"] == "none"
+    every = import_hf_trainer(json.dumps({"activation_checkpointing": True,
+                                          "activation_checkpointing_kwargs": {"every_n_layers": 2}}))
+    assert every.workload["recompute"] == "full" and every.workload["recompute_every"] == 2
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"fsdp": "hybrid_shard"}, "fsdp"),                              # FSDP1 only: refused under version 2
+    ({"fsdp": "full_shard bogus"}, "fsdp"), ({"fsdp": 3}, "fsdp"),
+    ({"fsdp": True, "fsdp_config": {"version": 3}}, "fsdp_config.version"),
+    ({"fsdp": True, "fsdp_config": {"reshard_after_forward": "maybe"}}, "fsdp_config.reshard_after_forward"),
+    ({"fsdp": True, "deepspeed": "ds.json"}, "fsdp"),
+])
+def test_fsdp_refusals_name_the_key(data, field):
+    with pytest.raises(FrameworkConfigError) as exc:
+        import_hf_trainer(json.dumps(data))
+    assert exc.value.field == field

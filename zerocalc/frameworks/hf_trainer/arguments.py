@@ -40,6 +40,7 @@ IGNORED = {
     "do_train": NO_BYTES, "do_eval": NO_BYTES, "ddp_timeout": NO_BYTES, "logging_strategy": NO_BYTES,
     "dataloader_num_workers": "host-side data loading: no GPU bytes", "push_to_hub": NO_BYTES, "hub_model_id": NO_BYTES,
     "gradient_checkpointing_kwargs": "use_reentrant changes no saved bytes zerocalc counts",
+    "activation_checkpointing_kwargs": "use_reentrant changes no saved bytes zerocalc counts",
     "tf32": "a matmul precision mode: no effect on stored bytes", "log_level": NO_BYTES, "hub_strategy": NO_BYTES,
     "save_total_limit": NO_BYTES, "remove_unused_columns": NO_BYTES, "logging_first_step": NO_BYTES,
 }
@@ -88,6 +89,49 @@ def read_optim(doc: Doc, b: Builder) -> None:
     b.set("scenario", "optimizer", optimizer, src)
     if impl:
         b.set("scenario", "optimizer_impl", impl, src)
+
+
+def read_checkpointing(doc: Doc) -> tuple:
+    """(the key that decided, on?): activation_checkpointing, else its deprecated alias gradient_checkpointing
+    (training_args.py __post_init__: the old name is used only when the new one is unset)."""
+    for key in ("activation_checkpointing", "gradient_checkpointing"):
+        value = doc.get(key, default=None)
+        if value is not None:
+            if key == "activation_checkpointing" and doc.has("gradient_checkpointing"):
+                doc.get("gradient_checkpointing")      # read, and overridden by the new name
+            return key, boolean(key, value)
+    return None, False
+
+
+def read_every(doc: Doc, b: Builder) -> None:
+    """activation_checkpointing_kwargs.every_n_layers (or the deprecated gradient_checkpointing_kwargs'):
+    checkpoints one block in n (transformers 5.24 activation_checkpointing_enable)."""
+    for key in ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"):
+        kwargs = doc.data.get(key)
+        if isinstance(kwargs, dict) and "every_n_layers" in kwargs:
+            n = count(f"{key}.every_n_layers", doc.get(key, "every_n_layers"), 1, 10_000)
+            b.set("workload", "recompute_every", n, f"{key}.every_n_layers")
+        if isinstance(kwargs, dict) and "offload" in kwargs:
+            if boolean(f"{key}.offload", doc.get(key, "offload")):
+                b.set("workload", "activation_offload", True, f"{key}.offload: the saved inputs in pinned host "
+                                                              "memory")
+        if isinstance(kwargs, dict):
+            return
+
+
+def read_sharding(doc: Doc, b: Builder, compute, amp_why: str) -> None:
+    """deepspeed (followed by the caller) or fsdp (fsdp.py), or else the Trainer's AMP ledger. Both is refused,
+    as accelerate refuses a DeepSpeed plugin beside an FSDP one."""
+    from .fsdp import fsdp_items, read_fsdp
+    ds = read_path(doc, "deepspeed")
+    if ds is not None:
+        if fsdp_items(doc) is not None:
+            raise FrameworkConfigError("fsdp", doc.get("fsdp"), "absent with deepspeed (one sharding engine)")
+        b.follows.append(("deepspeed", ds, compute))
+        if compute:
+            b.set("workload", "activation_dtype", compute, "bf16" if compute == "bf16" else "fp16")
+    elif not read_fsdp(doc, b, compute):
+        amp_ledger(b, compute, f"bf16 / fp16 ({amp_why})")
 
 
 def read_path(doc: Doc, key: str):

@@ -3,8 +3,9 @@
 Read at transformers 5.x and TRL's defaults:
 
 - TrainingArguments (hf_trainer/arguments.py): per_device_train_batch_size 8, gradient_accumulation_steps 1,
-  gradient_checkpointing False, bf16 / fp16 False, optim adamw_torch_fused, deepspeed (a path or inline dict,
-  followed by the caller: follow.py); fsdp / fsdp_config are named in a note, not read;
+  activation_checkpointing (gradient_checkpointing, its deprecated alias) False, bf16 / fp16 False, optim
+  adamw_torch_fused, deepspeed (a path or inline dict, followed by the caller: follow.py), fsdp / fsdp_config
+  (fsdp.py);
 - TRL SFTConfig (trl/trainer/sft_config.py): max_length 1024 (max_seq_length, its older name), packing False;
   DPOConfig: max_length 1024, chosen and rejected concatenated (twice the micro-batch);
 - model_name_or_path (TRL's ModelConfig, in the same YAML for `trl sft`): the preset; attn_implementation
@@ -36,7 +37,8 @@ TRL_IGNORED = {
     "the ledger", "trust_remote_code": "loading policy: no effect on bytes", "model_revision": hf.NO_BYTES,
     "max_prompt_length": "the prompt's share of max_length: the peak is max_length's", "dataset_mixture":
     hf.NO_BYTES, "dataset_num_proc": hf.NO_BYTES, "dataset_train_split": hf.NO_BYTES, "dataset_test_split":
-    hf.NO_BYTES, "chat_template": hf.NO_BYTES, "eos_token": hf.NO_BYTES, "pad_token": hf.NO_BYTES, "chat_template_path": hf.NO_BYTES,
+    hf.NO_BYTES, "chat_template": hf.NO_BYTES, "eos_token": hf.NO_BYTES, "pad_token": hf.NO_BYTES,
+    "chat_template_path": hf.NO_BYTES,
 }
 
 
@@ -56,18 +58,7 @@ def import_hf_trainer(source, context=None) -> ImportedConfig:
     _lengths(doc, b, micro)
     _kernels(doc, b)
     _peft(doc, b, compute)
-    ds = hf.read_path(doc, "deepspeed")
-    if ds is not None:
-        b.follows.append(("deepspeed", ds, compute))
-        if compute:
-            b.set("workload", "activation_dtype", compute, "bf16" if compute == "bf16" else "fp16")
-    else:
-        hf.amp_ledger(b, compute, "bf16 / fp16 (the Trainer's AMP: fp32 weights under torch.autocast)")
-    for key in ("fsdp", "fsdp_config"):
-        value = doc.get(key, default=None)
-        if value not in (None, "", [], {}, False):
-            b.note(f"{key}: the Trainer's FSDP settings are not read by this importer; give the accelerate config "
-                   "you launch with (--accelerate-config) for the sharding.")
+    hf.read_sharding(doc, b, compute, "the Trainer's AMP: fp32 weights under torch.autocast")
     hf.ignore_rest(doc, b, TRL_IGNORED)
     return b.build()
 
@@ -90,9 +81,11 @@ def _lengths(doc: Doc, b: Builder, micro: int) -> None:
 
 
 def _kernels(doc: Doc, b: Builder) -> None:
-    gc = boolean("gradient_checkpointing", doc.get("gradient_checkpointing", default=False))
-    b.set("workload", "recompute", "full" if gc else "none", "gradient_checkpointing" if doc.has(
-        "gradient_checkpointing") else "default: TrainingArguments.gradient_checkpointing false")
+    key, gc = hf.read_checkpointing(doc)
+    b.set("workload", "recompute", "full" if gc else "none", key or "default: TrainingArguments."
+                                                                    "activation_checkpointing false")
+    if gc:
+        hf.read_every(doc, b)
     attn = doc.get("attn_implementation", default=None)
     if attn is not None:
         name = one_of("attn_implementation", attn, tuple(ATTENTION))

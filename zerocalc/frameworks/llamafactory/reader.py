@@ -83,31 +83,22 @@ class _Reader:
         compute = hf.read_precision(doc, b) or ("bf16" if pure else None)
         micro, _ = hf.read_batch(doc, b)
         hf.read_optim(doc, b)
-        ds = hf.read_path(doc, "deepspeed")
         quant = self.quantization()
         mode = self.method(quant, compute)
         self.stage(stage, micro, mode)
         self.lengths(stage)
         self.kernels()
-        if ds is not None:
-            if pure:
-                raise FrameworkConfigError("pure_bf16", True, "false with deepspeed (LLaMA-Factory parser.py: "
-                                                               "'`pure_bf16` is incompatible with DeepSpeed ZeRO-3')")
-            b.follows.append(("deepspeed", ds, compute))
-            if compute:
-                b.set("workload", "activation_dtype", compute, "bf16" if compute == "bf16" else "fp16")
-        elif pure:
+        if pure and doc.has("deepspeed") and doc.data["deepspeed"] is not None:
+            raise FrameworkConfigError("pure_bf16", True, "false with deepspeed (LLaMA-Factory parser.py: "
+                                                           "'`pure_bf16` is incompatible with DeepSpeed ZeRO-3')")
+        if pure:
             for field, value in (("convention", "fsdp2"), ("param_dtype", "bf16"), ("grad_dtype", "bf16"),
                                  ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", "bf16"),
                                  ("comm_dtype", None)):
                 b.set("scenario", field, value, "pure_bf16: the model, gradients and optimizer state in bf16")
             b.set("workload", "activation_dtype", "bf16", "pure_bf16")
         else:
-            hf.amp_ledger(b, compute, "bf16 / fp16 (Trainer AMP: fp32 trainable weights, model/adapter.py)")
-        for key in ("fsdp", "fsdp_config"):
-            if doc.get(key, default=None):
-                b.note(f"{key}: the Trainer's FSDP settings are not read by this importer; give the accelerate "
-                       "config you launch with (--accelerate-config) for the sharding.")
+            hf.read_sharding(doc, b, compute, "Trainer AMP: fp32 trainable weights, model/adapter.py")
         hf.ignore_rest(doc, b, IGNORED)
         return b.build()
 
@@ -231,7 +222,9 @@ class _Reader:
         flash = one_of("flash_attn", doc.get("flash_attn", default="auto"), tuple(ATTENTION))
         b.set("workload", "attention", ATTENTION[flash], self.src("flash_attn", "auto (SDPA)"))
         off = boolean("disable_gradient_checkpointing", doc.get("disable_gradient_checkpointing", default=False))
-        on = boolean("gradient_checkpointing", doc.get("gradient_checkpointing", default=False))
+        on = hf.read_checkpointing(doc)[1]
+        if on or not off:
+            hf.read_every(doc, b)
         b.set("workload", "recompute", "none" if off and not on else "full",
               "disable_gradient_checkpointing" if doc.has("disable_gradient_checkpointing")
               else "default: LLaMA-Factory checkpoints every decoder layer (disable_gradient_checkpointing false)")
