@@ -43,7 +43,7 @@ def guess_format(filename: str, data=None):
         from .accelerate.document import load_yaml
         from .common import parse_json
         keys = parse_json(data) if fmt == "deepspeed" else load_yaml(data)
-    except (FrameworkConfigError, ImportError):
+    except (FrameworkConfigError, ImportError, ValueError, RecursionError):   # the import itself will say why
         return fmt
     if not isinstance(keys, dict) or "distributed_type" in keys or "zero_optimization" in keys:
         return fmt
