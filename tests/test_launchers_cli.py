@@ -72,3 +72,14 @@ def test_a_refused_value_names_the_flag_and_the_key(tmp_path, monkeypatch):
     with pytest.raises(UsageError) as exc:
         run(["--llamafactory-config", "bad.yaml"])
     assert "--llamafactory-config: lora_rank: got" in str(exc.value)
+
+
+def test_the_deepspeed_path_is_also_found_from_a_folder_above_the_yaml(checkout, monkeypatch):
+    # LLaMA-Factory's examples name examples/deepspeed/... from the repository root; run from elsewhere, the path
+    # is looked up from the YAML's folder and each folder above it
+    elsewhere = checkout / "runs"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    report = json.loads(run(["--llamafactory-config", str(checkout / "examples" / "full.yaml"), "--json"]))
+    assert report["selected_stage"] == 3
+    assert any("followed" in n for n in report["imported"]["notes"])
