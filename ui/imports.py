@@ -1,5 +1,6 @@
 """Loading a model or a job: a Hugging Face config.json upload, a Hub model id, and a framework config (DeepSpeed
-ds_config.json, accelerate YAML, torchtitan TOML). Each success sets the widgets' values and leaves a line saying
+ds_config.json, accelerate YAML, torchtitan TOML, and the launchers' LLaMA-Factory YAML and TrainingArguments / TRL
+config). Each success sets the widgets' values and leaves a line saying
 what was loaded; each refusal says why and which model is still shown, keeps the previous view and clears the
 uploader (an uploader's file cannot be unset, so its key moves on).
 
@@ -197,7 +198,8 @@ def on_hub_fetch() -> None:
 # --- framework configs --------------------------------------------------------------------------------------
 
 FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accelerate config YAML",
-                   "torchtitan": "torchtitan TOML"}
+                   "torchtitan": "torchtitan TOML", "llamafactory": "LLaMA-Factory YAML",
+                   "hf_trainer": "Hugging Face TrainingArguments / TRL config"}
 
 
 def _ui_value(name: str, value):
@@ -235,6 +237,11 @@ def framework_fields(imported, applied, state: dict) -> dict:
                                                                                            name))
         elif name == "gpu_memory" and getattr(w, "gpu_memory", None):
             out["gpu"] = CUSTOM
+    for name in imported.finetune:        # FineTune fields: the page's field is the CLI's dest (mode -> finetune)
+        page = "finetune" if name == "mode" else name
+        if page in FIELD and w is not None:
+            out[page] = _check(page, _ui_value(page, getattr(w.finetune, name)),
+                               imported.sources.get(f"finetune.{name}", name))
     if "recompute" in out and "recompute_every" not in out:
         out["recompute_every"] = 1            # a file that sets recompute means every block unless it says N
     layout = dict(applied.layout)
@@ -280,7 +287,7 @@ def on_framework_upload() -> None:
     if upload is None:
         return
     name = plain.file_name(upload.name)         # the stage table and its CSV show it too: marked once, here
-    fmt = guess_format(upload.name) or "deepspeed"
+    fmt = guess_format(upload.name, upload.getvalue()) or "deepspeed"
     state = read_state()
     try:
         model = worker.call("import", import_config, fmt, upload.getvalue(), None).model   # the file's own model
@@ -351,13 +358,16 @@ def loaders(box) -> None:
                    help="Kept in this browser session only: never in the link, the report, a download or a "
                         "message. Empty: no token is sent (the server's own only where its operator allows it).")
     box.button("Fetch from the Hub", key="hub_fetch", on_click=on_hub_fetch)
-    box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML",
+    box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML, LLaMA-Factory YAML, "
+                      "TrainingArguments / TRL config",
                       type=["json", "yaml", "yml", "toml"], key=upload_key("framework_upload"),
                       on_change=on_framework_upload,
                       help="Read as data, never executed: sets the stage, precision, offload, buckets, batch and "
                            "parallel degrees the file states (\"auto\" resolved as the Hugging Face integration "
                            "does); everything it does not say starts at its default, except the model (unless the "
-                           "file names one), the GPU and its count, the sequence and micro-batch.")
+                           "file names one), the GPU and its count, the sequence and micro-batch. A LLaMA-Factory or "
+                           "Trainer file also sets the model, the method (full / freeze / LoRA / QLoRA) and the "
+                           "lengths; the DeepSpeed file it names cannot be reached from an upload (load it too).")
 
 
 # --- export ---------------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import NamedTuple, Optional
 
-from ..frameworks import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig, import_config
+from ..frameworks import (FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext,
+                          ImportedConfig, import_config)
 from ..frameworks.accelerate.document import load_yaml
 from ..frameworks.common import parse_relaxed_json
 from ..frameworks.export import ExportError, export_caveats, export_config
@@ -26,7 +27,11 @@ from ..scenario import FieldError
 
 IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config.json"),
                 ("--accelerate-config", "accelerate_config", "accelerate", "an accelerate config YAML"),
-                ("--torchtitan-config", "torchtitan_config", "torchtitan", "a torchtitan train config TOML"))
+                ("--torchtitan-config", "torchtitan_config", "torchtitan", "a torchtitan train config TOML"),
+                ("--llamafactory-config", "llamafactory_config", "llamafactory",
+                 "a LLaMA-Factory training YAML (its deepspeed file is followed)"),
+                ("--hf-trainer-config", "hf_trainer_config", "hf_trainer",
+                 "Hugging Face TrainingArguments / TRL SFTConfig as JSON or YAML (its deepspeed file is followed)"))
 
 
 class FoundImport(NamedTuple):
@@ -84,8 +89,35 @@ def import_from_args(args, context=None) -> Optional[FoundImport]:
     for flag, dest, fmt, _ in IMPORT_FLAGS:
         path = getattr(args, dest, None)
         if path is not None:
-            return FoundImport(flag, import_config(fmt, read_config_file(path, flag), context))
+            return FoundImport(flag, import_config(fmt, read_config_file(path, flag), context,
+                                                   read=_follower(path)))
     return None
+
+
+def _follower(config_path: str):
+    """read(path) for the files a launcher config points to: as the launcher opens it, from the working directory;
+    else from the config's folder or a folder above it (LLaMA-Factory's examples name examples/deepspeed/... from
+    the repository root)."""
+    def read(target: str) -> bytes:
+        here = Path(config_path).resolve().parent
+        for base in (Path.cwd(), here, *here.parents):
+            candidate = base / target
+            if candidate.is_file():
+                return read_config_file(str(candidate), "deepspeed")
+        raise FrameworkConfigError("deepspeed", target, "a DeepSpeed config path found from the working directory "
+                                                        f"or from {here} (or a folder above it)")
+    return read
+
+
+def model_from_import(args) -> str:
+    """The preset a launcher config's model names ("" when none, or when the view names its own model)."""
+    if any(getattr(args, name, None) for name in ("model", "config", "hub")):
+        return ""
+    for flag, dest, fmt, _ in IMPORT_FLAGS:
+        path = getattr(args, dest, None)
+        if path is not None and fmt in LAUNCHER_FORMATS:
+            return import_config(fmt, read_config_file(path, flag)).model
+    return ""
 
 
 def apply_import(imported: ImportedConfig, scenario, workload=None, keep=()) -> AppliedImport:
@@ -98,12 +130,15 @@ def apply_import(imported: ImportedConfig, scenario, workload=None, keep=()) -> 
         if workload is not None:
             known = {f.name for f in fields(workload)}
             w_changes = {k: v for k, v in imported.workload.items() if k in known and k not in keep}
+            f_changes = {k: v for k, v in imported.finetune.items() if FINETUNE_DESTS.get(k, k) not in keep}
+            if f_changes:
+                w_changes["finetune"] = replace(workload.finetune, **f_changes)
             new_workload = replace(workload, **w_changes)
     except FrameworkConfigError:
         raise
     except FieldError as exc:
         source = imported.sources.get(f"scenario.{exc.field}") or imported.sources.get(f"workload.{exc.field}") \
-            or exc.field
+            or imported.sources.get(f"finetune.{exc.field}") or exc.field
         raise FrameworkConfigError(source, exc.value, f"{exc.allowed} (zerocalc's {exc.field})") from None
     layout = {k: v for k, v in imported.layout.items() if k not in keep}
     return AppliedImport(new_scenario, new_workload, layout, imported.selected_stage, imported)
@@ -181,9 +216,16 @@ EXPLICIT_FLAGS = ("workers", "shard_group", "convention", "param_dtype", "grad_d
                   "etp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel", "vocab_divisor")
 
 
+# FineTune field -> the CLI dest that sets it, where the two differ (cli/workload.py FINETUNE_FLAGS)
+FINETUNE_DESTS = {"mode": "finetune"}
+FINETUNE_EXPLICIT = ("finetune", "lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save",
+                     "train_last_layers", "train_modules", "base_dtype", "quant_type", "quant_block_size",
+                     "double_quant", "kbit_prepare")
+
+
 def explicit_fields(args) -> set:
     """Fields the user set with a flag: an imported file never overrides them."""
-    given = {f for f in EXPLICIT_FLAGS if getattr(args, f, None) is not None}
+    given = {f for f in EXPLICIT_FLAGS + FINETUNE_EXPLICIT if getattr(args, f, None) is not None}
     if getattr(args, "gpus", None) is not None:
         given.add("workers")
     if getattr(args, "dropout", None) is not None:
@@ -196,7 +238,7 @@ def imported_flag(args) -> str:
 
 
 def import_given(args) -> bool:
-    """Whether one of --ds-config / --accelerate-config / --torchtitan-config was given."""
+    """Whether one of the import flags (IMPORT_FLAGS) was given."""
     return any(getattr(args, dest, None) is not None for _, dest, _, _ in IMPORT_FLAGS)
 
 

@@ -40,7 +40,8 @@ from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
 from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS
 from ..units import UNIT_CHOICES
 from .frameworks import (FlagError, add_framework_flags, export_from_args, export_notes, framework_error_message,
-                         import_given, import_view, imported_flag)
+                         import_given, import_view, imported_flag,
+                         model_from_import)
 from .sources import sources_dict, sources_text
 from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
                        workload_flags_given, workload_from_args)
@@ -271,6 +272,10 @@ def _deepspeed(args, params: int, arch, report, model_parallel: int = 1):
 
 def _inputs(args):
     """(scenario, architecture or None, workload or None) from the flags, or a UsageError naming the flag."""
+    try:
+        args.model = args.model or model_from_import(args) or None     # a launcher config names its model
+    except FieldError as exc:
+        raise UsageError(framework_error_message(imported_flag(args), exc)) from None
     try:
         arch = architecture_from_args(args)
     except HubError as exc:

@@ -9,30 +9,59 @@ never a path.
 """
 
 from .accelerate.reader import import_accelerate
-from .common import FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext, ImportedConfig
+from .common import (FORMATS, IMPORT_FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext,
+                     ImportedConfig)
 from .deepspeed.reader import import_deepspeed
+from .hf_trainer.follow import follow
+from .hf_trainer.reader import import_hf_trainer
+from .llamafactory.reader import import_llamafactory
 from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
 from .torchtitan.reader import import_torchtitan
 
-IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan}
+IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
+             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer}
 
 
 SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
 
 
-def guess_format(filename: str):
-    """The format a file name suggests (for uploads), or None."""
+# Keys only a launcher file holds (an accelerate YAML and a ds_config.json hold none of them): LLaMA-Factory's own
+# arguments, then TrainingArguments / TRL fields.
+LLAMAFACTORY_KEYS = ("finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit", "flash_attn")
+TRAINER_KEYS = ("per_device_train_batch_size", "output_dir", "gradient_checkpointing", "max_seq_length",
+                "use_peft", "optim", "num_train_epochs", "learning_rate")     # not max_length: config.json has it
+
+
+def guess_format(filename: str, data=None):
+    """The format a file name suggests (for uploads), or None; with the file's bytes, a YAML or JSON whose keys are
+    a LLaMA-Factory or Trainer file's is recognised as one (an unreadable file keeps the name's guess)."""
     name = str(filename).lower()
-    return next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
+    fmt = next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
+    if data is None or fmt not in ("accelerate", "deepspeed"):
+        return fmt
+    try:
+        from .accelerate.document import load_yaml
+        from .common import parse_json
+        keys = parse_json(data) if fmt == "deepspeed" else load_yaml(data)
+    except (FrameworkConfigError, ImportError, ValueError, RecursionError):   # the import itself will say why
+        return fmt
+    if not isinstance(keys, dict) or "distributed_type" in keys or "zero_optimization" in keys:
+        return fmt
+    if any(k in keys for k in LLAMAFACTORY_KEYS):
+        return "llamafactory"
+    return "hf_trainer" if any(k in keys for k in TRAINER_KEYS) else fmt
 
 
-def import_config(fmt: str, source, context=None) -> ImportedConfig:
-    """Import `source` (text or bytes) in format `fmt` (one of FORMATS)."""
+def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
+    """Import `source` (text or bytes) in format `fmt` (one of IMPORT_FORMATS). A launcher file's DeepSpeed config is
+    followed through `read(path) -> bytes` (None: it cannot be, and a note says so): hf_trainer/follow.py."""
     if fmt not in IMPORTERS:
-        raise FrameworkConfigError("format", fmt, "one of " + ", ".join(FORMATS))
-    return IMPORTERS[fmt](source, context)
+        raise FrameworkConfigError("format", fmt, "one of " + ", ".join(IMPORT_FORMATS))
+    return follow(IMPORTERS[fmt](source, context), read, context)
 
 
-__all__ = ["FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError", "ImportContext", "ImportedConfig",
-           "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan", "export_config",
+__all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
+           "ImportContext", "ImportedConfig",
+           "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
+           "import_llamafactory", "import_hf_trainer", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]

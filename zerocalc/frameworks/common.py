@@ -7,7 +7,7 @@ Results are plain data (dicts and lists of field names and values) so callers ne
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Optional
 
@@ -16,7 +16,9 @@ from ..tables import DTYPE_BITS
 
 MAX_CONFIG_BYTES = 1_000_000   # the same cap as hf_config.MAX_CONFIG_BYTES and the app's 1 MB upload limit
 MAX_LISTED = 50                # ignored keys listed one by one; the rest are counted (ImportedConfig.ignored_more)
-FORMATS = ("deepspeed", "accelerate", "torchtitan")
+FORMATS = ("deepspeed", "accelerate", "torchtitan")          # imported and exported
+LAUNCHER_FORMATS = ("llamafactory", "hf_trainer")           # imported only: a trainer's own config
+IMPORT_FORMATS = FORMATS + LAUNCHER_FORMATS
 MISSING = object()
 
 
@@ -201,12 +203,16 @@ class ImportedConfig:
     sources: dict
     ignored_more: int = 0
     model: str = ""          # the zerocalc preset the file names (a torchtitan flavor), "" when it names none
+    finetune: dict = field(default_factory=dict)    # zerocalc.model.finetune.FineTune field names (launchers)
+    follows: tuple = ()      # (key, path) of a DeepSpeed config the file points to, for the caller to read
 
     def to_dict(self) -> dict:
         """The JSON form: selected_stage, the filled fields, and imported{format, auto_keys, ignored_keys, notes}."""
         return {
             "selected_stage": self.selected_stage, "model": self.model or None,
             "scenario": dict(self.scenario), "workload": dict(self.workload), "layout": dict(self.layout),
+            **({"finetune": {k: list(v) if isinstance(v, tuple) else v for k, v in self.finetune.items()}}
+               if self.finetune else {}),
             "imported": {"format": self.format, "auto_keys": [dict(a) for a in self.auto_keys],
                          "ignored_keys": [dict(i) for i in self.ignored_keys], "ignored_more": self.ignored_more,
                          "notes": list(self.notes),
@@ -219,7 +225,8 @@ class Builder:
 
     def __init__(self, fmt: str):
         self.fmt = fmt
-        self.parts = {"scenario": {}, "workload": {}, "layout": {}}
+        self.parts = {"scenario": {}, "workload": {}, "layout": {}, "finetune": {}}
+        self.follows = []
         self.stage: Optional[int] = None
         self.auto, self.ignored, self.notes, self.sources = [], [], [], {}
         self.ignored_names, self.ignored_more = set(), 0     # a set: a file of 100,000 keys costs linear time
@@ -260,7 +267,8 @@ class Builder:
                                        f"a divisor of the data-parallel size ({workers}) the file gives")
         return ImportedConfig(self.fmt, dict(self.parts["scenario"]), dict(self.parts["workload"]),
                               dict(self.parts["layout"]), self.stage, list(self.auto), list(self.ignored),
-                              list(self.notes), dict(self.sources), self.ignored_more, self.model)
+                              list(self.notes), dict(self.sources), self.ignored_more, self.model,
+                              dict(self.parts["finetune"]), tuple(self.follows))
 
 
 class Doc:

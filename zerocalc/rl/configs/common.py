@@ -12,8 +12,8 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List
 
+from ...frameworks.presets import preset_for  # noqa: F401  (re-exported: the RL importers import it from here)
 from ...frameworks.common import FrameworkConfigError, boolean, count, decode_text, fraction, number, one_of
-from ...model.presets import MODEL_PRESETS
 from ...values import Given
 
 MAX_LISTED = 80
@@ -169,28 +169,6 @@ def flatten(data, prefix: str = "") -> dict:
 
 
 # Hub models whose config.json builds the same tensors as a preset (every shape field equal)
-ALIASES = {
-    # Qwen/Qwen2-7B(-Instruct) config.json: hidden 3584, intermediate 18944, 28 layers, 28 heads, 4 KV heads,
-    # vocab 152064, untied, q/k/v biases: the qwen2.5-7b preset's shapes (only the context length differs)
-    "qwen2-7b": "qwen2.5-7b",
-}
-
-
-def preset_for(model_id) -> str:
-    """The preset a Hugging Face id names ("OpenRLHF/Llama-3-8b-sft-mixture" -> llama-3-8b): the longest preset
-    name (or alias) its lowercased repository name starts with, followed by the end or a dash; "" when none."""
-    if not isinstance(model_id, str):
-        return ""
-    name = model_id.rstrip("/").rsplit("/", 1)[-1].lower()
-    for alias in sorted(ALIASES, key=len, reverse=True):
-        if name == alias or name.startswith(alias + "-"):
-            return ALIASES[alias]
-    for preset in sorted(MODEL_PRESETS, key=len, reverse=True):
-        if name == preset or name.startswith(preset + "-"):
-            return preset
-    return ""
-
-
 def model_flags(imported: ImportedRL, key: str, model_id) -> None:
     """The policy's architecture from a model id: a preset when the name matches one, else a note."""
     preset = preset_for(model_id)

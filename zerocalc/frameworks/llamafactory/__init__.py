@@ -1,0 +1,1 @@
+"""LLaMA-Factory training YAML (llamafactory-cli train FILE.yaml) as zerocalc fields: reader.py."""
