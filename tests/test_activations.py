@@ -99,8 +99,10 @@ def test_activations_grow_with_batch_and_length_and_shrink_with_recompute(name, 
         selective = activations(a, b, s, bits, attention, "selective", impl).total
         full = activations(a, b, s, bits, attention, "full", impl).total
         assert base >= selective >= full
-    assert activations(a, b, s, bits, "flash", "none", impl).total <= activations(a, b, s, bits, "eager", "none",
-                                                                                   impl).total
+    if a.kv_expand != "broadcast":     # Falcon's one broadcast K/V head: SDPA's fused kernels refuse it and the
+        # math kernel runs in fp32 with K and V expanded to every head (tests/test_families_activations.py)
+        assert activations(a, b, s, bits, "flash", "none", impl).total <= activations(a, b, s, bits, "eager", "none",
+                                                                                       impl).total
 
 
 @pytest.mark.parametrize("bits", [8, 16, 32])

@@ -4,6 +4,7 @@ flags (one plan, one verdict), on real config files from the frameworks' reposit
 
 import asyncio
 import json
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 import sys
 import time
@@ -31,10 +32,13 @@ def cli_json(argv):
 
 
 def session(coroutine_fn, server=None):
+    """One client session, on a thread of its own: a fresh event loop whatever the process already runs (the
+    browser tests' Playwright keeps one in the main thread for the whole session)."""
     async def go():
         async with Client(server or build_server()) as client:
             return await coroutine_fn(client)
-    return asyncio.run(go())
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, go()).result(timeout=120)
 
 
 def test_every_cli_flag_is_a_field_of_check_plan_with_its_choices():
