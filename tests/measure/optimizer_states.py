@@ -175,34 +175,7 @@ def muon_step_peak(m: int, n: int, dtype: str = "fp32", nesterov: bool = True) -
     """Peak bytes of the tensors torch.optim.Muon.step() allocates for one m x n parameter (its state already
     made), traced op by op with a TorchDispatchMode: each op's outputs are counted once per storage while a Python
     reference to them lives (weakref.finalize), the parameter, its gradient and its momentum excluded."""
-    import weakref
-
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    class Trace(TorchDispatchMode):
-        def __init__(self, known):
-            super().__init__()
-            self.known, self.live, self.refs, self.now, self.peak = known, {}, {}, 0, 0
-
-        def _drop(self, ptr):
-            self.refs[ptr] -= 1
-            if not self.refs[ptr]:
-                self.now -= self.live.pop(ptr)
-                del self.refs[ptr]
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            for t in tree_flatten(out)[0]:
-                if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.known:
-                    ptr = t.untyped_storage().data_ptr()
-                    if ptr not in self.live:
-                        self.live[ptr], self.refs[ptr] = t.untyped_storage().nbytes(), 0
-                        self.now += self.live[ptr]
-                        self.peak = max(self.peak, self.now)
-                    self.refs[ptr] += 1
-                    weakref.finalize(t, self._drop, ptr)
-            return out
+    from tests.measure.optimizer_step import StepTrace as Trace     # the live-storage trace, one copy
 
     torch.manual_seed(0)
     p = torch.nn.Parameter(torch.randn(m, n, dtype=DTYPES[dtype]))
