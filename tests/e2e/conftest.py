@@ -42,13 +42,20 @@ def server():
 
 
 @pytest.fixture(scope="session")
-def browser(server):
+def chromium():
+    """One Playwright for the whole session: a second sync_playwright() in the same process is refused ("Sync API
+    inside the asyncio loop"), so the container test's pages come from this one too."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def browser(server, chromium):
+    return chromium
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 
 from tests.e2e import container as c
 from tests.e2e.conftest import _missing
-from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY
+from tests.e2e.server import READY
 from tests.e2e.test_browser import core_report, query_dict, subtotals
 from zerocalc.units import format_bytes
 
@@ -90,13 +90,8 @@ def served(containers):
 
 
 @pytest.fixture(scope="module")
-def browser(containers):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield b
-        b.close()
+def browser(containers, chromium):       # the session's one Playwright (tests/e2e/conftest.py)
+    return chromium
 
 
 @pytest.fixture
