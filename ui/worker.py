@@ -143,7 +143,7 @@ def serve(fd: int) -> None:
             conn.send(out)
         except OSError:                             # the server went away (or replaced this worker): stop
             return
-        except Exception as exc:  # noqa: BLE001 - an answer or error that does not pickle (nothing was written)
+        except Exception as exc:  # noqa: BLE001 - an answer or error the pipe cannot serialize (nothing was written)
             conn.send(("err", WorkerError(f"the answer could not be sent back ({type(exc).__name__}: {exc})"),
                        traceback.format_exc()))
 
@@ -308,7 +308,7 @@ class _Worker:
             self.conn.send((task.fn, task.args))
         except (OSError, EOFError) as exc:
             return self._fail(task, WorkerError(f"the worker process could not take the task ({exc})"))
-        except Exception as exc:  # noqa: BLE001 - the task's arguments do not pickle: the caller's error
+        except Exception as exc:  # noqa: BLE001 - the task's arguments cannot be serialized: the caller's error
             return task.finish(error=exc)
         if not self.conn.poll(task.seconds):
             LOG.warning("%s task %s ran past its %g s deadline: worker process %s terminated",
@@ -322,7 +322,7 @@ class _Worker:
             except subprocess.TimeoutExpired:
                 code = None
             return self._fail(task, WorkerError(f"the worker process stopped during the task (exit code {code})"))
-        except Exception as exc:  # noqa: BLE001 - an answer that does not unpickle here
+        except Exception as exc:  # noqa: BLE001 - an answer that cannot be read back here
             return self._fail(task, WorkerError(f"the answer could not be read ({type(exc).__name__}: {exc})"))
         if answer[0] == "ok":
             return task.finish(answer[1])
