@@ -85,7 +85,7 @@ def test_tune_13_within_two_percent_of_the_published_peak():
     """torchtune's table, Llama 3.2 3B + compile + chunked CE + activation checkpointing: 24.9 GiB active
     (docs/validation.md TUNE-13): the end of backward, every gradient and no activation."""
     arch = replace(ARCH, layers=28, hidden=3072, heads=24, kv_heads=8, ffn=8192)
-    s = _scenario(arch)
+    s = replace(_scenario(arch), optimizer_impl="fused")      # torchtune's configs: AdamW with fused: True
     w = Workload(arch, micro_batch=2, seq_len=4096, compile=True, loss="chunked", recompute="full",
                  gpu="A100-80GB")
     peak = report_for(s, w).peaks[0]
