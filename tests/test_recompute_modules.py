@@ -145,7 +145,7 @@ def test_fixes_offer_modules_and_the_fewest_blocks_with_their_compute_share():
     from dataclasses import replace
     from zerocalc.answers.fixes import apply, fixes
     s = scenario_for(DSV2)
-    w = Workload(DSV2, seq_len=8192)
+    w = Workload(DSV2, seq_len=8192, implementation="megatron")    # Megatron's own flags: offered under Megatron
     found = {f.kind: f for f in fixes(s, w, 3)}
     mods, block = found["recompute_modules"], found["recompute_block"]
     # the cheapest modules first (recompute_fixes.MODULE_COST_ORDER), as few as fit
