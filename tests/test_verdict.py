@@ -101,3 +101,16 @@ def test_host_memory_is_counted_whole_as_deepspeed_counts_it():
     assert auto["per_node_bytes"] >= zi           # 20 bytes a parameter (the deepspeed ledger) against its 18
     red = json.loads(run(flags + ["--model-loading", "every-rank", "--host-ram", "300GB", "--json"]))
     assert red["verdicts"][3]["deciding"] == "host RAM per node"
+
+
+def test_no_fix_offloads_more_than_the_host_ram_holds():
+    """A fix is typed back in and gives the verdict it promised: with the node's RAM given, an offload the host
+    cannot hold is not offered, alone or joined (the verdict would read "does not fit (host RAM)")."""
+    flags = ["--model", "llama-3-70b", "--workers", "8", "--gpu", "H100-SXM-80GB"]
+    free = json.loads(run(flags + ["--json"]))
+    assert any("--offload-optimizer" in f["flags"] for f in free["fixes"])
+    tight = json.loads(run(flags + ["--host-ram", "64GB", "--json"]))
+    for f in tight["fixes"]:
+        applied = json.loads(run(flags + ["--host-ram", "64GB"] + f["flags"] + ["--json"]))
+        assert applied["verdicts"][f["stage"]]["fits"] == f["fits"], f["flags"]
+    assert not any("--offload-optimizer" in f["flags"] and f["fits"] for f in tight["fixes"])

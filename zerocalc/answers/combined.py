@@ -23,6 +23,7 @@ from ..gpus import GPU_CATALOG
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
 from ..step.peak import peak_on_gpu
+from ..step.host import host_rows
 from .fixes import COSTS, RECOMPUTE_ORDER, Fix, _recipe_changes, apply, fixes, held_settings
 
 LISTED = 6             # combinations returned
@@ -152,8 +153,9 @@ def _search(groups, scenario, workload, stage: int, bigger, before: dict, found:
         except FieldError:
             continue
         params_off = any(m.scenario.get("offload_params", "none") != "none" for m in group)
+        hosts = host_rows(report)                        # a join whose offload the node's RAM cannot hold: no fix
         for at in range(stage, 4):
-            if params_off and at < 3:
+            if (params_off and at < 3) or hosts[at]["fits_host"] is False:
                 continue                                 # parameters are offloaded at ZeRO-3 only
             stage_part = () if at == stage else (_move("stage_3" if at == 3 else "stage", at),)
             peak = report.peaks[at]

@@ -35,6 +35,7 @@ from ..scenario import FieldError
 from ..step.activations import recompute_name
 from ..step.workload import recompute_resets
 from ..step.losses import LOSS_NAMES
+from ..step.host import host_rows
 from ..step.peak import peak_on_gpu
 from ..units import format_bytes, percent_text
 from .recompute_fixes import change_text, compute_share, fewest_block_layers, module_changes
@@ -145,6 +146,12 @@ def held_settings(scenario, workload, stage: int) -> Dict[str, str]:
 
 
 
+def _host_holds(scenario, workload, stage: int) -> bool:
+    """Whether the node's host RAM, where the plan gives it, holds what an offload puts there (step/host.py): a fix
+    the host cannot take is no fix (the verdict would read "does not fit (host RAM)")."""
+    return host_rows(layout_report(scenario, workload))[stage]["fits_host"] is not False
+
+
 def _peak(scenario, workload, stage: int) -> Optional[int]:
     """The worst rank's peak at `stage`, or None when the core refuses the combination."""
     try:
@@ -248,7 +255,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             if not changes:
                 continue
             peak = _peak(replace(scenario, **changes), workload, stage)
-            if peak is not None and peak <= capacity:
+            if peak is not None and peak <= capacity and _host_holds(replace(scenario, **changes), workload, stage):
                 yield "offload", stage, changes, {}, {}, peak
                 break
     fewest = min_workers(scenario, workload)[stage]                  # more GPUs

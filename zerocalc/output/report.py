@@ -26,7 +26,7 @@ from ..states.deepspeed_estimator import DeepSpeedView, deepspeed_view
 from ..step.activations import recompute_name
 from ..step.buffers import describe as comm_buffers, framework
 from ..step.grad_lifetime import describe as grad_lifetime
-from ..step.host import LOADING, loading_bytes, loading_mode, with_buffers
+from ..step.host import host_rows as host_memory
 from ..step.optimizer_step import describe as optimizer_impl
 from ..step.losses import LOSS_NAMES
 from ..step.megatron_recompute import megatron_recompute_words
@@ -228,31 +228,6 @@ def rank_rows(report: LayoutReport) -> list:
                         "communication_bytes_by_kind": v.communication[r.stage]} for r in v.stages],
             "peak": [_peak_row(p) for p in v.peaks],
         })
-    return rows
-
-
-def host_memory(report: LayoutReport) -> list:
-    """Per ZeRO stage, the host RAM a node needs (step/host.py): the larger of the start-up (the model as the
-    node's processes load it) and the step (the offloaded states of the rank that offloads most and the
-    activation offload's pinned blocks, for the node's GPUs: an upper bound where rank classes differ, with
-    DeepSpeed's buffer factor under DeepSpeed), against the node's host RAM where it is given."""
-    s, w = report.scenario, report.workload
-    per_node = min(s.gpus_per_node, w.layout.world(s.workers))
-    rows = []
-    for stage in range(4):
-        v = max(report.ranks, key=lambda v: v.stages[stage].cpu_bytes + v.shape.host_bytes)
-        states, acts = v.stages[stage].cpu_bytes, v.shape.host_bytes
-        fw = framework(s, w, v.shape)
-        mode = loading_mode(w, fw, stage)
-        start = with_buffers(loading_bytes(mode, s.params, w.arch, per_node), fw)
-        step = with_buffers((states + acts) * per_node, fw)
-        need, host = max(start, step), w.host_memory_bytes
-        rows.append({"stage": stage, "rank": v.rank.name, "offload_bytes_per_worker": states,
-                     "activation_offload_bytes_per_worker": acts, "per_worker_bytes": states + acts,
-                     "gpus_per_node": per_node, "step_bytes_per_node": step, "loading": mode,
-                     "loading_why": LOADING[mode].why, "loading_bytes_per_node": start, "per_node_bytes": need,
-                     "decided_by": "start-up" if start > step else "step", "host_capacity_bytes": host or None,
-                     "fits_host": need <= host if host else None})
     return rows
 
 

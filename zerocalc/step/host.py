@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..model.inventory import largest_layer
+from .buffers import framework
 
 DEEPSPEED_BUFFER_FACTOR = 1.5
 
@@ -71,3 +72,28 @@ def with_buffers(nbytes: int, framework: str) -> int:
     """A node's host bytes with DeepSpeed's buffer factor under DeepSpeed (its estimator multiplies both its
     start-up and its offload figures by additional_buffer_factor)."""
     return int(nbytes * DEEPSPEED_BUFFER_FACTOR) if framework == "deepspeed" else nbytes
+
+
+def host_rows(report) -> list:
+    """Per ZeRO stage of a layout report (parallel.ranks), the host RAM a node needs: the larger of the start-up
+    (the model as the node's processes load it) and the step (the offloaded states of the rank that offloads most
+    and the activation offload's pinned blocks, for the node's GPUs: an upper bound where rank classes differ,
+    with DeepSpeed's buffer factor under DeepSpeed), against the node's host RAM where it is given."""
+    s, w = report.scenario, report.workload
+    per_node = min(s.gpus_per_node, w.layout.world(s.workers))
+    rows = []
+    for stage in range(4):
+        v = max(report.ranks, key=lambda v: v.stages[stage].cpu_bytes + v.shape.host_bytes)
+        states, acts = v.stages[stage].cpu_bytes, v.shape.host_bytes
+        fw = framework(s, w, v.shape)
+        mode = loading_mode(w, fw, stage)
+        start = with_buffers(loading_bytes(mode, s.params, w.arch, per_node), fw)
+        step = with_buffers((states + acts) * per_node, fw)
+        need, host = max(start, step), w.host_memory_bytes
+        rows.append({"stage": stage, "rank": v.rank.name, "offload_bytes_per_worker": states,
+                     "activation_offload_bytes_per_worker": acts, "per_worker_bytes": states + acts,
+                     "gpus_per_node": per_node, "step_bytes_per_node": step, "loading": mode,
+                     "loading_why": LOADING[mode].why, "loading_bytes_per_node": start, "per_node_bytes": need,
+                     "decided_by": "start-up" if start > step else "step", "host_capacity_bytes": host or None,
+                     "fits_host": need <= host if host else None})
+    return rows
