@@ -90,19 +90,8 @@ def served(containers):
 
 
 @pytest.fixture(scope="module")
-def browser(containers, chromium):       # the session's one Playwright (tests/e2e/conftest.py)
+def browser(containers, chromium):       # the session's one Playwright; conftest's `page` opens on it
     return chromium
-
-
-@pytest.fixture
-def page(browser):
-    context = browser.new_context(viewport={"width": 1440, "height": 1800})
-    page = context.new_page()
-    page.console_errors = []
-    page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: page.console_errors.append(str(e)))
-    yield page
-    context.close()
 
 
 def open_page(page, url):
