@@ -19,7 +19,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ...values import Given
-from ..common import FrameworkConfigError, decode_text, line_col, long_integer_refusal
+from ..common import FrameworkConfigError, decode_text, line_col, long_integer_refusal, parse_json, require_mapping_keys
 
 MAX_YAML_CHARS = 262_144
 MAX_DEPTH = 32
@@ -146,3 +146,14 @@ def dump_yaml(data: dict, comments=()) -> str:
     yaml = _pyyaml("export", "writing")
     head = "".join(f"# {c}\n" for c in comments)
     return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=False)
+
+
+def load_mapping(source, label: str, allowed: str) -> dict:
+    """A config file of YAML (or JSON, when it starts with "{") that must be a mapping with text keys: accelerate's,
+    LLaMA-Factory's and the Trainer's files. `label` names the format in a decoding refusal, `allowed` the mapping."""
+    text = decode_text(source, label)
+    data = parse_json(text) if text.lstrip().startswith("{") else load_yaml(text)
+    if not isinstance(data, dict):
+        raise FrameworkConfigError("config", type(data).__name__, allowed)
+    require_mapping_keys(data, "")
+    return data

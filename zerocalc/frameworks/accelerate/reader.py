@@ -22,20 +22,9 @@ DDP (MULTI_GPU) with mixed precision is torch.autocast over fp32 parameters and 
 from __future__ import annotations
 
 from ...scenario import INT_LIMITS
-from ..common import (
-    Builder,
-    Doc,
-    FrameworkConfigError,
-    ImportContext,
-    ImportedConfig,
-    count,
-    decode_text,
-    one_of,
-    parse_json,
-    require_mapping_keys,
-)
+from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, count, one_of)
 from ..deepspeed import reader as deepspeed
-from .document import load_yaml
+from .document import load_mapping
 from .fsdp import FsdpReader
 
 CLUSTER_KEYS = ("compute_environment", "distributed_type", "mixed_precision", "use_cpu", "debug", "num_processes",
@@ -62,11 +51,7 @@ PARALLELISM_PREFIX = "parallelism_config_"
 
 def import_accelerate(source, context=None) -> ImportedConfig:
     """An accelerate config (YAML text or bytes; JSON text also works) -> ImportedConfig."""
-    text = decode_text(source, "YAML")
-    data = parse_json(text) if text.lstrip().startswith("{") else load_yaml(text)
-    if not isinstance(data, dict):
-        raise FrameworkConfigError("config", type(data).__name__, "a YAML mapping of accelerate settings")
-    require_mapping_keys(data, "")
+    data = load_mapping(source, "YAML", "a YAML mapping of accelerate settings")
     return _Reader(Doc(data), ImportContext.of(context)).run()
 
 

@@ -17,9 +17,9 @@ Read at transformers 5.x and TRL's defaults:
 from __future__ import annotations
 
 from ...model.finetune import ALL_LINEAR
-from ..accelerate.document import load_yaml
-from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, boolean, count, decode_text,
-                      number, one_of, parse_json, require_mapping_keys)
+from ..accelerate.document import load_mapping
+from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, boolean, count, number,
+                      one_of)
 from . import arguments as hf
 from .model import read_model
 
@@ -44,11 +44,7 @@ TRL_IGNORED = {
 
 def import_hf_trainer(source, context=None) -> ImportedConfig:
     """TrainingArguments / SFTConfig as JSON or YAML (text or bytes) -> ImportedConfig."""
-    data_text = decode_text(source, "JSON or YAML")
-    data = parse_json(data_text) if data_text.lstrip().startswith("{") else load_yaml(data_text)
-    if not isinstance(data, dict):
-        raise FrameworkConfigError("config", type(data).__name__, "a mapping of TrainingArguments fields")
-    require_mapping_keys(data, "")
+    data = load_mapping(source, "JSON or YAML", "a mapping of TrainingArguments fields")
     ImportContext.of(context)
     doc, b = Doc(data), Builder("hf_trainer")
     read_model(doc, b, "model_name_or_path") if doc.has("model_name_or_path") else None

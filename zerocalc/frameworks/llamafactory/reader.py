@@ -18,9 +18,9 @@ hiyouga/LLaMA-Factory commit ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30 (src/llama
 from __future__ import annotations
 
 from ...model.finetune import ALL_LINEAR
-from ..accelerate.document import load_yaml
-from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, boolean, count, decode_text,
-                      number, one_of, parse_json, require_mapping_keys, text)
+from ..accelerate.document import load_mapping
+from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, boolean, count, number,
+                      one_of, text)
 from ..hf_trainer import arguments as hf
 from ..hf_trainer.model import read_model
 
@@ -54,11 +54,7 @@ IGNORED = {
 
 def import_llamafactory(source, context=None) -> ImportedConfig:
     """A LLaMA-Factory training YAML (text or bytes; JSON also works, as llamafactory-cli reads .json too)."""
-    data_text = decode_text(source, "YAML")
-    data = parse_json(data_text) if data_text.lstrip().startswith("{") else load_yaml(data_text)
-    if not isinstance(data, dict):
-        raise FrameworkConfigError("config", type(data).__name__, "a YAML mapping of LLaMA-Factory arguments")
-    require_mapping_keys(data, "")
+    data = load_mapping(source, "YAML", "a YAML mapping of LLaMA-Factory arguments")
     ImportContext.of(context)
     return _Reader(Doc(data)).run()
 
