@@ -77,6 +77,30 @@ def wait_healthy(container: str, base: str, timeout: float = 120) -> float:
     raise RuntimeError(f"container not healthy after {time.monotonic() - start:.0f} s; log:\n{logs(container)}")
 
 
+def host_interfaces() -> str:
+    """The host's network interfaces and their addresses, as the kernel lists them."""
+    names = " ".join(sorted(os.listdir("/sys/class/net"))) if os.path.isdir("/sys/class/net") else ""
+    try:
+        with open("/proc/net/if_inet6") as f:
+            return names + "\n" + "".join(sorted(f.readlines()))
+    except OSError:
+        return names
+
+
+def wait_network_settled(quiet: float = 3.0, timeout: float = 30.0) -> float:
+    """Seconds until the host's interfaces stay unchanged for `quiet` seconds. Each `docker run` adds a veth whose
+    IPv6 address arrives a moment after the container answers; Chromium's network-change watcher then cancels the
+    page's requests in flight (net::ERR_NETWORK_CHANGED, seen in CI), so pages open only once this settles."""
+    start = last_change = time.monotonic()
+    seen = host_interfaces()
+    while time.monotonic() - start < timeout and time.monotonic() - last_change < quiet:
+        time.sleep(0.25)
+        now = host_interfaces()
+        if now != seen:
+            seen, last_change = now, time.monotonic()
+    return time.monotonic() - start
+
+
 def inspect(container: str, template: str) -> str:
     return docker("inspect", "--format", template, container)
 
