@@ -21,6 +21,9 @@ from zerocalc.parallel.ranks import layout_report
 from zerocalc.scenario import FieldError
 from zerocalc.step.peak import StagePeak
 from zerocalc.step.workload import Workload
+from zerocalc.step.peak import OUTSIDE, RESERVE
+
+NOT_TENSORS = (RESERVE, *OUTSIDE)    # what max_memory_allocated does not count (peak.phase_figures)
 
 # ---------------------------------------------------------------------------------------------- mixed and garbage
 
@@ -192,7 +195,7 @@ def test_compare_against_a_stage_peak_a_report_row_and_compare_stage_agree():
     back = next(p for p in by_peak.phases if p.phase == "backward")
     parts = layout_report(scenario, work).peaks[2].phases["backward"]
     assert back.estimated_tensor_bytes == sum(v for k, v in parts.items()
-                                              if k not in ("allocator reserve", "CUDA context"))
+                                              if k not in NOT_TENSORS)
     assert back.estimated_reserved_bytes == back.estimated_tensor_bytes + parts["allocator reserve"]
     assert back.measured_allocated_bytes == STATS_ALLOC_PEAK
 
@@ -207,7 +210,7 @@ def test_applied_suggestions_absorb_the_residuals(stage, micro, cached, outside)
     scenario = Scenario.from_convention("zero-paper", params=param_count(arch), workers=8)
     work = Workload(arch, micro_batch=micro)
     peak = layout_report(scenario, work).peaks[stage]
-    t = max(sum(v for k, v in c.items() if k not in ("allocator reserve", "CUDA context"))
+    t = max(sum(v for k, v in c.items() if k not in NOT_TENSORS)
             for c in peak.phases.values())
     # a completed run used no more than the card holds (above it, the measurement says "does not fit" and no Set
     # may lower the estimate: tests/test_calibrate_verdict.py)
@@ -221,7 +224,10 @@ def test_applied_suggestions_absorb_the_residuals(stage, micro, cached, outside)
     again = compare(measured, layout_report(scenario, tuned).peaks[stage], tuned)
     assert again.residual("allocated").residual_bytes == 0
     assert -(t // 100) - 1 <= again.residual("reserved").residual_bytes <= 0
-    assert again.residual("nvidia-smi used").residual_bytes == again.residual("reserved").residual_bytes
+    # the context and NCCL's share absorb what nvidia-smi saw beyond reserved; NCCL's share is a whole percent
+    nccl = max(c.get("NCCL buffers", 0) for c in peak.phases.values())
+    smi, res = again.residual("nvidia-smi used").residual_bytes, again.residual("reserved").residual_bytes
+    assert res - nccl // 100 - 1 <= smi <= res
 
 
 def test_compare_refuses_what_it_cannot_read():

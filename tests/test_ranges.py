@@ -16,6 +16,9 @@ from zerocalc.parallel.ranks import layout_report
 from zerocalc.layout import Layout
 from zerocalc.scenario import FieldError
 from zerocalc.step.workload import Workload
+from zerocalc.step.peak import OUTSIDE, RESERVE
+
+NOT_TENSORS = (RESERVE, *OUTSIDE)    # what max_memory_allocated does not count (peak.phase_figures)
 
 GIB = 2**30
 
@@ -32,14 +35,19 @@ def peaks(scenario, workload, **fields):
 def test_the_documented_ranges():
     scenario, work = setup()
     r = ranges(scenario, work)
-    assert r.vary == DEFAULT_VARY == ("cuda_context", "allocator_reserve")
+    assert r.vary == DEFAULT_VARY == ("cuda_context", "allocator_reserve", "nccl")
     # Issue 20 (step/allocator.py): the default "caching" allocator's high end moved from 15 % of the tensors to
     # 35 % plus two unit cycles of ZeRO-3's communication streams; "flat" keeps the old band (below).
-    assert r.low == {"cuda_context_bytes": GIB // 2, "fragmentation_percent": 0, "allocator_units": 0}
-    assert r.point == {"cuda_context_bytes": GIB, "fragmentation_percent": 5, "allocator_units": 0}
-    assert r.high == {"cuda_context_bytes": 3 * GIB // 2, "fragmentation_percent": 35, "allocator_units": 2}
+    # Issue 32 (step/nccl.py): NCCL's buffers from 25 % to 200 % of the modelled communicators.
+    assert r.low == {"cuda_context_bytes": GIB // 2, "fragmentation_percent": 0, "allocator_units": 0,
+                     "nccl_percent": 25}
+    assert r.point == {"cuda_context_bytes": GIB, "fragmentation_percent": 5, "allocator_units": 0,
+                       "nccl_percent": 100}
+    assert r.high == {"cuda_context_bytes": 3 * GIB // 2, "fragmentation_percent": 35, "allocator_units": 2,
+                      "nccl_percent": 200}
     flat = ranges(scenario, replace(work, allocator="flat"))
-    assert flat.high == {"cuda_context_bytes": 3 * GIB // 2, "fragmentation_percent": 15, "allocator_units": 0}
+    assert flat.high == {"cuda_context_bytes": 3 * GIB // 2, "fragmentation_percent": 15, "allocator_units": 0,
+                         "nccl_percent": 200}
     assert ranges(scenario, replace(work, allocator="expandable")).high["fragmentation_percent"] == 10
     for name in ASSUMPTIONS:
         assert ASSUMPTIONS[name].source and ASSUMPTIONS[name].fields
@@ -48,22 +56,25 @@ def test_the_documented_ranges():
 def test_band_ends_are_whole_reports_at_the_ends():
     scenario, work = setup(micro_batch=2)
     r = ranges(scenario, work)
-    low = peaks(scenario, work, cuda_context_bytes=GIB // 2, fragmentation_percent=0)
-    high = peaks(scenario, work, cuda_context_bytes=3 * GIB // 2, fragmentation_percent=35, allocator_units=2)
+    low = peaks(scenario, work, cuda_context_bytes=GIB // 2, fragmentation_percent=0, nccl_percent=25)
+    high = peaks(scenario, work, cuda_context_bytes=3 * GIB // 2, fragmentation_percent=35, allocator_units=2,
+                 nccl_percent=200)
     point = [p.peak_bytes for p in layout_report(scenario, work).peaks]
     for b in r.bands:
         assert (b.low_bytes, b.point_bytes, b.high_bytes) == (low[b.stage], point[b.stage], high[b.stage])
         assert b.capacity_bytes == work.capacity_bytes
-        # With no reserve and a 0.5 GiB context the low end is the tensors plus half a GiB.
+        # With no reserve, a 0.5 GiB context and a quarter of NCCL's buffers the low end is the tensors plus those.
         parts = layout_report(scenario, work).peaks[b.stage].phases
-        tensors = max(sum(v for k, v in c.items() if k not in ("allocator reserve", "CUDA context"))
+        tensors = max(sum(v for k, v in c.items() if k not in NOT_TENSORS)
                       for c in parts.values())
-        assert b.low_bytes == tensors + GIB // 2
+        nccl = parts["backward"]["NCCL buffers"]
+        assert b.low_bytes == tensors + GIB // 2 + nccl // 4
         assert b.swing["cuda_context"] == (b.point_bytes - GIB // 2, b.point_bytes + GIB // 2)
         lo, hi = b.swing["allocator_reserve"]
         unit = layout_report(scenario, work).peaks[b.stage].cycle_unit_bytes
         assert (unit > 0) == (b.stage == 3)       # ZeRO-3's gather-free cycles (8 workers)
-        assert lo == tensors + GIB and hi == tensors + -(-tensors * 35 // 100) + 2 * unit + GIB
+        assert lo == tensors + GIB + nccl and hi == tensors + -(-tensors * 35 // 100) + 2 * unit + GIB + nccl
+        assert b.swing["nccl"] == (b.point_bytes - nccl + nccl // 4, b.point_bytes + nccl)
 
 
 @settings(max_examples=40, deadline=None)
@@ -171,6 +182,6 @@ def test_ranges_dict_is_plain_json():
     assert json.loads(text) == d
     assert [s["stage"] for s in d["stages"]] == [0, 1, 2, 3]
     fields = {f for a in d["assumptions"] for f in a["fields"]}
-    assert fields == {"cuda_context_bytes", "fragmentation_percent", "allocator_units", "reduce_bucket_size",
+    assert fields == {"cuda_context_bytes", "fragmentation_percent", "allocator_units", "nccl_percent", "reduce_bucket_size",
                       "prefetch_bucket_size"}
     assert d["stages"][0]["verdict"] in VERDICTS

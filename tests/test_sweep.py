@@ -104,9 +104,14 @@ def test_the_page_draws_the_sweep_and_the_terms_of_the_peak():
     assert any(f"longest sequence that fits: {result['edge']['3']:,} tokens" in m.value for m in at.markdown)
     terms = dataframe_with(at, "peak term")
     peak = core_report(query)["peak"][3]
-    assert terms["peak term"].tolist()[-1] == "total"
-    assert terms.iloc[-1, -1] == f"{peak['peak_bytes']:,}"
-    assert set(terms["peak term"][:-1]) <= set(peak["phases"][peak["peak_phase"]]) | {
+    names = terms["peak term"].tolist()
+    total = names.index("total: what nvidia-smi reads (the verdict's number)")
+    assert names[total + 1:] == ["of which max_memory_reserved reads", "of which max_memory_allocated reads"]
+    assert terms.iloc[total, -1] == f"{peak['peak_bytes']:,}"
+    figures = peak["phase_figures"][peak["peak_phase"]]
+    assert terms.iloc[total + 1, -1] == f"{figures['reserved_bytes']:,}"
+    assert terms.iloc[total + 2, -1] == f"{figures['allocated_bytes']:,}"
+    assert set(terms["peak term"][:total]) <= set(peak["phases"][peak["peak_phase"]]) | {
         n for ph in peak["phases"].values() for n in ph}
     at.segmented_control(key="sweep_axis").set_value("workers").run()
     assert not at.exception

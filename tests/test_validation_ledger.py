@@ -159,14 +159,14 @@ def test_the_side_of_a_row():
 
 @pytest.mark.parametrize("kind", ["max_memory_reserved", "device"])
 def test_reserved_and_device_figures_add_what_they_count(kind):
-    """The same case read as each kind adds the reserve (with its band) and then the CUDA context to the
-    allocated figure."""
+    """The same case read as each kind adds the reserve (with its band) and then what lies outside the allocator
+    (the CUDA context and NCCL's buffers) to the allocated figure."""
     case = next(c for c in EXPRESSIBLE if c["read_rank"] == "busiest")
     allocated = vl.evaluate({**case, "kind": "max_memory_allocated"})
     other = vl.evaluate({**case, "kind": kind})
     parts = other["parts"]
     assert other["phase"] == allocated["phase"] and parts == allocated["parts"]
-    extra = parts[vl.RESERVE] + (parts[vl.CONTEXT] if kind == "device" else 0)
+    extra = parts[vl.RESERVE] + (vl._outside(parts) if kind == "device" else 0)     # context + NCCL buffers
     assert other["zerocalc_bytes"] == allocated["zerocalc_bytes"] + extra
     assert other["error"] == other["point_error"]                    # the headline is the point error
     if kind == "max_memory_reserved" and "band_bytes" in other:     # the band, where ranges gives one, beside it

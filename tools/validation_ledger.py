@@ -10,10 +10,11 @@ The cases live in validation/cases.json. A case either gives zerocalc's argument
 the report it prints with --json (zerocalc.output.report.report_dict; the solvers and fits-on table are left out:
 no figure here reads them). Its figure is compared like with like:
 
-- max_memory_allocated: the live tensors, the peak without the "allocator reserve" and "CUDA context" parts;
+- max_memory_allocated: the live tensors, the peak without the "allocator reserve" and the parts outside the
+  allocator ("CUDA context", "NCCL buffers": zerocalc.step.peak.phase_figures);
 - max_memory_reserved: tensors + the allocator reserve, and the band of the reserve assumption
   (zerocalc.answers.ranges) from its low to its high end; the error is measured to the band;
-- device (nvidia-smi / nvml): the whole peak, CUDA context included.
+- device (nvidia-smi / nvml): the whole peak, CUDA context and NCCL's buffers included.
 
 Each is the largest over the phases of one rank class: the last pipeline stage where the source measured there
 (Megatron logs rank world_size - 1), else the busiest rank. The error is zerocalc / measured - 1, signed, of the
@@ -82,11 +83,11 @@ def zerocalc_report(argv: list):
 
 
 def phase_figures(parts: dict) -> dict:
-    """One phase's parts -> its tensors, tensors + reserve, and total."""
-    total = sum(parts.values())
-    reserve, context = parts.get(RESERVE, 0), parts.get(CONTEXT, 0)
-    tensors = total - reserve - context
-    return {"max_memory_allocated": tensors, "max_memory_reserved": tensors + reserve, "device": total}
+    """One phase's parts -> its tensors, tensors + reserve, and total (the core's three numbers, peak.phase_figures)."""
+    from zerocalc.step.peak import phase_figures as figures
+    f = figures(parts)
+    return {"max_memory_allocated": f["allocated_bytes"], "max_memory_reserved": f["reserved_bytes"],
+            "device": f["device_bytes"]}
 
 
 def rank_figure(peak_row: dict, kind: str) -> tuple:
@@ -109,7 +110,13 @@ def pick_rank(report: dict, case: dict) -> tuple:
     return row, how
 
 
-def reserve_band(scenario, workload, stage: int, tensors: int, context: int, rank_is_worst: bool):
+def _outside(parts: dict) -> int:
+    """What a phase holds outside PyTorch's allocator (zerocalc.step.peak.OUTSIDE: CUDA context, NCCL buffers)."""
+    from zerocalc.step.peak import OUTSIDE
+    return sum(parts.get(k, 0) for k in OUTSIDE)
+
+
+def reserve_band(scenario, workload, stage: int, tensors: int, outside: int, rank_is_worst: bool):
     """(low, high) of tensors + reserve over the allocator-reserve assumption's range, or None where the report
     gives no band for this rank (ranges answers for the worst rank of each stage)."""
     try:
@@ -119,7 +126,7 @@ def reserve_band(scenario, workload, stage: int, tensors: int, context: int, ran
     if "allocator_reserve" not in ASSUMPTIONS or not rank_is_worst:
         return None
     band = ranges(scenario, workload, vary=("allocator_reserve",)).band(stage)
-    low, high = band.low_bytes - context, band.high_bytes - context
+    low, high = band.low_bytes - outside, band.high_bytes - outside
     return (min(low, tensors), max(high, tensors))
 
 
@@ -204,11 +211,11 @@ def evaluate(case: dict) -> dict:
         out["steady_error"] = error_to(steady, case["steady_bytes"])
         out["transient_error"] = error_to(figure - steady if kind == "max_memory_allocated" else
                                           figure - steady - parts.get(RESERVE, 0)
-                                          - (parts.get(CONTEXT, 0) if kind == "device" else 0),
+                                          - (_outside(parts) if kind == "device" else 0),
                                           measured - case["steady_bytes"])
     if kind == "max_memory_reserved":
         worst = report["peak"][stage]["rank"] == row["name"]
-        band = reserve_band(scenario, workload, stage, figure - parts.get(RESERVE, 0), parts.get(CONTEXT, 0), worst)
+        band = reserve_band(scenario, workload, stage, figure - parts.get(RESERVE, 0), _outside(parts), worst)
         if band is not None:
             out["band_bytes"] = list(band)
             out["band_error"] = band_error(band[0], band[1], measured)

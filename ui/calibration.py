@@ -40,12 +40,13 @@ for step, batch in enumerate(loader):
 
 # Short button labels (the field's name is in the sentence and the help; a long name was cut off in the column)
 SET_LABELS = {"fragmentation_percent": "Set the reserve", "cuda_context_bytes": "Set the context",
-              "gpu_memory": "Set the capacity", "measured_extra_bytes": "Set the extra"}
+              "gpu_memory": "Set the capacity", "measured_extra_bytes": "Set the extra",
+              "nccl_percent": "Set the NCCL share"}
 MEASURED = "calib_measured"      # session key: the last paste read, for the plan it was pasted on
 PARSED = "calib_parsed"          # session key: (the last reading's key, its outcome): a paste is parsed once
 # Fields that change an assumption or the display, not the job: a measurement still describes the plan after them
 # (the Set buttons change some of them; the capacity is compared afresh).
-NOT_PLAN = frozenset(("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
+NOT_PLAN = frozenset(("cuda_context_bytes", "nccl_percent", "nccl_buffsize", "nccl_nvls", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
                       "allocator", "allocator_units", "gpu", "gpu_memory", "units", "breakdown", "stage",
                       "buffer_factor"))
 KEPT = ("allocated_peak_bytes", "reserved_peak_bytes", "nvidia_smi_used_bytes", "nvidia_smi_total_bytes",

@@ -22,7 +22,8 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "activations": "#E15759", "logits and loss": "#B07AA1", "recompute (one block)": "#FF9D9A",
     "gathered parameters": "#A0CBE8", "persistent parameters": "#86BCB6",
     "gradient buckets": "#FFBE7D", "all-gather bucket": "#F1CE63", "fp32 gradient copy": "#8CD17D",
-    "allocator reserve": "#BAB0AC", "CUDA context": "#79706E", "library workspaces": "#D7B5A6",
+    "allocator reserve": "#BAB0AC", "CUDA context": "#79706E", "NCCL buffers": "#5C4F4A",
+    "library workspaces": "#D7B5A6",
     "one copy": "#9D7660", "redundant": "#D37295",
     "unsharded parameters (reshard_after_forward off)": "#2F5F8A", "unit gradient before accumulation": "#D4A6C8",
     "accumulated unsharded gradients (sync at the last micro-batch)": "#FABFD2",
@@ -45,7 +46,10 @@ TERM_MEANING = {
     "all-gather bucket": "ZeRO-1/2: the bucket that gathers updated parameters",
     "fp32 gradient copy": "the optimizer step's fp32 copy of narrower gradients",
     "allocator reserve": "the caching allocator's reserve: 5% at the point, its band by allocator (step/allocator.py)",
-    "CUDA context": "CUDA context, library handles, NCCL buffers (an assumption)",
+    "CUDA context": "CUDA context, the kernels it loads and library handles, outside the allocator (an assumption)",
+    "NCCL buffers": "NCCL's buffers per communicator of the plan (dp, tp, cp, ep, pp), outside the allocator: ring "
+                    "channels, NVLS on NVSwitch nodes, channels per peer for all-to-all and pipeline sends "
+                    "(step/nccl.py)",
     "library workspaces": "GEMM workspaces held in PyTorch's allocator: cuBLAS, Transformer Engine (by GPU)",
     "unsharded parameters (reshard_after_forward off)": "FSDP2: a stage's parameters kept gathered for the step",
     "unit gradient before accumulation": "FSDP2: one unit's gradient before its cast to the reduce dtype",

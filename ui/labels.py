@@ -40,7 +40,8 @@ LABELS = {
     "reduce_bucket_size": "reduce_bucket_size (elements)", "allgather_bucket_size": "allgather_bucket_size (elements)",
     "prefetch_bucket_size": "stage3_prefetch_bucket_size", "max_live_parameters": "stage3_max_live_parameters",
     "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
-    "cuda_context_bytes": "CUDA context + framework (bytes)", "fragmentation_percent": "Allocator reserve (%)",
+    "cuda_context_bytes": "CUDA context + framework (bytes)", "nccl_buffsize": "NCCL_BUFFSIZE (bytes)",
+    "nccl_nvls": "NCCL NVLS buffers (NVSwitch, Hopper on)", "nccl_percent": "NCCL buffers counted (%)", "fragmentation_percent": "Allocator reserve (%)",
     "measured_extra_bytes": "Measured beyond the estimate (bytes)",
     "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
     "model_loading": "Model loading at start-up",
@@ -152,6 +153,13 @@ HELP = {
     "gpus_per_node": "Workers on one machine: for DeepSpeed's estimator and offload per node.",
     "offload_optimizer": "ZeRO-Offload: optimizer state (and its step) on the CPU or NVMe (stages 1-3).",
     "offload_params": "ZeRO-Infinity: parameters on the CPU or NVMe, gathered to the GPU per layer (stage 3).",
+    "nccl_buffsize": "Simple protocol's buffer per NCCL connection (NCCL_BUFFSIZE, 4 MiB by default). NCCL's "
+                     "buffers per communicator of the plan lie outside PyTorch's allocator, inside nvidia-smi's "
+                     "figure (step/nccl.py).",
+    "nccl_nvls": "NCCL_NVLS_ENABLE: NVLink SHARP maps 2 x 16 channels x 2 MiB per local rank on an NVSwitch node "
+                 "from Hopper on (512 MiB on 8 H100s); on by default where supported.",
+    "nccl_percent": "The share of the modelled NCCL buffers counted: 100 at the point; the range shown runs from "
+                    "25 (Simple's buffers alone) to 200 (trees beside rings, both sides of each connection).",
     "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB (0.5-1.5 GiB "
                           "in the range shown).",
     "workspace_bytes": "GEMM scratch that PyTorch's allocator hands out once and max_memory_allocated counts: two "

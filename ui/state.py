@@ -144,6 +144,9 @@ FIELDS: Tuple[Field, ...] = (
     _i("param_persistence_threshold", *_W["param_persistence_threshold"], 100_000, kind="count"),
     _c("overlap_comm", OVERLAP_CHOICES, "auto"),
     _i("cuda_context_bytes", *_W["cuda_context_bytes"], 2**30, kind="count"),
+    _i("nccl_buffsize", *_W["nccl_buffsize"], 4 * 2**20, kind="count"),
+    Field("nccl_nvls", "bool", True),
+    _i("nccl_percent", *_W["nccl_percent"], 100),
     *step_fields(Field),                                                    # the framework's buffers: state_step
     _i("fragmentation_percent", *_W["fragmentation_percent"], 5),
     _i("moe_imbalance_percent", *_W["moe_imbalance_percent"], 100),
@@ -316,6 +319,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         prefetch_bucket_size=state["prefetch_bucket_size"], max_live_parameters=state["max_live_parameters"],
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
         cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
+        nccl_buffsize=state["nccl_buffsize"], nccl_nvls=bool(state["nccl_nvls"]), nccl_percent=state["nccl_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),
         moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"],

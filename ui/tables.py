@@ -131,7 +131,11 @@ def peak_terms_table(report: dict, unit: str, stage: int) -> "pandas.DataFrame":
         return out
     rows = [row(n, {ph: p["phases"][ph].get(n, 0) for ph in phases}) for n in names
             if any(p["phases"][ph].get(n, 0) for ph in phases)]         # a term that is zero everywhere says nothing
-    rows.append(row("total", p["phase_totals"]))
+    rows.append(row("total: what nvidia-smi reads (the verdict's number)", p["phase_totals"]))
+    figures = p.get("phase_figures", {})
+    if figures:               # the core's three numbers (step/peak.py phase_figures): like with like for Calibrate
+        rows.append(row("of which max_memory_reserved reads", {ph: figures[ph]["reserved_bytes"] for ph in phases}))
+        rows.append(row("of which max_memory_allocated reads", {ph: figures[ph]["allocated_bytes"] for ph in phases}))
     return frame(rows)
 
 

@@ -35,7 +35,7 @@ CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_
                   "fsdp_backward_prefetch",
                   "reshard_after_forward", "reduce_dtype")
 STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation", "grad_lifetime")
-ASSUMPTION_FIELDS = ("cuda_context_bytes", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
+ASSUMPTION_FIELDS = ("cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
                      "allocator", "allocator_units",
                      "reduce_bucket_size",
                      "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",

@@ -161,7 +161,7 @@ def _search(groups, scenario, workload, stage: int, bigger, before: dict, found:
             peak = report.peaks[at]
             options = [((), peak.peak_bytes, w.capacity_bytes)]
             options += [((_move("gpu", at, workload={"gpu": key, "gpu_memory": None}),),
-                         peak_on_gpu(peak, w, key), usable) for usable, key in bigger[:BIGGER_GPUS]]
+                         peak_on_gpu(peak, s, w, key), usable) for usable, key in bigger[:BIGGER_GPUS]]
             for gpu_part, nbytes, cap in options:
                 parts = group + stage_part + gpu_part
                 if len(parts) < 2:

@@ -50,11 +50,12 @@ def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
 
 def fits_on(report) -> List[dict]:
     """For each catalogued GPU: its capacity and, per stage, the worst rank's peak and whether it fits (a peak
-    does not depend on the capacity it is checked against; only its library workspaces depend on the card)."""
+    does not depend on the capacity it is checked against; only its library workspaces and NCCL buffers depend on
+    the card)."""
     rows = []
     for key, gpu in GPU_CATALOG.items():
         capacity = gpu.usable_bytes
-        peak = {str(p.stage): p.peak_bytes if report.workload is None else peak_on_gpu(p, report.workload, key)
+        peak = {str(p.stage): p.peak_bytes if report.workload is None else peak_on_gpu(p, report.scenario, report.workload, key)
                 for p in report.peaks}
         rows.append({"gpu": key, "name": gpu.name, "capacity_bytes": capacity, "nvidia_smi_bytes": gpu.smi_bytes,
                      "estimated": gpu.estimated,

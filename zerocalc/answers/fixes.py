@@ -264,8 +264,8 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         peak = _peak(replace(scenario, **changes), workload, stage)
         if peak is not None and peak <= capacity:
             yield "workers", stage, changes, {}, {}, peak
-    # a bigger GPU: the peak moves only by the card's library workspaces (step/peak.py peak_on_gpu)
-    on = {key: peak_on_gpu(report.peaks[stage], workload, key) for key in GPU_CATALOG}
+    # a bigger GPU: the peak moves only by the card's library workspaces and NCCL buffers (step/peak.py peak_on_gpu)
+    on = {key: peak_on_gpu(report.peaks[stage], scenario, workload, key) for key in GPU_CATALOG}
     bigger = sorted((gpu.usable_bytes, i, key) for i, (key, gpu) in enumerate(GPU_CATALOG.items())
                     if gpu.usable_bytes >= on[key] and gpu.usable_bytes > capacity)
     if bigger:

@@ -7,14 +7,17 @@ computed by whole reports (ranks.layout_report with dataclasses.replace of the f
 low values, all at their high values, and each alone (the others at the point) to show which one drives the band.
 
 The ranges and where their figures come from:
-- cuda_context (cuda_context_bytes), 0.5-1.5 GiB. What nvidia-smi shows beyond PyTorch's allocator: the CUDA
-  context itself plus cuBLAS/cuDNN workspaces and NCCL buffers. The context alone: 287,047,680 bytes with lazy
+- cuda_context (cuda_context_bytes), 0.5-1.5 GiB. What nvidia-smi shows beyond PyTorch's allocator besides NCCL's
+  buffers: the CUDA context itself and the kernels it loads. The context alone: 287,047,680 bytes with lazy
   module loading against 666,632,192 bytes eager (pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY
   PyTorch's default); "around 400MB if CUDA >= 11.7 is used and lazy module loading enabled" and "~300MB" now,
   ">1000MB" before CUDA 11.7 loaded kernels lazily (ptrblck in pytorch/pytorch #109888 and #107667); 200 to 700+ MB
   across machines (pytorch/pytorch #28113); lazy loading is the default on Linux since CUDA 12.2 (NVIDIA CUDA C++
-  Programming Guide, "Lazy Loading"). The workspaces and NCCL's buffers of a training run come on top; 0.5 GiB
-  low and 1.5 GiB high are our assumption from these figures, around the 1 GiB point (workload.py).
+  Programming Guide, "Lazy Loading"). The kernels a training step loads come on top; 0.5 GiB low and 1.5 GiB
+  high are our assumption from these figures, around the 1 GiB point (workload.py).
+- nccl (nccl_percent), 25-200 % of NCCL's buffers as step/nccl.py models them per communicator from NCCL's code:
+  low, Simple's buffers alone and no NVLS (NCCL connects what a step uses); high, trees beside the rings and both
+  sides of each send/recv connection.
 - allocator_reserve (fragmentation_percent, allocator_units), modelled per allocator and sharding mode in
   step/allocator.py (Workload.allocator, default "caching"; its docstring derives the band from
   c10/cuda/CUDACachingAllocator.cpp and tests/test_allocator.py checks it against published pairs). Low end 0 % and
@@ -43,7 +46,8 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
 from ..step.allocator import ALLOCATORS
-from ..step.peak import outside_allocator_bytes, tensor_bytes, with_overheads
+from ..step.nccl import HIGH_PERCENT as NCCL_HIGH, LOW_PERCENT as NCCL_LOW
+from ..step.peak import outside_parts, tensor_bytes, with_overheads
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
 
@@ -76,8 +80,8 @@ ASSUMPTIONS: Dict[str, Assumption] = {
         "cuda_context", "CUDA context", ("cuda_context_bytes",),
         lambda w: {"cuda_context_bytes": GIB // 2}, lambda w: {"cuda_context_bytes": 3 * GIB // 2},
         "0.5-1.5 GiB: the CUDA context (287 MB lazy to 667 MB eager, pytorch/pytorch #86509; ~300-400 MB with lazy "
-        "loading, >1000 MB before CUDA 11.7, pytorch/pytorch #107667 and #109888) plus cuBLAS/cuDNN workspaces and "
-        "NCCL buffers; the band's ends are an assumption from those figures"),
+        "loading, >1000 MB before CUDA 11.7, pytorch/pytorch #107667 and #109888) plus the kernels a training step "
+        "loads and cuDNN's handles; NCCL's buffers are their own row (nccl); the band's ends are an assumption"),
     "allocator_reserve": Assumption(
         "allocator_reserve", "allocator reserve", ("fragmentation_percent", "allocator_units"),
         lambda w: {"fragmentation_percent": 0, "allocator_units": 0},
@@ -87,15 +91,21 @@ ASSUMPTIONS: Dict[str, Assumption] = {
         "(step/allocator.py, c10/cuda/CUDACachingAllocator.cpp): 35 % of the tensors with PyTorch's caching "
         "allocator, plus two unit cycles of ZeRO-3's communication streams (published pairs up to 1.35x); 10 % "
         "with expandable segments (an assumption); 15 % and no units for \"flat\", the band before issue 20"),
+    "nccl": Assumption(
+        "nccl", "NCCL buffers", ("nccl_percent",),
+        lambda w: {"nccl_percent": NCCL_LOW}, lambda w: {"nccl_percent": NCCL_HIGH},
+        f"{NCCL_LOW} % to {NCCL_HIGH} % of the modelled buffers (step/nccl.py, from NCCL's code): low, Simple's "
+        "buffers alone without NVLS (NCCL connects only what a step uses); high, trees beside the rings and both "
+        "sides of each send/recv connection (NVIDIA/nccl#1685's measured all-to-all on 8 x H100 lies at 1.25x)"),
     "buckets": Assumption(
         "buckets", "bucket sizes", ("reduce_bucket_size", "prefetch_bucket_size"),
         _hf_auto, lambda w: {"reduce_bucket_size": 500_000_000, "prefetch_bucket_size": 50_000_000},
         "between Hugging Face's \"auto\" values (h*h and 0.9*h*h elements: accelerate, transformers) and "
         "DeepSpeed's defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py)"),
 }
-DEFAULT_VARY = ("cuda_context", "allocator_reserve")
+DEFAULT_VARY = ("cuda_context", "allocator_reserve", "nccl")
 # Fields that change only a phase's overheads, not its tensors (peak.with_overheads): moved without a new report.
-OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent", "allocator_units"})
+OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent", "allocator_units", "nccl_percent"})
 
 
 class StageBand(NamedTuple):
@@ -175,17 +185,18 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
 
     point_report = layout_report(scenario, workload)
     # Every rank class's (tensors, cycle unit) per stage: the worst rank is the largest total at each setting.
-    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes) for v in point_report.ranks]
+    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes, v.shape) for v in point_report.ranks]
                for s in STAGES]
-    # what the "CUDA context" part holds beyond the assumption (async TP's workspace: step/async_tp.py)
-    beyond = max(outside_allocator_bytes(workload, v.shape) for v in point_report.ranks) - workload.cuda_context_bytes
 
     def peaks(fields):
         if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
-            context = fields.get("cuda_context_bytes", workload.cuda_context_bytes) + beyond
             percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
             units = fields.get("allocator_units", workload.allocator_units)
-            return [max(with_overheads(t, context, percent, units, u) for t, u in ranks) for ranks in tensors]
+            outside = {id(shape): sum(outside_parts(workload, shape, fields.get("cuda_context_bytes"),
+                                                    fields.get("nccl_percent")).values())
+                       for shape in {id(v.shape): v.shape for v in point_report.ranks}.values()}
+            return [max(with_overheads(t, outside[id(shape)], percent, units, u) for t, u, shape in ranks)
+                    for ranks in tensors]
         return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
 
     at_point = [p.peak_bytes for p in point_report.peaks]

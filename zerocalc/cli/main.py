@@ -166,6 +166,12 @@ def _model_flags(p):
     m.add_argument("--reduce-dtype", choices=list(DTYPE_BITS),
                    help="FSDP's reduce_dtype (default: the compute dtype; torchtitan: fp32)")
     m.add_argument("--cuda-context-bytes", type=_count, help="CUDA context and framework overhead (1 GiB)")
+    m.add_argument("--nccl-buffsize", type=_count, help="NCCL_BUFFSIZE: Simple's buffer per connection, bytes "
+                   "(default 4 MiB); NCCL's buffers per communicator lie outside the allocator (step/nccl.py)")
+    m.add_argument("--nccl-nvls", choices=("yes", "no"), help="NCCL_NVLS_ENABLE: NVLink SHARP's buffers on an "
+                   "NVSwitch node from Hopper on (default yes, NCCL's auto)")
+    m.add_argument("--nccl-percent", type=_count, help="percent of the modelled NCCL buffers counted (100; the "
+                   "band moves it 25-200)")
     m.add_argument("--workspace-bytes", type=_count,
                    help="GEMM workspaces held in PyTorch's allocator (default: by GPU and implementation: 2 cuBLAS workspaces, 32 MiB each on sm90, + Transformer Engine's under megatron)")
     m.add_argument("--fragmentation-percent", type=_count, help="allocator reserve, %% of tensors (5)")

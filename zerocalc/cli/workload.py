@@ -24,7 +24,8 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "grad_lifetime", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype", "fsdp_version", "fsdp_use_orig_params",
                   "fsdp_backward_prefetch",
-                  "cuda_context_bytes", "workspace_bytes", "fragmentation_percent",
+                  "cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "workspace_bytes",
+                  "fragmentation_percent",
                   "allocator", "allocator_units", "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent",
                   "host_memory_bytes", "model_loading")
 LAYOUT_FLAGS = ("tp", "pp", "vpp", "cp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel",
@@ -106,7 +107,8 @@ def finetune_from_args(args) -> FineTune:
 
 def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
-    for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp"):
+    for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
+                 "nccl_nvls"):
         if flag in given:
             given[flag] = given[flag] == "yes"
     return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)

@@ -19,6 +19,8 @@ from ..answers.verdict import stage_verdicts
 from ..model.finetune import caveats, describe
 from ..versions import versions_dict
 from ..model.inventory import counts, largest_layer
+from ..step.nccl import nccl_dict
+from ..step.peak import phase_figures
 from ..layout import stage_sizes
 from ..parallel.costs import bubble_fraction
 from ..parallel.ranks import LayoutReport, layout_report, report_for
@@ -198,6 +200,8 @@ def layout_dict(report: LayoutReport) -> dict:
 def _peak_row(p, rank_name: str = None) -> dict:
     peak, capacity = p.peak_bytes, p.capacity_bytes      # peak_bytes is a max over the phases: taken once
     row = {"stage": p.stage, "phases": p.phases, "phase_totals": p.phase_totals, "peak_bytes": peak,
+           # per phase: what max_memory_allocated, max_memory_reserved and nvidia-smi read (peak.phase_figures)
+           "phase_figures": {name: phase_figures(parts) for name, parts in p.phases.items()},
            "peak_phase": p.peak_phase, "capacity_bytes": capacity, "fits": peak <= capacity,
            "headroom_bytes": capacity - peak, "utilisation": peak / capacity}
     if rank_name is not None:
@@ -290,6 +294,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
                              "recompute_working": shape.act.recompute_working},
         "gpu": gpu_dict(workload),
         "comm_buffers": comm_buffers(s, workload, shape),
+        "nccl": nccl_dict(s, workload),
         "grad_lifetime": grad_lifetime(workload, framework(s, workload, shape)),
         "optimizer_impl": optimizer_impl(s, framework(s, workload, shape)),
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],

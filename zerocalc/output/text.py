@@ -13,6 +13,7 @@ from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers, framework
 from ..step.grad_lifetime import describe as grad_lifetime
 from ..step.optimizer_step import describe as optimizer_impl
+from ..step.peak import phase_figures
 from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
 from .optimizers import ledger_total
@@ -230,6 +231,10 @@ def peak_text(report, units) -> str:
     for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
         lines.append(f"  stage {p.stage} ({p.peak_phase}): {parts}")
+        f = phase_figures(p.phases[p.peak_phase])
+        lines.append(f"    reads as allocated {format_bytes(f['allocated_bytes'], unit)} (max_memory_allocated), "
+                     f"reserved {format_bytes(f['reserved_bytes'], unit)} (max_memory_reserved), device "
+                     f"{format_bytes(f['device_bytes'], unit)} (nvidia-smi: the verdict's number)")
         if p.peak_phase != "optimizer_step" and s.optimizer in SHAPED_OPTIMIZERS:   # its own step terms, named
             step = p.phases["optimizer_step"]
             own = [k for k in step if k.startswith(("Muon", "Newton-Schulz", "paged"))]

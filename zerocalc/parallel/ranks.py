@@ -18,6 +18,7 @@ from ..states.groups import ParamGroup, group_rows, once_per_optimizer, state_ro
 from ..states.ledger import LedgerEntry, build_ledger
 from ..states.optimizers import check_optimizer
 from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
+from ..step.nccl import nccl_bytes
 from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
 from ..step.shape import StepShape, param_groups, rank_shape
 from ..tables import STAGES
@@ -194,7 +195,7 @@ def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...
     s, w = replace(report.scenario, workers=workers, shard_group=None), report.workload
     candidates = []
     for v in report.ranks:
-        shape = v.shape._replace(groups=param_groups(s, w, v.rank))
+        shape = v.shape._replace(groups=param_groups(s, w, v.rank), nccl=nccl_bytes(s, w))   # its communicators too
         stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
         candidates.append(stage_peaks(s, w, stages, shape))
     return _worst(candidates)

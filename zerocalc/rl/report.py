@@ -8,6 +8,7 @@ from dataclasses import asdict, fields
 from typing import Optional
 
 from .. import __version__
+from ..step.peak import OUTSIDE, RESERVE
 from .batching import describe
 from .engines import ENGINES, SLEEP
 from .phases import RLPhases, rl_band
@@ -118,7 +119,7 @@ def trainer_tensors(parts: dict, engine_inside: bool = False) -> int:
     def counted(k: str) -> bool:
         if k.startswith("engine"):
             return engine_inside and k in ENGINE_TENSORS
-        return not k.startswith("CUDA context") and "CUDA context" not in k and not k.endswith("allocator reserve")
+        return not any(o in k for o in OUTSIDE) and not k.endswith(RESERVE)
     return sum(v for k, v in parts.items() if counted(k))
 
 

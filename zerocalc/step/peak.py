@@ -23,6 +23,7 @@ step/allocator.py): fragmentation_percent of the phase's tensors plus allocator_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Dict, NamedTuple, Tuple
 
 from ..states.zero import StageResult
@@ -35,6 +36,7 @@ from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
 from .losses import loss_transients
+from .nccl import nccl_bytes
 from .grad_lifetime import first_block_bytes, lifetime
 from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .optimizer_step import optimizer_step_items
@@ -77,19 +79,35 @@ def with_overheads(tensors: int, context: int, percent: int, units: int = 0, uni
     return tensors + reserve_bytes(tensors, percent, units, unit_bytes) + context
 
 
+RESERVE = "allocator reserve"
+OUTSIDE = ("CUDA context", "NCCL buffers")       # outside PyTorch's allocator: nvidia-smi shows them, reserved not
+
+
+def phase_figures(parts: Dict[str, int]) -> Dict[str, int]:
+    """One phase's three numbers: what torch.cuda.max_memory_allocated reads (the live tensors), what
+    max_memory_reserved reads (+ the allocator's reserve) and what the device shows (nvidia-smi: + the memory
+    outside the allocator, the CUDA context and NCCL's buffers)."""
+    device = sum(parts.values())
+    reserved = device - sum(parts.get(k, 0) for k in OUTSIDE)
+    return {"allocated_bytes": reserved - parts.get(RESERVE, 0), "reserved_bytes": reserved, "device_bytes": device}
+
+
 def tensor_bytes(peak: "StagePeak") -> int:
-    """The live tensors at a stage's peak phase: the peak without the allocator's reserve and the CUDA context."""
-    parts = peak.phases[peak.peak_phase]
-    return peak.peak_bytes - parts["allocator reserve"] - parts["CUDA context"]
+    """The live tensors at a stage's peak phase: the peak without the allocator's reserve and what lies outside it."""
+    return phase_figures(peak.phases[peak.peak_phase])["allocated_bytes"]
 
 
-def peak_on_gpu(peak: "StagePeak", workload, gpu: str) -> int:
-    """A stage's peak on another catalogued card. Only the library workspaces depend on the card (workspaces.py),
-    and every phase holds them, so the peak phase stays the largest and the rest of the step is unchanged."""
+def peak_on_gpu(peak: "StagePeak", scenario, workload, gpu: str) -> int:
+    """A stage's peak on another catalogued card. Only the library workspaces (workspaces.py) and NCCL's buffers
+    (nccl.py: channels, NVLS and links by card) depend on the card, and every phase holds them the same, so the
+    peak phase stays the largest and the rest of the step is unchanged."""
     parts, tensors = peak.phases[peak.peak_phase], tensor_bytes(peak)
     other = tensors - parts.get("library workspaces", 0) + workspace_bytes(workload, gpu)
-    context, percent, units = parts["CUDA context"], workload.fragmentation_percent, workload.allocator_units
-    return peak.peak_bytes + with_overheads(other, context, percent, units, peak.cycle_unit_bytes) \
+    context = sum(parts.get(k, 0) for k in OUTSIDE)
+    nccl = nccl_bytes(scenario, replace(workload, gpu=gpu, gpu_memory=None)) * workload.nccl_percent // 100
+    percent, units = workload.fragmentation_percent, workload.allocator_units
+    return peak.peak_bytes + with_overheads(other, context - parts.get("NCCL buffers", 0) + nccl, percent, units,
+                                            peak.cycle_unit_bytes) \
         - with_overheads(tensors, context, percent, units, peak.cycle_unit_bytes)
 
 
@@ -112,10 +130,18 @@ def _stored_bits(group: str) -> int:
     return next((DTYPE_BITS[p] for p in group.split(", ") if p in DTYPE_BITS), 0)
 
 
+def outside_parts(workload, shape: StepShape, context: int = None, nccl_percent: int = None) -> Dict[str, int]:
+    """Memory outside PyTorch's caching allocator: the "CUDA context" part (the context assumption and async TP's
+    symmetric-memory workspace, async_tp.py) and NCCL's buffers (nccl.py, at nccl_percent of the modelled bytes).
+    `context` / `nccl_percent` replace the workload's (answers/ranges.py moves them)."""
+    context = workload.cuda_context_bytes if context is None else context
+    percent = workload.nccl_percent if nccl_percent is None else nccl_percent
+    return {"CUDA context": context + async_tp_workspace(workload, shape.act_bits),
+            "NCCL buffers": shape.nccl * percent // 100}
+
+
 def outside_allocator_bytes(workload, shape: StepShape) -> int:
-    """The "CUDA context" part: memory outside PyTorch's caching allocator, the context assumption and async TP's
-    symmetric-memory workspace (async_tp.py)."""
-    return workload.cuda_context_bytes + async_tp_workspace(workload, shape.act_bits)
+    return sum(outside_parts(workload, shape).values())
 
 
 def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> StagePeak:
@@ -125,7 +151,8 @@ def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> Stag
 def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak, ...]:
     """One rank's peak at each of its stage results (model_states.StageResult)."""
     percent, capacity, units = workload.fragmentation_percent, workload.capacity_bytes, workload.allocator_units
-    context = outside_allocator_bytes(workload, shape)
+    outside = outside_parts(workload, shape)
+    context = sum(outside.values())
     peaks = []
     for s, items in _phase_items(scenario, workload, ((r.stage, r.gpu_bytes) for r in stages), shape):
         phases, totals = {}, {}
@@ -133,8 +160,10 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
         for name, phase in zip(PHASES, items):
             parts = {k: v for k, v in phase if v}          # a part that is zero is not shown
             tensors = sum(parts.values())
-            parts["allocator reserve"] = reserve_bytes(tensors, percent, units, unit)
-            parts["CUDA context"] = context
+            parts[RESERVE] = reserve_bytes(tensors, percent, units, unit)
+            parts["CUDA context"] = outside["CUDA context"]
+            if outside["NCCL buffers"]:
+                parts["NCCL buffers"] = outside["NCCL buffers"]
             phases[name], totals[name] = parts, with_overheads(tensors, context, percent, units, unit)
         peaks.append(StagePeak(s, phases, capacity, totals, unit))
     return tuple(peaks)

@@ -16,6 +16,7 @@ from .activations import ActivationReport, activations
 from .block_checkpoint import checkpointed_counts
 from .buffers import FsdpUnits, fsdp_units
 from .losses import loss_row
+from .nccl import nccl_bytes
 from .offload import offloaded_inputs
 from .trainable import training_for
 
@@ -36,6 +37,7 @@ class StepShape(NamedTuple):
     fsdp: Optional[FsdpUnits] = None   # the rank's FSDP units (buffers.fsdp_units): the fsdp buffer rule reads them
     offloaded: int = 0           # activation offloading: checkpoint inputs moved to host memory (not in activation_bytes)
     host_bytes: int = 0          # the pinned host memory they take (offload.py)
+    nccl: int = 0                # NCCL's buffers of the plan's communicators, outside the allocator (nccl.py)
 
 
 def activation_args(scenario, workload) -> tuple:
@@ -102,7 +104,8 @@ def rank_shape(scenario, workload, rank) -> StepShape:
                      tokens * vocab_cols if rank.last else 0, dequantized_weight(workload, rank),
                      fsdp_units(rank, groups, DTYPE_BITS[compute], workload.float8_all_gather, workload.fsdp_version,
                                 workload.fsdp_use_orig_params,
-                                DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else None), offloaded, host)
+                                DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else None), offloaded, host,
+                     nccl_bytes(scenario, workload))
 
 
 def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:

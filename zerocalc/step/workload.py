@@ -52,6 +52,8 @@ WORKLOAD_LIMITS = {
     "loss_chunks": (1, 4096),
     "measured_extra_bytes": (0, 2**50),
     "host_memory_bytes": (0, 2**50),
+    "nccl_percent": (0, 1000),
+    "nccl_buffsize": (64 * 1024, 2**30),
 }
 OVERLAP_CHOICES = ("auto", "on", "off")
 RESHARD_CHOICES = ("auto", "yes", "no")      # FSDP2 fully_shard(reshard_after_forward=...); auto: torchtitan
@@ -108,9 +110,15 @@ class Workload:
     max_live_parameters: int = 1_000_000_000
     param_persistence_threshold: int = 100_000
     overlap_comm: str = "auto"                # auto: on for stage 3 only, as DeepSpeed
-    # CUDA context, cuDNN's and cuBLAS's own handles and NCCL buffers: outside PyTorch's allocator, inside
+    # CUDA context, the kernels it loads and cuDNN's and cuBLAS's own handles: outside PyTorch's allocator, inside
     # nvidia-smi's figure (torch.cuda.memory_allocated docs). Commonly 0.5-1.5 GiB; 1 GiB assumed.
     cuda_context_bytes: int = 2**30
+    # NCCL's buffers per communicator of the plan (step/nccl.py), outside the allocator: NCCL_BUFFSIZE (Simple's
+    # buffer per connection), NCCL_NVLS_ENABLE (NVLink SHARP on an NVSwitch node), and the percent of the modelled
+    # bytes counted (the assumption's band in answers/ranges.py moves it; 100 at the point).
+    nccl_buffsize: int = 4 * 2**20
+    nccl_nvls: bool = True
+    nccl_percent: int = 100
     # The GEMM workspaces libraries take from PyTorch's allocator and keep (step/workspaces.py: PyTorch's cuBLAS
     # per thread, Transformer Engine's under Megatron); None: that table's, by the card's compute capability.
     workspace_bytes: Optional[int] = None
@@ -198,7 +206,8 @@ class Workload:
         if self.float8_all_gather is True and self.float8 != "tensorwise":
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
-        for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp"):
+        for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
+                      "nccl_nvls"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
         if self.async_tp and isinstance(self.layout, Layout) and async_tp_refusal(self):

@@ -10,11 +10,12 @@ from typing import Dict, Optional, Tuple
 from ...gpus import ESTIMATE_GAP
 from ...scenario import FieldError
 from ...units import format_bytes
+from ...step.peak import OUTSIDE, RESERVE, phase_figures
 from .measurement import Measurement
 from .phase import PHASE_WORDS
 from .verdict import lowers_estimate, measured_fit
 
-TENSOR_EXCLUDED = ("allocator reserve", "CUDA context")
+TENSOR_EXCLUDED = (RESERVE, *OUTSIDE)
 
 
 @dataclass(frozen=True)
@@ -187,11 +188,12 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
 
     Rules, each a like-for-like comparison:
     - torch.cuda.max_memory_allocated counts live tensors only: compared with the estimate's tensors, every
-      component except "allocator reserve" and "CUDA context", in the phase where they are largest;
+      component except "allocator reserve" and those outside the allocator (peak.OUTSIDE), in the phase where
+      they are largest;
     - max_memory_reserved adds the caching allocator's cached, unused blocks: compared with tensors + "allocator
       reserve";
-    - nvidia-smi's memory.used adds the CUDA context and whatever else is on the device: compared with the whole
-      peak (tensors + reserve + context).
+    - nvidia-smi's memory.used adds the CUDA context, NCCL's buffers and whatever else is on the device: compared
+      with the whole peak (tensors + reserve + context + NCCL).
     Absorbing assumptions (the Workload's): fragmentation_percent from the measured (reserved - allocated) as a
     share of allocated, rounded up to a whole percent; cuda_context_bytes from the measured used - reserved. A
     residual on the tensors themselves belongs to no assumption: its sentence says where to look. Exact integers
@@ -202,18 +204,19 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
     if not isinstance(measurement, Measurement):
         raise FieldError("measurement", type(measurement).__name__, "a calibrate Measurement (from parse)")
     stage, phases = _phases_of(peak)
-    tensors = {p: sum(v for k, v in parts.items() if k not in TENSOR_EXCLUDED) for p, parts in phases.items()}
-    reserved = {p: tensors[p] + parts.get("allocator reserve", 0) for p, parts in phases.items()}
-    whole = {p: sum(parts.values()) for p, parts in phases.items()}
+    figures = {p: phase_figures(parts) for p, parts in phases.items()}
+    tensors = {p: f["allocated_bytes"] for p, f in figures.items()}
+    reserved = {p: f["reserved_bytes"] for p, f in figures.items()}
+    whole = {p: f["device_bytes"] for p, f in figures.items()}
     m, tol = measurement, measurement.tolerance_bytes
     residuals, sentences, suggestions = [], [], []
     for quantity, value, estimate, covers, tkey in (
             ("allocated", m.needed_at_least_bytes, tensors, "tensors: every component except allocator reserve and "
-             "CUDA context" + ("; measured: allocated at the failure + the failed request, a lower bound"
+             "what lies outside the allocator (CUDA context, NCCL buffers)" + ("; measured: allocated at the failure + the failed request, a lower bound"
                                if m.out_of_memory else ""), "allocated_peak_bytes"),
             ("reserved", m.reserved_peak_bytes, reserved, "tensors + allocator reserve", "reserved_peak_bytes"),
             ("nvidia-smi used", m.nvidia_smi_used_bytes, whole, "the whole peak: tensors + allocator reserve + "
-             "CUDA context", "nvidia_smi_used_bytes")):
+             "CUDA context + NCCL buffers", "nvidia_smi_used_bytes")):
         if value is not None and estimate:
             phase, est = _largest(estimate)
             if m.failed_phase in estimate:           # the traceback's phase: the failure is compared where it was
@@ -268,12 +271,25 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
             est = _largest(reserved)[1] if reserved else 0
             base, what = est, "the estimated tensors + allocator reserve (no reserved figure given)"
         outside = max(0, m.nvidia_smi_used_bytes - base)
+        # the estimate's NCCL buffers (step/nccl.py) stay their own row: the context takes the rest
+        nccl = max((parts.get("NCCL buffers", 0) for parts in phases.values()), default=0)
+        context = min(max(0, outside - nccl), 2**40)
+        full = nccl * 100 // workload.nccl_percent if workload.nccl_percent else 0     # at 100 %
+        if outside < nccl and full:            # less outside than the modelled buffers: fewer were connected
+            pct = outside * 100 // full
+            suggestions.append(Suggestion(
+                "nccl_percent", workload.nccl_percent, pct,
+                f"nvidia-smi saw {_gib(outside)} outside PyTorch's allocator, less than the {_gib(nccl)} of NCCL "
+                f"buffers estimated (step/nccl.py): nccl_percent = {pct} counts {_gib(full * pct // 100)} of "
+                f"them (now {workload.nccl_percent}); NCCL connects only what a step uses."))
+            nccl = full * pct // 100
+            context = min(outside - nccl, 2**40)
         suggestions.append(Suggestion(
-            "cuda_context_bytes", cur_c, min(outside, 2**40),
+            "cuda_context_bytes", cur_c, context,
             f"nvidia-smi saw {_gib(m.nvidia_smi_used_bytes)} in use, {_gib(base)} of it {what}: the other "
-            f"{_gib(outside)} is the CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers and any other process on "
-            f"that GPU. cuda_context_bytes = {min(outside, 2**40):,} would absorb it (now {cur_c:,}, "
-            f"{_gib(cur_c)})."))
+            f"{_gib(outside)} is the CUDA context, cuBLAS/cuDNN handles, NCCL buffers and any other process on "
+            f"that GPU. With the estimate's NCCL buffers ({_gib(nccl)}) kept, cuda_context_bytes = {context:,} "
+            f"would absorb it (now {cur_c:,}, {_gib(cur_c)})."))
         if m.reserved_peak_bytes is not None and m.nvidia_smi_used_bytes < m.reserved_peak_bytes:
             sentences.append("nvidia-smi shows less than PyTorch's reserved peak: it was sampled at another moment "
                              "(or on another GPU), so the context figure is a lower bound.")
