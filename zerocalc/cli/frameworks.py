@@ -53,7 +53,8 @@ class FlagError(FieldError):
 
 def add_framework_flags(parser):
     """--ds-config / --accelerate-config / --torchtitan-config PATH (one of them), --export FORMAT, --export-stage."""
-    group = parser.add_argument_group("framework configs (read as data, never executed)")
+    group = parser.add_argument_group("load a config: framework configs, read as data, never executed (the page's "
+                                      "Load a config)")
     exclusive = group.add_mutually_exclusive_group()
     for flag, _, fmt, what in IMPORT_FLAGS:
         exclusive.add_argument(flag, metavar="PATH", help=f"import {what}; explicit flags override it")
