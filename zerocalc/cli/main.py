@@ -29,6 +29,7 @@ from ..answers.sweep import AXES
 from ..defaults import implied, reasons
 from .advice import advice_dict, advice_text
 from .recipe_flags import add_recipe_flags
+from .batch_flags import add_batch_flags
 from .optimizer import OPTIMIZER_FIELDS, add_optimizer_flags
 from .sweep import sweep_for, sweep_text
 from ..step.allocator import ALLOCATORS
@@ -131,6 +132,7 @@ def _model_flags(p):
                    help="with --implementation megatron: Megatron's fused (native) cross entropy, whose backward "
                         "holds an fp32 copy of the softmax and a bf16 gradient (default: unfused, as Megatron)")
     add_recipe_flags(m)
+    add_batch_flags(m, _count)
     m.add_argument("--sweep", choices=tuple(AXES), help="every stage's peak along this input, the others held, "
                    "and where the --check-stage stage stops fitting")
     m.add_argument("--check-stage", type=int, choices=range(4), metavar="{0,1,2,3}",
