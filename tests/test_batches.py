@@ -163,3 +163,17 @@ def test_cli_refusals_name_the_flag(args, says):
     with pytest.raises(UsageError) as exc:
         run(["--model", "qwen3-0.6b", *args])
     assert str(exc.value).startswith(says)
+
+
+def test_link_fields_reach_the_workload():
+    """ui/state_step.py: batch_mode and router_loss travel in a link; packing under eager attention and the router
+    loss of a dense model fall back as the core would refuse them."""
+    from ui.state import from_query, resolve
+
+    state, warnings = from_query({"model": "mixtral-8x7b", "batch_mode": "padded", "router_loss": "true"})
+    work = resolve(state).workload
+    assert not warnings and (work.batch_mode, work.router_loss) == ("padded", True)
+    state, _ = from_query({"model": "llama-3-8b", "batch_mode": "packed", "attention": "eager",
+                           "router_loss": "true"})
+    work = resolve(state).workload
+    assert (work.batch_mode, work.router_loss) == ("fixed", False)
