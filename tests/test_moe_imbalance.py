@@ -108,3 +108,18 @@ def test_the_hot_experts_rank_holds_more_expert_activations():
     no_ep = dict(base, layout=Layout())
     assert layout_report(s, Workload(a, **no_ep)).peaks == layout_report(s, Workload(a, **no_ep,
                                                                           moe_imbalance_percent=200)).peaks
+
+
+def test_the_imbalance_band_is_opt_in_and_moves_the_hot_rank_only():
+    """answers/ranges.py "moe_imbalance": 100 % to 125 % (or the capacity factor); not in the default band."""
+    from zerocalc.answers.ranges import DEFAULT_VARY, ranges
+
+    assert "moe_imbalance" not in DEFAULT_VARY
+    a = replace(MODEL_PRESETS["mixtral-8x7b"][0], layers=2)
+    s = Scenario(params=param_count(a), workers=8)
+    w = Workload(a, seq_len=4096, gpu_memory=10**12, layout=Layout(ep=8))
+    r = ranges(s, w, vary=("moe_imbalance",))
+    assert (r.low["moe_imbalance_percent"], r.high["moe_imbalance_percent"]) == (100, 125)
+    assert all(b.low_bytes == b.point_bytes < b.high_bytes for b in r.bands)
+    capped = ranges(s, replace(w, moe_capacity_percent=110), vary=("moe_imbalance",))
+    assert capped.high["moe_imbalance_percent"] == 110
