@@ -19,8 +19,8 @@ Measured on the CPU with transformers 5.24.0 and the 5.15.1 function from its wh
 tests/test_moe_imbalance.py): L=4, T=512, E=16, k=4, bf16: forward 118,976 bytes (formula 118,784), 5.15.1
 1,786,112 (1,785,856), kept logits and saved softmaxes 65,536 each (65,536).
 
-Megatron's aux losses (switch_load_balancing_loss, z-loss) run inside each layer's router on its own scores: no
-tensor outside the layers, so none is counted here.
+Megatron's aux losses (moe_utils.py switch_load_balancing_loss_func, z_loss_func) are computed in each layer's
+router on that layer's [T, E] scores: no tensor outside the layers, so none is counted here (docs/batches.md).
 """
 
 from __future__ import annotations
