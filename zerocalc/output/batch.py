@@ -18,8 +18,9 @@ def worst_step_words(workload) -> Optional[str]:
     return None if workload.batch_mode == "fixed" else steps(workload)[1].words
 
 
-def batch_dict(report, answers: bool = True) -> Optional[dict]:
-    """The batch section, or None for a fixed batch (the report before issue 37, unchanged)."""
+def batch_dict(report, answers: bool = True, max_seq: Optional[dict] = None) -> Optional[dict]:
+    """The batch section, or None for a fixed batch (the report before issue 37, unchanged). `max_seq`: solve's
+    max_seq_len when the caller has it already (the longest sequence is the costliest search)."""
     w = report.workload
     if w.batch_mode == "fixed":
         return None
@@ -39,7 +40,8 @@ def batch_dict(report, answers: bool = True) -> Optional[dict]:
            "decides": worst.words}
     if answers:
         # padded: the longest sample at this micro-batch; packed: the largest row budget at this many rows
-        out["solve"] = {SOLVER_KEYS[w.batch_mode]: {str(k): v for k, v in max_seq_len(report.scenario, w).items()}}
+        found = max_seq if max_seq is not None else max_seq_len(report.scenario, w)
+        out["solve"] = {SOLVER_KEYS[w.batch_mode]: {str(k): v for k, v in found.items()}}
     return out
 
 

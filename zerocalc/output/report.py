@@ -297,10 +297,10 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
         "ranks": rank_rows(report),
     }
     out["verdicts"] = verdicts_of(report)
-    if report.workload.batch_mode != "fixed":             # the typical and the worst step (output/batch.py)
-        out["batch"] = batch_dict(report, answers)
+    solution = solve(s, workload, sequences) if answers or layouts else None
+    if workload.batch_mode != "fixed":                    # the typical and the worst step (output/batch.py)
+        out["batch"] = batch_dict(report, answers, solution.max_seq_len if solution else None)
     if answers or layouts:
-        solution = solve(s, workload, sequences)
         out["solve"] = {
             "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
             **({"max_seq_len": {str(k): v for k, v in solution.max_seq_len.items()}} if sequences else {}),

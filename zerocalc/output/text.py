@@ -227,7 +227,7 @@ def peak_text(report, units) -> str:
         lines += [""] + finetune_text(report, unit)
     if len(report.ranks) > 1:
         lines += ["", "Per rank class (every rank of a class holds the same bytes):", _rank_table(report, unit)]
-    lines += batch_lines(batch_dict(report, answers=True), format_bytes, unit)     # issue 37: typical and worst
+    lines += batch_lines(batch_dict(report, True, solution.max_seq_len), format_bytes, unit)   # issue 37
     lines += ["", "What makes each stage's peak:"]
     for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())
