@@ -139,7 +139,7 @@ class Workload:
     moe_imbalance_percent: int = 100
     moe_capacity_percent: int = 0
     # Hugging Face's load-balancing loss (the model's output_router_logits, False in every family's config): every
-    # MoE layer's router logits kept to the loss, and the loss's own tensors (step/moe_imbalance.py).
+    # MoE layer's router logits kept to the loss, and the loss's own tensors (step/router_loss.py).
     router_loss: bool = False
     # The batch as it really is (step/batches.py): fixed (every sample seq_len long), padded (micro_batch samples
     # padded to their longest; seq_len the longest a sample may be) or packed (micro_batch rows of seq_len tokens,
