@@ -59,6 +59,7 @@ LABELS = {
     "float8": "float8 linears (torchao)", "op_policy": "Op-level policy (what it saves)", "op_saves": "Ops your policy saves", "float8_all_gather": "FSDP float8 all-gather", "async_tp": "Async tensor parallel (torchtitan)",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
+    "batch_mode": "Batch: fixed, padded or packed", "router_loss": "MoE load-balancing loss (output_router_logits)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
@@ -256,6 +257,11 @@ HELP = {
     "buffer_factor": "The factor DeepSpeed's estimate_zero*_model_states_mem_needs multiplies by.",
     "moe_imbalance_percent": "Under expert parallelism, the routed tokens the busiest rank's experts receive, as "
                              "a share of a balanced load (100: balanced routing).",
+    "batch_mode": "fixed: every sample is the sequence length; padded: the micro-batch's samples padded to their "
+                  "longest (the sequence length is the longest a sample may be); packed: rows of the sequence "
+                  "length filled with samples (flash attention's varlen kernels). The verdict judges the worst step.",
+    "router_loss": "Hugging Face's load-balancing loss (output_router_logits): every MoE layer's router logits "
+                   "kept to the loss and the loss's own tensors; 48 GiB of one-hot before transformers 5.16.",
     "moe_capacity_percent": "A capacity factor drops tokens above it (125: 1.25x a balanced share); 0: dropless "
                             "(Megatron's default).",
     "tp": "Splits heads and the FFN across GPUs of a node (Megatron, torchtitan); must divide heads, KV heads, FFN.",

@@ -271,7 +271,8 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
         return ""
     peaks, gpu = report["peak"], report["gpu"]["name"]
     on = {} if measured is None else {measured["stage"]: measured}
-    verdicts = stage_verdicts(peaks, report.get("host_memory", ()), (ranges or {}).get("stages", ()), on)
+    verdicts = stage_verdicts(peaks, report.get("host_memory", ()), (ranges or {}).get("stages", ()), on,
+                              step=(report.get("batch") or {}).get("decides"))      # the worst step (issue 37)
     answer = headline(verdicts)
     workers = f"{report['layout']['world_size']:,} x {gpu}"
     p, v = peaks[stage], verdicts[stage]

@@ -323,7 +323,8 @@ def workload(state: dict, arch: Architecture) -> Workload:
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),
         moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"],
-        finetune=finetune(state), **step_workload(state))
+        finetune=finetune(state), **step_workload(state),      # the router loss: MoE under Hugging Face only
+        router_loss=bool(state["router_loss"]) and arch.moe_layers > 0 and state["implementation"] == "huggingface")
 
 
 def finetune(state: dict) -> FineTune:

@@ -7,6 +7,7 @@ keywords they give. Where the core has None the state holds a value a link never
 from __future__ import annotations
 
 from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
+from zerocalc.step.batches import BATCH_MODES
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
@@ -52,6 +53,8 @@ def step_fields(field) -> tuple:
             field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]),
             field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]),
             field("model_loading", "choice", "auto", LOADING_CHOICES),
+            # the batch as it really is (issue 37, zerocalc/step/batches.py) and Hugging Face's router loss
+            field("batch_mode", "choice", "fixed", BATCH_MODES), field("router_loss", "bool", False),
             # the library releases the run used (zerocalc/versions.py): one field per library with rows
             *(field(f"{lib}_version", "choice", releases[0], releases) for lib, releases in PAGE_RELEASES.items()))
 
@@ -83,7 +86,10 @@ def step_workload(state: dict) -> dict:
             and bool(state["sequence_parallel"]) and state["implementation"] == "huggingface",
             "op_policy": op_policy(state), **megatron_recompute(state),
             "measured_extra_bytes": state["measured_extra_bytes"],
-            "host_memory_bytes": state["host_memory_bytes"], "model_loading": state["model_loading"]}
+            "host_memory_bytes": state["host_memory_bytes"], "model_loading": state["model_loading"],
+            # packing needs varlen attention (the core refuses it with eager)
+            "batch_mode": state["batch_mode"] if state["batch_mode"] != "packed" or state["attention"] == "flash"
+            else "fixed"}
 
 
 def op_policy(state: dict) -> str:

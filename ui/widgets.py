@@ -362,6 +362,9 @@ def _recipe(box) -> None:
 
 def _step(box) -> None:
     _fields(STEP_FIELDS)(box)
+    widget("batch_mode", box)                   # issue 37: the typical and the worst step (lengths: the CLI)
+    if current("implementation") == "huggingface":
+        widget("router_loss", box)              # counted for MoE models only (zerocalc/step/router_loss.py)
     if current("implementation") == "megatron":
         widget("loss_fusion", box)
     if current("recompute") == "full":

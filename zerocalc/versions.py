@@ -53,6 +53,13 @@ ROWS = (
                "5.x fused experts (bitsandbytes PR #1965: fused experts stay full precision)",
                "CPU: transformers 4.45.2 + peft 0.13.2 (tests/measure/experts_v4.py): the linears bitsandbytes "
                "replaces and peft's adapters, element for element, tiny Mixtral and Qwen2-MoE"),
+    VersionRow("router loss one-hot", "transformers", "5.16",
+               "load_balancing_loss_func concatenates every layer's router logits and materialises one_hot "
+               "[L T, k, E] int64 and its .float() at the loss (with output_router_logits): 12 bytes per L x T x k "
+               "x E, 48 GiB of one-hot for Qwen3-30B-A3B at 131K tokens per device",
+               "transformers 5.15.1 models/qwen3_moe/modeling_qwen3_moe.py load_balancing_loss_func; one layer at "
+               "a time from 5.16.0 (huggingface/transformers PR #48131)",
+               "CPU: the 5.15.1 function from its wheel and 5.24.0's (tests/measure/router_loss.py)"),
     VersionRow("4-bit linear input saved", "bitsandbytes", "0.43.2",
                "MatMul4Bit kept every 4-bit linear's input for backward (ctx.tensors = (A, B)) though a frozen "
                "weight needs no weight gradient",

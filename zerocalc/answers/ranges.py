@@ -35,7 +35,12 @@ The ranges and where their figures come from:
   config fills in from the hidden size h (reduce_bucket_size = h * h, stage3_prefetch_bucket_size = 0.9 * h * h:
   accelerate's Accelerator._prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig) and DeepSpeed's own
   defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py).
-Routing imbalance (MoE) is the next entry once the workload models experts: add an Assumption to ASSUMPTIONS.
+- moe_imbalance (moe_imbalance_percent), opt-in (issue 37): the pairs the busiest expert-parallel rank receives,
+  from balanced routing (100 %) to the capacity factor where the router drops tokens above it (a rank cannot
+  receive more), else 125 %: an assumption, Switch Transformer's capacity factor 1.25 (Fedus et al. 2021, the
+  drop threshold its balanced training ran at); a rank averages E / ep experts, so it swings less than one hot
+  expert, and a narrow fine-tuning set can swing more: widen it with `bounds`. Moves nothing without expert
+  parallelism (Workload.routing).
 """
 
 from __future__ import annotations
@@ -103,6 +108,12 @@ ASSUMPTIONS: Dict[str, Assumption] = {
         "between Hugging Face's \"auto\" values (h*h and 0.9*h*h elements: accelerate, transformers) and "
         "DeepSpeed's defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py)"),
 }
+ASSUMPTIONS["moe_imbalance"] = Assumption(
+    "moe_imbalance", "MoE routing imbalance", ("moe_imbalance_percent",),
+    lambda w: {"moe_imbalance_percent": 100},
+    lambda w: {"moe_imbalance_percent": max(100, w.moe_capacity_percent) if w.moe_capacity_percent else 125},
+    "100 % (balanced routing) to the capacity factor where tokens are dropped, else 125 %: an assumption from "
+    "Switch Transformer's capacity factor 1.25 (Fedus et al. 2021); the busiest expert-parallel rank only")
 DEFAULT_VARY = ("cuda_context", "allocator_reserve", "nccl")
 # Fields that change only a phase's overheads, not its tensors (peak.with_overheads): moved without a new report.
 OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent", "allocator_units", "nccl_percent"})

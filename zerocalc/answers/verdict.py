@@ -17,13 +17,13 @@ from typing import Dict, List, Optional
 FITS, LOW_ONLY, NO_FIT = "fits", "fits at the low end only", "does not fit"
 
 
-def _gpu_term(p: dict) -> str:
+def _gpu_term(p: dict, step: Optional[str] = None) -> str:
     phase = p["peak_phase"].replace("_", " ")
-    return f"GPU memory in the {phase} phase ({p['rank']})"
+    return f"GPU memory in the {phase} phase ({p['rank']})" + (f" at {step}" if step else "")
 
 
 def stage_verdicts(peaks: List[dict], host_rows: List[dict] = (), bands: List[dict] = (),
-                   measured: Optional[Dict[int, dict]] = None) -> List[dict]:
+                   measured: Optional[Dict[int, dict]] = None, step: Optional[str] = None) -> List[dict]:
     """Per stage: fits (bool), answer (FITS / LOW_ONLY / NO_FIT), deciding (the term that decides it), failing (every
     term that says no), measured (a measurement decided the GPU's memory). `peaks` and `host_rows` are the report's
     "peak" and "host_memory" rows, `bands` ranges_dict's "stages", `measured` {stage: {"fits": bool, ...}}."""
@@ -33,7 +33,7 @@ def stage_verdicts(peaks: List[dict], host_rows: List[dict] = (), bands: List[di
     for p in peaks:
         stage = p["stage"]
         m = (measured or {}).get(stage)
-        gpu = "the measured run (Calibrate)" if m is not None else _gpu_term(p)
+        gpu = "the measured run (Calibrate)" if m is not None else _gpu_term(p, step)
         failing = [] if (m["fits"] if m is not None else p["fits"]) else [gpu]
         host = hosts.get(stage)
         if host is not None and host.get("fits_host") is False:

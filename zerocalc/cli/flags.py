@@ -24,6 +24,7 @@ from ..step.workload import OVERLAP_CHOICES, RESHARD_CHOICES
 from ..tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS
 from ..units import UNIT_CHOICES
 from ..versions import DEFAULTS as VERSION_DEFAULTS
+from .batch_flags import add_batch_flags
 from .frameworks import add_framework_flags
 from .optimizer import add_optimizer_flags
 from .recipe_flags import add_recipe_flags
@@ -142,6 +143,7 @@ def _recipe(g) -> None:
 
 
 def _step(g) -> None:
+    add_batch_flags(g, _count)                # padded / packed batches, the lengths, the router loss
     g.add_argument("--attention", choices=ATTENTION, help="eager keeps the s^2 scores (default flash)")
     g.add_argument("--activation-dtype", choices=list(DTYPE_BITS), help="default: the compute dtype")
     g.add_argument("--implementation", choices=IMPLEMENTATIONS, help="which kernels save activations "
@@ -239,7 +241,7 @@ SECTIONS = (
     ("sharding, nodes and offload (the page's Sharding)", _sharding),
     ("parallel layout, world = dp x tp x pp x cp (the page's Parallelism; needs a model)", _parallel),
     ("recipe: recompute, compile, float8, offload, loss (the page's Recipe; needs a model)", _recipe),
-    ("step details: kernels, dtypes, the framework's buffers (the page's Step details)", _step),
+    ("step details: batches, kernels, dtypes, the framework's buffers (the page's Step details)", _step),
     ("fine-tuning (the page's Fine-tuning; needs a model)", _finetune),
     ("working-set assumptions, beyond the tensors (the page's Assumptions)", _assumptions),
     ("output and extra views (the page's Display)", _output),

@@ -13,6 +13,7 @@ from ..model.inventory import largest_layer, param_count
 from ..model.presets import MODEL_PRESETS
 from ..scenario import FieldError
 from ..step.workload import Workload
+from .batch_flags import BATCH_FLAG_NAMES, BATCH_FLAGS, batch_fields
 from ..units import format_bytes
 
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
@@ -111,15 +112,16 @@ def workload_from_args(args, arch) -> Workload:
                  "nccl_nvls"):
         if flag in given:
             given[flag] = given[flag] == "yes"
+    given.update(batch_fields(args))                     # cli/batch_flags.py: the batch and the router loss
     return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)
 
 
-FLAG_NAMES = {"loss_fusion": "cross-entropy-loss-fusion"}     # a field whose flag keeps its framework's name
+FLAG_NAMES = {"loss_fusion": "cross-entropy-loss-fusion", **BATCH_FLAG_NAMES}   # a field whose flag has its own name
 
 
 def workload_flags_given(args) -> list:
     return [f"--{FLAG_NAMES.get(f, f.replace('_', '-'))}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS +
-            tuple(FINETUNE_FLAGS) + ("mtp_layers",) if getattr(args, f, None) is not None]
+            tuple(FINETUNE_FLAGS) + ("mtp_layers",) + BATCH_FLAGS if getattr(args, f, None) is not None]
 
 
 def list_models(as_json: bool):

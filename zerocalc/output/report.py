@@ -35,6 +35,7 @@ from ..step.megatron_recompute import megatron_recompute_words
 from ..step.op_checkpoint import USER_POLICY_PREFIX, op_rule
 from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
+from .batch import batch_dict, worst_step_words
 from .experts import experts_dict
 from .groups import group_bytes, group_ledgers, trainable_counts
 from .optimizers import ledger_total, shaped_row
@@ -301,8 +302,10 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
         "ranks": rank_rows(report),
     }
     out["verdicts"] = verdicts_of(report)
+    solution = solve(s, workload, sequences) if answers or layouts else None
+    if workload.batch_mode != "fixed":                    # the typical and the worst step (output/batch.py)
+        out["batch"] = batch_dict(report, answers, solution.max_seq_len if solution else None)
     if answers or layouts:
-        solution = solve(s, workload, sequences)
         out["solve"] = {
             "max_micro_batch": {str(k): v for k, v in solution.max_micro_batch.items()},
             **({"max_seq_len": {str(k): v for k, v in solution.max_seq_len.items()}} if sequences else {}),
@@ -325,7 +328,7 @@ def verdicts_of(report: LayoutReport) -> list:
     node, the assumptions' band."""
     peaks = [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)]
     bands = ranges_dict(ranges(report.scenario, report.workload))["stages"]
-    return stage_verdicts(peaks, host_memory(report), bands)
+    return stage_verdicts(peaks, host_memory(report), bands, step=worst_step_words(report.workload))
 
 
 def quantized_vs_plain(report: LayoutReport) -> dict:

@@ -18,6 +18,7 @@ from ..tables import CONVENTIONS, SHAPED_OPTIMIZERS
 from ..units import format_bytes, in_unit, resolve_unit
 from .optimizers import ledger_total
 from .groups import group_bytes, group_label, group_ledgers, trainable_counts
+from .batch import batch_dict, batch_lines
 from .report import ledger_rows, recipe_text, verdicts_of
 
 
@@ -227,6 +228,7 @@ def peak_text(report, units) -> str:
         lines += [""] + finetune_text(report, unit)
     if len(report.ranks) > 1:
         lines += ["", "Per rank class (every rank of a class holds the same bytes):", _rank_table(report, unit)]
+    lines += batch_lines(batch_dict(report, True, solution.max_seq_len), format_bytes, unit)   # issue 37
     lines += ["", "What makes each stage's peak:"]
     for p in report.peaks:
         parts = ", ".join(f"{k} {format_bytes(v, unit)}" for k, v in p.phases[p.peak_phase].items())

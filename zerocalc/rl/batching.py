@@ -20,9 +20,7 @@ its longest member, so its typical end stays at the longest length: one long res
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Tuple
-
-from ..scenario import FieldError, require_int
+from ..step.batches import Batching, micro_batch_shape  # noqa: F401  (the one batching rule: step/batches.py)
 
 BATCHING_SOURCES = {
     "padded": "verl 0.9.1 workers/engine/fsdp/transformer_impl.py prepare_model_inputs (use_remove_padding=False: "
@@ -32,45 +30,6 @@ BATCHING_SOURCES = {
     "dynamic": "verl 0.9.1 utils/seqlen_balancing.py rearrange_micro_batches (every micro-batch's summed length "
                "within max_token_len; use_dynamic_bsz)",
 }
-
-
-class Batching(NamedTuple):
-    """How one pass of one model cuts its rollouts into micro-batches."""
-    sequences: int                     # rollouts per micro-batch (ppo_micro_batch_size_per_gpu, ...)
-    packed: bool = False               # remove padding: a micro-batch is its sequences' summed lengths
-    max_tokens: Optional[int] = None   # dynamic batch size: at most this many tokens per micro-batch
-
-    def check(self, field: str) -> "Batching":
-        require_int(f"{field}.sequences", self.sequences, 1, 10**7)
-        if not isinstance(self.packed, bool):
-            raise FieldError(f"{field}.packed", self.packed, "true or false")
-        if self.max_tokens is not None:
-            require_int(f"{field}.max_tokens", self.max_tokens, 1, 10**9)
-        return self
-
-    @property
-    def kind(self) -> str:
-        return "dynamic" if self.max_tokens is not None else "packed" if self.packed else "padded"
-
-
-def micro_batch_shape(batching: Batching, length: int, longest: int, per_gpu: int) -> Tuple[int, int]:
-    """(micro_batch, seq_len) of one micro-batch: `length` is each sequence's length at this end of the band,
-    `longest` prompt + response max, `per_gpu` the rollouts one data-parallel rank holds in the step."""
-    b = batching
-    per_gpu = max(1, per_gpu)
-    if b.max_tokens is not None:
-        if b.max_tokens < longest:
-            # verl asserts max_token_len >= the longest sequence (rearrange_micro_batches)
-            raise FieldError("max_tokens", b.max_tokens, f"at least the longest sequence ({longest:,} tokens): "
-                                                         "verl refuses a budget below it")
-        tokens = min(b.max_tokens, per_gpu * length)
-        if b.packed:
-            return 1, max(tokens, length)
-        return max(1, tokens // longest), longest
-    sequences = min(b.sequences, per_gpu)
-    if b.packed:
-        return 1, sequences * length
-    return sequences, longest
 
 
 def describe(batching: Batching, micro_batch: int, seq_len: int) -> str:

@@ -37,6 +37,7 @@ from .activations import tp_local
 from .float8 import cast_transients
 from .losses import loss_transients
 from .nccl import nccl_bytes
+from .router_loss import router_loss_bytes
 from .grad_lifetime import first_block_bytes, lifetime
 from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .optimizer_step import optimizer_step_items
@@ -188,6 +189,7 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     logits = loss_transients(workload, shape, scenario.grad_dtype)
+    router = router_loss_bytes(workload, shape)              # router_loss.py: Hugging Face's, outside the layers
     reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
     # ZeRO-3's live parameters: the gathered layer (plus prefetch, up to max_live) and the persistent small ones.
@@ -214,6 +216,9 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         if per_backward:             # forward runs before any gradient exists
             forward[0] = ("model states", gpu_bytes - grads)
         backward = [*common, ("logits and loss", logits["backward"])]
+        if router["forward"]:
+            forward.append(("router load-balancing loss", router["forward"]))
+            backward.append(("router load-balancing loss", router["backward"]))
         optimizer = [*common[:2], common[3]]           # no activations at the step; the measured extra stays
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
         fwd, bwd, opt = buffer_items(comm, s, scenario, workload, shape, ds)
@@ -248,6 +253,6 @@ def _larger_end(backward, grads: int, first_block: int, at_end=()):
     no gradient yet) or its end (every gradient, the first block's saves and the working sets that run with it),
     whichever holds more."""
     start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
-    gone = ("activations", "logits and loss")
+    gone = ("activations", "logits and loss", "router load-balancing loss")
     end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block), *at_end]
     return max(start, end, key=lambda items: sum(v for _, v in items))

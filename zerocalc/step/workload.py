@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Optional
+from typing import Optional, Tuple
 
 from ..gpus import DEFAULT_GPU, GPU_CATALOG
 from ..layout import Layout, check_against, chunk_layers, padded_vocab, stage_sizes
@@ -30,6 +30,7 @@ from .grad_lifetime import GRAD_LIFETIMES
 from .megatron_recompute import DEFAULT_MODULES, FULL_METHODS, check_modules, modules_text, uniform_misfit
 from .op_checkpoint import op_rule
 from .losses import LOSS_CHOICES
+from .batches import check_batch
 from .moe import Routing
 
 WORKLOAD_LIMITS = {
@@ -145,6 +146,15 @@ class Workload:
     # routing), capped by a capacity factor when one drops tokens (0: dropless, as Megatron's default).
     moe_imbalance_percent: int = 100
     moe_capacity_percent: int = 0
+    # Hugging Face's load-balancing loss (the model's output_router_logits, False in every family's config): every
+    # MoE layer's router logits kept to the loss, and the loss's own tensors (step/router_loss.py).
+    router_loss: bool = False
+    # The batch as it really is (step/batches.py): fixed (every sample seq_len long), padded (micro_batch samples
+    # padded to their longest; seq_len the longest a sample may be) or packed (micro_batch rows of seq_len tokens,
+    # flash-attention varlen); batch_lengths: the samples' lengths as (percentile, tokens) points, the last at 100.
+    # micro_batch x seq_len stays the worst step; the lengths give the typical one.
+    batch_mode: str = "fixed"
+    batch_lengths: Tuple[Tuple[int, int], ...] = ()
     finetune: FineTune = FULL                 # what trains: full, frozen blocks, LoRA / DoRA, QLoRA
     # FSDP2 (the fsdp buffers, ZeRO-3): whether each unit frees its gathered parameters after forward. auto: as
     # torchtitan's fsdp_reshard_after_forward "default" (parallelize.py apply_fsdp: not pp_enabled), so under
@@ -207,7 +217,7 @@ class Workload:
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
         for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
-                      "nccl_nvls"):
+                      "nccl_nvls", "router_loss"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
         if self.async_tp and isinstance(self.layout, Layout) and async_tp_refusal(self):
@@ -229,6 +239,11 @@ class Workload:
         if not isinstance(self.finetune, FineTune):
             raise FieldError("finetune", type(self.finetune).__name__, "a FineTune")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
+        check_batch(self)
+        if self.router_loss and (not self.arch.moe_layers or self.implementation != "huggingface"):
+            # Megatron's aux losses run inside each layer's router: nothing outside the layers (router_loss.py)
+            raise FieldError("router_loss", True, "false unless the model has MoE layers and implementation is "
+                                                  "huggingface (output_router_logits)")
         self._check_megatron_recompute()
         self._check_mtp()
 
