@@ -1,6 +1,7 @@
 """torchtitan import: job_config.py defaults, -1 shard degree, HSDP, pipeline schedules, batch and accumulation,
 dtype, activation checkpointing, and the fields torchtitan refuses."""
 
+import json
 import pytest
 
 from zerocalc.frameworks import FrameworkConfigError, import_torchtitan
@@ -207,3 +208,24 @@ def test_a_recipe_toml_imports_as_that_recipe_and_exports_back():
     model_only = tt(RECIPE_TOML.replace('["model", "loss"]', '["model"]'), {"gpus": 8})
     assert model_only.workload["compile"] is True and "loss" not in model_only.workload
     assert refused('[compile]\nenable = true\ncomponents = ["model", "optimizer"]\n').field == "compile.components"
+
+
+def test_the_export_names_its_model_and_imports_back_to_it(tmp_path):
+    """Issue 35: "The torchtitan export names its model" - [model] name and flavor from the import's own flavor
+    table (frameworks/torchtitan/fields.py FLAVORS), so the file imports back to the same preset; a model with no
+    flavor is said, not guessed."""
+    import tomllib
+
+    from zerocalc.cli.main import run
+
+    text = run(["--model", "qwen3-8b", "--workers", "8", "--export", "torchtitan"])
+    assert tomllib.loads(text)["model"] == {"name": "qwen3", "flavor": "8B"}
+    path = tmp_path / "job.toml"
+    path.write_text(text)
+    back = json.loads(run(["--torchtitan-config", str(path), "--json"]))
+    direct = json.loads(run(["--model", "qwen3-8b", "--json"]))
+    assert back["architecture"] == direct["architecture"]
+    shaped = run(["--model", "llama-3-8b", "--export", "torchtitan"])        # Llama 3's shapes are llama3 8B's
+    assert tomllib.loads(shaped)["model"] == {"name": "llama3", "flavor": "8B"} and "same shapes" in shaped
+    other = run(["--model", "gpt2", "--export", "torchtitan"])
+    assert "model" not in tomllib.loads(other) and "none of torchtitan's flavors" in other

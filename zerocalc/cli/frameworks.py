@@ -111,12 +111,13 @@ def _follower(config_path: str):
 
 
 def model_from_import(args) -> str:
-    """The preset a launcher config's model names ("" when none, or when the view names its own model)."""
+    """The preset a launcher config's model (or a torchtitan file's [model] flavor) names ("" when none, or when
+    the view names its own model)."""
     if any(getattr(args, name, None) for name in ("model", "config", "hub")):
         return ""
     for flag, dest, fmt, _ in IMPORT_FLAGS:
         path = getattr(args, dest, None)
-        if path is not None and fmt in LAUNCHER_FORMATS:
+        if path is not None and (fmt in LAUNCHER_FORMATS or fmt == "torchtitan"):
             return import_config(fmt, read_config_file(path, flag)).model
     return ""
 

@@ -20,6 +20,7 @@ from .passthrough import over_file_of
 from .common import FORMATS, FrameworkConfigError
 from .deepspeed.schema import COMMUNICATION_DTYPES
 from .emitters import dump_toml
+from .torchtitan.export_parts import torchtitan_model, torchtitan_split as _torchtitan_split
 
 LAYOUT_DEFAULTS = {"tp": 1, "pp": 1, "vpp": 1, "cp": 1, "ep": 1, "sequence_parallel": False, "micro_batches": 1,
                    "schedule": "1f1b", "loss_parallel": True, "gpus": None}
@@ -391,25 +392,8 @@ def _torchtitan(scenario, workload, layout, stage):
         notes.append(f"torchtitan builds Adam or AdamW only; the view's {s['optimizer']} is not written.")
     if "nvme" in (s["offload_params"], s["offload_optimizer"]):
         notes.append("torchtitan offloads to the CPU only (enable_cpu_offload).")
-    return tables, notes
-
-
-def _torchtitan_split(lay: dict, parallelism: dict, notes: list) -> None:
-    """The view's layers per stage as torchtitan splits them (pipeline_parallel.py generate_llm_fqn_per_model_part):
-    the even split is its rule with both ends weighed 0 layers; its own rule keeps its weights (default 1)."""
-    names = {"embedding_weight": "pipeline_parallel_first_stage_less_layers",
-             "head_weight": "pipeline_parallel_last_stage_less_layers"}
-    split = lay.get("stage_split", "even")
-    if lay.get("stage_layers"):
-        notes.append("the view's layers per stage need module_fqns_per_model_part (the model's module names): "
-                     "not written.")
-    elif split == "even":
-        parallelism.update({name: 0 for name in names.values()})
-    elif split == "torchtitan":
-        parallelism.update({name: lay[f] for f, name in names.items() if lay.get(f) not in (None, 1)})
-    else:
-        notes.append(f"the view's {split} split of the layers has no torchtitan key: torchtitan splits by its own "
-                     "rule (pipeline_parallel_first / last_stage_less_layers).")
+    model, said = torchtitan_model(w.get("arch"))
+    return ({"model": model, **tables} if model else tables), notes + said
 
 
 def export_torchtitan(scenario: dict, workload: dict, layout: dict, stage: int) -> str:   # [training], [parallelism]...
