@@ -256,3 +256,26 @@ def test_a_torchtitan_layer_frequency_sets_one_block_in_n_and_a_full_mode_resets
     values = at.session_state["_values"]
     assert values["recompute"] == "full" and values["recompute_every"] == 1
     assert "recompute_every" not in at.query_params
+
+
+def test_the_export_tab_writes_over_the_uploaded_file_as_the_cli_does(tmp_path):
+    """Issue 35: "Keys an import read but zerocalc does not model pass through to the export unchanged", on the page
+    as with the CLI's --export after --ds-config (frameworks/base_file.py serves both): the same text."""
+    from zerocalc.cli.main import run
+
+    source = FIXTURES / "frameworks" / "llamafactory_ds_z3_config.json"
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, sections=["sec_load"])
+    upload_framework(at, source)
+    at.session_state["tab"] = "Framework configs"
+    at.run()
+    assert not at.exception, at.exception
+    page = json.loads(next(c.value for c in at.code if c.language == "json"))
+    stage = at.session_state["_values"]["stage"]
+    cli = json.loads(run(["--model", "llama-3-8b", "--workers", "8", "--ds-config", str(source), "--export",
+                          "deepspeed", "--export-stage", str(stage)]))
+    assert page == cli
+    original = json.loads(source.read_text())
+    assert page["train_micro_batch_size_per_gpu"] == original["train_micro_batch_size_per_gpu"] == "auto"
+    assert page["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"] == \
+        original["zero_optimization"]["stage3_gather_16bit_weights_on_model_save"]      # not modelled: passed
+    assert any("written over the imported" in h.proto.body for h in at.get("html"))

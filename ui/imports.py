@@ -281,6 +281,7 @@ def import_base(state: dict, model: str) -> tuple:
 def on_framework_upload() -> None:
     from zerocalc.cli.frameworks import apply_import, context_for
     from zerocalc.frameworks import FrameworkConfigError, guess_format, import_config
+    from zerocalc.frameworks.base_file import import_with_base
 
     key = upload_key("framework_upload")
     upload = st.session_state.get(key)
@@ -299,7 +300,8 @@ def on_framework_upload() -> None:
         lay["gpus"] = before.scenario.workers * (before.workload.layout.model_parallel if before.workload else 1)
         context = context_for(before.scenario, before.workload, arch, lay)
         data = upload.getvalue()
-        imported = worker.call("import", import_config, fmt, data, context)
+        # the import, and the file as data for the Export tab to write over (as the CLI's --export does)
+        imported, over = worker.call("import", import_with_base, fmt, data, context)
         applied = apply_import(imported, before.scenario, before.workload)
         values = framework_fields(imported, applied, before.state)
         if imported.selected_stage is not None:
@@ -324,7 +326,8 @@ def on_framework_upload() -> None:
     set_fields({k: v for k, v in plan.items() if v != state.get(k)})
     if plan["model"] != state["model"]:
         st.session_state.pop(DENSE_IDS, None)
-    st.session_state["framework_import"] = {"name": name, "format": fmt, "stage": imported.selected_stage}
+    st.session_state["framework_import"] = {"name": name, "format": fmt, "stage": imported.selected_stage,
+                                            "over": over}
     stage = "" if imported.selected_stage is None else f" ZeRO-{imported.selected_stage} selected;"
     changed = ", ".join(f"{k} = {v}" for k, v in values.items() if k != "stage")
     details = [f"Set: {changed or 'nothing beyond the stage'}."]
@@ -405,9 +408,14 @@ def exports_tab(resolved) -> None:
     st.markdown(f"The current view ({STAGE_LABELS[stage]}, the stage being checked) as each framework's config. "
                 "Importing a download gives back every field the format can express.")
     for fmt, filename, mime, language in EXPORTS:
+        # over the uploaded file when it is of this format: the keys it read pass through, its "auto" stays auto
+        over = imported.get("over", {}) if imported and imported["format"] == fmt else {}
+        if over:
+            plain.caption(f"{filename} is written over the imported {imported['name']}: keys zerocalc does not model "
+                          "pass through unchanged, its \"auto\" values stay auto; the caveats list both.")
         try:
-            text = export_config(fmt, s, w, lay, stage)
-            caveats = export_caveats(fmt, s, w, lay, stage)
+            text = export_config(fmt, s, w, lay, stage, **over)
+            caveats = export_caveats(fmt, s, w, lay, stage, **over)
         except (FrameworkConfigError, FieldError) as exc:
             plain.alert("warning", f"{filename}: this view cannot be written as {FRAMEWORK_NAMES[fmt]}: {exc}")
             continue

@@ -19,10 +19,8 @@ from typing import NamedTuple, Optional
 
 from ..frameworks import (FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext,
                           ImportedConfig, import_config)
-from ..frameworks.accelerate.document import load_yaml
-from ..frameworks.common import parse_relaxed_json
+from ..frameworks.base_file import file_base
 from ..frameworks.export import ExportError, export_caveats, export_config
-from ..frameworks.torchtitan.reader import parse_toml
 from ..scenario import FieldError
 
 IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config.json"),
@@ -157,10 +155,7 @@ def imported_file(args, fmt: str, imported=None) -> dict:
                   if f == fmt and getattr(args, dest, None) is not None), None)
     if found is None:
         return {}
-    source = read_config_file(found[1], found[0])
-    loaders = {"deepspeed": lambda text: parse_relaxed_json(text)[0], "accelerate": load_yaml, "torchtitan": parse_toml}
-    auto = {a["key"]: a["value"] for a in (imported.auto_keys if imported is not None else ())}
-    return {"base": loaders[fmt](source), "auto_values": auto}
+    return file_base(fmt, read_config_file(found[1], found[0]), imported)
 
 
 def export_from_args(args, scenario, workload=None, layout=None, stage=None, imported=None) -> Optional[str]:
