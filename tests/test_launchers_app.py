@@ -41,6 +41,17 @@ def test_every_stored_framework_file_keeps_its_format_and_every_launcher_file_is
     for path in (FIX / "frameworks").glob("*.*"):
         if path.suffix != ".source":
             assert guess_format(path.name, path.read_bytes()) == names[path.suffix[1:]], path.name
-    for path in (FIX / "launchers").glob("*.yaml"):
-        want = "llamafactory" if path.name.startswith("llamafactory") else "hf_trainer"
+    for path in (FIX / "launchers").glob("*.y*ml"):
+        prefix = path.name.split("_", 1)[0]
+        want = prefix if prefix in ("llamafactory", "axolotl", "torchtune") else "hf_trainer"
         assert guess_format(path.name, path.read_bytes()) == want, path.name
+
+
+def test_an_axolotl_yaml_sets_the_qlora_plan():
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, sections=["sec_load"])
+    upload_framework(at, FIX / "launchers" / "axolotl_llama3_qlora.yml")
+    success = messages(at, "success")
+    assert "Imported axolotl_llama3_qlora.yml (axolotl YAML)" in success, alerts(at, "error")
+    query = dict(at.query_params)
+    assert query["finetune"] == "qlora" and query["lora_rank"] == "32" and query["lora_targets"] == "all-linear"
+    assert query["micro_batch"] == "2" and query["micro_batches"] == "4" and query["seq_len"] == "4096"

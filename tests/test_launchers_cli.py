@@ -83,3 +83,28 @@ def test_the_deepspeed_path_is_also_found_from_a_folder_above_the_yaml(checkout,
     report = json.loads(run(["--llamafactory-config", str(checkout / "examples" / "full.yaml"), "--json"]))
     assert report["selected_stage"] == 3
     assert any("followed" in n for n in report["imported"]["notes"])
+
+
+def test_python_m_zerocalc_reads_an_axolotl_yaml_and_follows_its_deepspeed_file(tmp_path):
+    (tmp_path / "deepspeed_configs").mkdir()
+    shutil.copy(FIX / "axolotl_zero3_bf16_cpuoffload_all.json",
+                tmp_path / "deepspeed_configs" / "zero3_bf16_cpuoffload_all.json")
+    shutil.copy(FIX / "axolotl_alst_llama3_8b_deepspeed.yaml", tmp_path / "alst.yaml")
+    out = subprocess.run([sys.executable, "-m", "zerocalc", "--axolotl-config", "alst.yaml", "--seq-len", "8192",
+                          "--gpus", "8", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["imported"]["format"] == "axolotl"
+    assert report["selected_stage"] == 3 and report["workers"] == 8
+    assert report["finetune"]["mode"] == "full" and report["workload"]["seq_len"] == 8192   # the flag wins
+    assert report["architecture"]["layers"] == 32                # llama-3.1-8b, the file's base_model
+
+
+def test_an_axolotl_refusal_names_the_flag_and_the_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("base_model: x\nmicro_batch_size: 1\ngradient_accumulation_steps: 1\n"
+                                       "adapter: qlora\nlora_r: 8\n")
+    with pytest.raises(UsageError) as exc:
+        run(["--axolotl-config", "bad.yaml"])
+    assert "--axolotl-config: load_in_4bit: got" in str(exc.value)

@@ -31,7 +31,9 @@ IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config
                 ("--llamafactory-config", "llamafactory_config", "llamafactory",
                  "a LLaMA-Factory training YAML (its deepspeed file is followed)"),
                 ("--hf-trainer-config", "hf_trainer_config", "hf_trainer",
-                 "Hugging Face TrainingArguments / TRL SFTConfig as JSON or YAML (its deepspeed file is followed)"))
+                 "Hugging Face TrainingArguments / TRL SFTConfig as JSON or YAML (its deepspeed file is followed)"),
+                ("--axolotl-config", "axolotl_config", "axolotl",
+                 "an axolotl training YAML (its deepspeed file is followed)"))
 
 
 class FoundImport(NamedTuple):

@@ -9,6 +9,7 @@ never a path.
 """
 
 from .accelerate.reader import import_accelerate
+from .axolotl.reader import import_axolotl
 from .common import (FORMATS, IMPORT_FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext,
                      ImportedConfig)
 from .deepspeed.reader import import_deepspeed
@@ -19,7 +20,7 @@ from .export import ExportError, export_accelerate, export_caveats, export_confi
 from .torchtitan.reader import import_torchtitan
 
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
-             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer}
+             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl}
 
 
 SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
@@ -28,6 +29,7 @@ SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", "
 # Keys only a launcher file holds (an accelerate YAML and a ds_config.json hold none of them): LLaMA-Factory's own
 # arguments, then TrainingArguments / TRL fields.
 LLAMAFACTORY_KEYS = ("finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit", "flash_attn")
+AXOLOTL_KEYS = ("base_model", "micro_batch_size", "sequence_len", "lora_target_linear")   # axolotl's own names
 TRAINER_KEYS = ("per_device_train_batch_size", "output_dir", "gradient_checkpointing", "max_seq_length",
                 "use_peft", "optim", "num_train_epochs", "learning_rate")     # not max_length: config.json has it
 
@@ -49,6 +51,8 @@ def guess_format(filename: str, data=None):
         return fmt
     if any(k in keys for k in LLAMAFACTORY_KEYS):
         return "llamafactory"
+    if any(k in keys for k in AXOLOTL_KEYS):
+        return "axolotl"
     return "hf_trainer" if any(k in keys for k in TRAINER_KEYS) else fmt
 
 
@@ -63,5 +67,5 @@ def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
 __all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
            "ImportContext", "ImportedConfig",
            "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
-           "import_llamafactory", "import_hf_trainer", "export_config",
+           "import_llamafactory", "import_hf_trainer", "import_axolotl", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]
