@@ -55,3 +55,13 @@ def test_an_axolotl_yaml_sets_the_qlora_plan():
     query = dict(at.query_params)
     assert query["finetune"] == "qlora" and query["lora_rank"] == "32" and query["lora_targets"] == "all-linear"
     assert query["micro_batch"] == "2" and query["micro_batches"] == "4" and query["seq_len"] == "4096"
+
+
+def test_a_torchtune_recipe_sets_the_distributed_lora_plan():
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, sections=["sec_load"])
+    upload_framework(at, FIX / "launchers" / "torchtune_llama3_1_8B_lora.yaml")
+    success = messages(at, "success")
+    assert "Imported torchtune_llama3_1_8B_lora.yaml (torchtune recipe YAML)" in success, alerts(at, "error")
+    query = dict(at.query_params)
+    assert query["model"] == "llama-3.1-8b" and query["finetune"] == "lora" and query["loss"] == "chunked"
+    assert query["lora_targets"] == "q,v,o,gate,up,down" and query["micro_batches"] == "8"

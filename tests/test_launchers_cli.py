@@ -108,3 +108,20 @@ def test_an_axolotl_refusal_names_the_flag_and_the_key(tmp_path, monkeypatch):
     with pytest.raises(UsageError) as exc:
         run(["--axolotl-config", "bad.yaml"])
     assert "--axolotl-config: load_in_4bit: got" in str(exc.value)
+
+
+def test_a_torchtune_recipe_runs_on_one_device_and_takes_its_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = json.loads(run(["--torchtune-config", str(FIX / "torchtune_llama3_1_8B_qlora_single_device.yaml"),
+                             "--seq-len", "2048", "--json"]))
+    assert report["imported"]["format"] == "torchtune" and report["workers"] == 1
+    assert report["finetune"]["mode"] == "qlora" and report["finetune"]["kbit_prepare"] is False
+    assert report["architecture"]["layers"] == 32 and report["workload"]["loss"] == "chunked"
+
+
+def test_a_torchtune_refusal_names_the_flag_and_the_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("dtype: fp16\n")
+    with pytest.raises(UsageError) as exc:
+        run(["--torchtune-config", "bad.yaml"])
+    assert "--torchtune-config: dtype: got" in str(exc.value)

@@ -33,7 +33,9 @@ IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config
                 ("--hf-trainer-config", "hf_trainer_config", "hf_trainer",
                  "Hugging Face TrainingArguments / TRL SFTConfig as JSON or YAML (its deepspeed file is followed)"),
                 ("--axolotl-config", "axolotl_config", "axolotl",
-                 "an axolotl training YAML (its deepspeed file is followed)"))
+                 "an axolotl training YAML (its deepspeed file is followed)"),
+                ("--torchtune-config", "torchtune_config", "torchtune",
+                 "a torchtune recipe YAML (the recipe named in its header comment)"))
 
 
 class FoundImport(NamedTuple):

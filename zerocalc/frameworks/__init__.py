@@ -18,9 +18,11 @@ from .hf_trainer.reader import import_hf_trainer
 from .llamafactory.reader import import_llamafactory
 from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
 from .torchtitan.reader import import_torchtitan
+from .torchtune.reader import import_torchtune
 
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
-             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl}
+             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl,
+             "torchtune": import_torchtune}
 
 
 SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
@@ -51,6 +53,8 @@ def guess_format(filename: str, data=None):
         return fmt
     if any(k in keys for k in LLAMAFACTORY_KEYS):
         return "llamafactory"
+    if isinstance(keys.get("model"), dict) and "_component_" in keys["model"]:     # torchtune's instantiate
+        return "torchtune"
     if any(k in keys for k in AXOLOTL_KEYS):
         return "axolotl"
     return "hf_trainer" if any(k in keys for k in TRAINER_KEYS) else fmt
@@ -67,5 +71,5 @@ def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
 __all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
            "ImportContext", "ImportedConfig",
            "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
-           "import_llamafactory", "import_hf_trainer", "import_axolotl", "export_config",
+           "import_llamafactory", "import_hf_trainer", "import_axolotl", "import_torchtune", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]
