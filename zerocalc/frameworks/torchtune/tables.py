@@ -36,7 +36,8 @@ OPTIMIZERS = {
 
 # loss._component_ -> zerocalc's loss (step/losses.py). LinearCrossEntropyLoss projects and upcasts one chunk of
 # tokens at a time inside the loss (modules/loss/cross_entropy_loss.py); zerocalc's nearest row is the chunked
-# output's (CEWithChunkedOutputLoss), which also keeps the bf16 chunks: a note says so.
+# output's (CEWithChunkedOutputLoss), which also keeps the bf16 chunks until the loss ends: measured on the CPU
+# (tests/measure/linear_ce.py), the same saved bytes and backward peak, a forward peak 1.77 bytes per T x V lower.
 LOSSES = {
     "torchtune.modules.loss.CEWithChunkedOutputLoss": "chunked",
     "torchtune.modules.loss.LinearCrossEntropyLoss": "chunked",
