@@ -167,3 +167,26 @@ def test_too_few_batch_keys_are_refused_as_axolotl_refuses_them():
 def test_axolotl_files_are_recognised_by_their_keys():
     for path in FIX.glob("axolotl_*.y*ml"):
         assert guess_format(path.name, path.read_bytes()) == "axolotl", path.name
+
+
+def test_the_trainer_keeps_a_bf16_loaded_model_and_its_adam_states_in_bf16(tmp_path):
+    """The full fine-tune's ledger, measured: axolotl loads the model in cfg.torch_dtype (bf16) and hands it to the
+    Trainer with bf16=True; one Trainer step on the CPU (transformers' own Trainer and torch AdamW, a tiny Llama)
+    leaves the weights and both AdamW states in bf16, as the import says."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
+    rows = torch.randint(0, 128, (4, 16))
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, max_steps=1,
+                                          bf16=True, use_cpu=True, optim="adamw_torch", report_to=[],
+                                          save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=[{"input_ids": r, "labels": r} for r in rows])
+    trainer.train()
+    weight = next(model.parameters())
+    state = trainer.optimizer.state[weight]
+    measured = {str(t.dtype) for t in (weight, state["exp_avg"], state["exp_avg_sq"])}
+    got = import_axolotl(text("llama3_fft_8b.yaml"))
+    assert measured == {"torch.bfloat16"}
+    assert {got.scenario[k] for k in ("param_dtype", "optimizer_dtype")} == {"bf16"}
