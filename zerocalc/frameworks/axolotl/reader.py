@@ -369,7 +369,8 @@ class _Reader:
         if mode in (None, "full"):
             # no upcast anywhere: the weights, their gradients and AdamW's states in the loaded dtype
             src = f"{dtype}: axolotl loads the model in it and trains it as loaded (no fp32 copy)"
-            for field, value in (("convention", "fsdp2"), ("param_dtype", dtype), ("grad_dtype", dtype),
+            for field, value in (("convention", "pure-bf16" if dtype == "bf16" else "fsdp2"),
+                                 ("param_dtype", dtype), ("grad_dtype", dtype),
                                  ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", dtype),
                                  ("comm_dtype", None), ("offload_params", "none"), ("offload_optimizer", "none")):
                 b.set("scenario", field, value, src)

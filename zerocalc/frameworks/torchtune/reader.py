@@ -270,7 +270,8 @@ class _Reader:
     def ledger(self, dtype: str, distributed: bool, recipe: str) -> None:
         b = self.b
         src = f"dtype {dtype}: the model, its gradients and the optimizer's states in it (no fp32 copy)"
-        for field, value in (("convention", "fsdp2"), ("param_dtype", dtype), ("grad_dtype", dtype),
+        for field, value in (("convention", "pure-bf16" if dtype == "bf16" else "fsdp2"),
+                             ("param_dtype", dtype), ("grad_dtype", dtype),
                              ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", dtype),
                              ("comm_dtype", None), ("offload_params", "none"), ("offload_optimizer", "none")):
             b.set("scenario", field, value, src)

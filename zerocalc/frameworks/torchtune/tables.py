@@ -52,7 +52,8 @@ RECIPES = {
     "lora_dpo_single_device": (False, "dpo"), "lora_dpo_distributed": (True, "dpo"),
     "full_dpo_distributed": (True, "dpo-reference"),
     "knowledge_distillation_single_device": (False, "teacher"), "knowledge_distillation_distributed": (True, "teacher"),
-    "qat_single_device": (False, "qat"), "qat_distributed": (True, "qat"), "qat_lora_finetune_distributed": (True, "qat"),
+    "qat_single_device": (False, "qat"), "qat_distributed": (True, "qat"),
+    "qat_lora_finetune_distributed": (True, "qat"),
     "ppo_full_finetune_single_device": (False, "ppo"),
 }
 EXTRAS = {
