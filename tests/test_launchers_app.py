@@ -43,7 +43,7 @@ def test_every_stored_framework_file_keeps_its_format_and_every_launcher_file_is
             assert guess_format(path.name, path.read_bytes()) == names[path.suffix[1:]], path.name
     for path in (FIX / "launchers").glob("*.y*ml"):
         prefix = path.name.split("_", 1)[0]
-        want = prefix if prefix in ("llamafactory", "axolotl", "torchtune") else "hf_trainer"
+        want = prefix if prefix in ("llamafactory", "axolotl", "torchtune", "litgpt") else "hf_trainer"
         assert guess_format(path.name, path.read_bytes()) == want, path.name
 
 
@@ -65,3 +65,13 @@ def test_a_torchtune_recipe_sets_the_distributed_lora_plan():
     query = dict(at.query_params)
     assert query["model"] == "llama-3.1-8b" and query["finetune"] == "lora" and query["loss"] == "chunked"
     assert query["lora_targets"] == "q,v,o,gate,up,down" and query["micro_batches"] == "8"
+
+
+def test_a_litgpt_config_sets_the_qlora_plan_on_one_gpu():
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, sections=["sec_load"])
+    upload_framework(at, FIX / "launchers" / "litgpt_gemma-2b_qlora.yaml")
+    success = messages(at, "success")
+    assert "Imported litgpt_gemma-2b_qlora.yaml (LitGPT YAML)" in success, alerts(at, "error")
+    query = dict(at.query_params)
+    assert query["model"] == "gemma-2b" and query["finetune"] == "qlora" and query["double_quant"] == "false"
+    assert query["workers"] == "1" and query["optimizer"] == "paged-adamw"

@@ -125,3 +125,12 @@ def test_a_torchtune_refusal_names_the_flag_and_the_key(tmp_path, monkeypatch):
     with pytest.raises(UsageError) as exc:
         run(["--torchtune-config", "bad.yaml"])
     assert "--torchtune-config: dtype: got" in str(exc.value)
+
+
+def test_a_litgpt_config_sets_its_world_size_and_an_explicit_gpus_flag_wins(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    full = str(FIX / "litgpt_llama-3-8b_full.yaml")
+    report = json.loads(run(["--litgpt-config", full, "--json"]))
+    assert report["imported"]["format"] == "litgpt" and report["workers"] == 4
+    assert report["selected_stage"] == 3 and report["finetune"]["mode"] == "full"
+    assert json.loads(run(["--litgpt-config", full, "--gpus", "8", "--json"]))["workers"] == 8

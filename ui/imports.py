@@ -200,7 +200,7 @@ def on_hub_fetch() -> None:
 FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accelerate config YAML",
                    "torchtitan": "torchtitan TOML", "llamafactory": "LLaMA-Factory YAML",
                    "hf_trainer": "Hugging Face TrainingArguments / TRL config", "axolotl": "axolotl YAML",
-                   "torchtune": "torchtune recipe YAML"}
+                   "torchtune": "torchtune recipe YAML", "litgpt": "LitGPT YAML"}
 
 
 def _ui_value(name: str, value):

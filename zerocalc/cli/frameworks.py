@@ -35,7 +35,8 @@ IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config
                 ("--axolotl-config", "axolotl_config", "axolotl",
                  "an axolotl training YAML (its deepspeed file is followed)"),
                 ("--torchtune-config", "torchtune_config", "torchtune",
-                 "a torchtune recipe YAML (the recipe named in its header comment)"))
+                 "a torchtune recipe YAML (the recipe named in its header comment)"),
+                ("--litgpt-config", "litgpt_config", "litgpt", "a LitGPT finetune_lora / finetune_full YAML"))
 
 
 class FoundImport(NamedTuple):

@@ -15,6 +15,7 @@ from .common import (FORMATS, IMPORT_FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES
 from .deepspeed.reader import import_deepspeed
 from .hf_trainer.follow import follow
 from .hf_trainer.reader import import_hf_trainer
+from .litgpt.reader import import_litgpt
 from .llamafactory.reader import import_llamafactory
 from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
 from .torchtitan.reader import import_torchtitan
@@ -22,7 +23,7 @@ from .torchtune.reader import import_torchtune
 
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
              "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl,
-             "torchtune": import_torchtune}
+             "torchtune": import_torchtune, "litgpt": import_litgpt}
 
 
 SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
@@ -55,6 +56,8 @@ def guess_format(filename: str, data=None):
         return "llamafactory"
     if isinstance(keys.get("model"), dict) and "_component_" in keys["model"]:     # torchtune's instantiate
         return "torchtune"
+    if "checkpoint_dir" in keys and isinstance(keys.get("train"), dict):             # LitGPT's setup() arguments
+        return "litgpt"
     if any(k in keys for k in AXOLOTL_KEYS):
         return "axolotl"
     return "hf_trainer" if any(k in keys for k in TRAINER_KEYS) else fmt
@@ -71,5 +74,5 @@ def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
 __all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
            "ImportContext", "ImportedConfig",
            "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
-           "import_llamafactory", "import_hf_trainer", "import_axolotl", "import_torchtune", "export_config",
+           "import_llamafactory", "import_hf_trainer", "import_axolotl", "import_torchtune", "import_litgpt", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]
