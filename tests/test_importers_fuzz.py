@@ -24,7 +24,8 @@ import pytest
 import yaml
 
 from zerocalc.frameworks import (import_accelerate, import_axolotl, import_deepspeed, import_hf_trainer,
-                                 import_litgpt, import_llamafactory, import_torchtitan, import_torchtune)
+                                 import_litgpt, import_llamafactory, import_swift, import_torchtitan,
+                                 import_torchtune)
 from zerocalc.frameworks.common import Doc
 from zerocalc.frameworks.deepspeed import schema as DS
 from zerocalc.frameworks.torchtitan.fields import FIELDS as TITAN_FIELDS
@@ -278,9 +279,10 @@ def cases(importer_name: str) -> tuple:
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
              "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl,
              "torchtune": import_torchtune, "litgpt": import_litgpt,
+             "swift": import_swift,
              "verl-yaml": read_verl, "verl-script": read_verl, "trl-yaml": read_trl, "trl-json": read_trl,
              "openrlhf": read_openrlhf, "config.json": architecture_from_config}
-LAUNCHERS = ("llamafactory", "hf_trainer", "axolotl", "torchtune", "litgpt")
+LAUNCHERS = ("llamafactory", "hf_trainer", "axolotl", "torchtune", "litgpt", "swift")
 COLUMN = {"json": 0, "yaml": 1, "toml": 2, "script": 3, "flags": 3}
 
 

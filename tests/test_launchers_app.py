@@ -43,7 +43,7 @@ def test_every_stored_framework_file_keeps_its_format_and_every_launcher_file_is
             assert guess_format(path.name, path.read_bytes()) == names[path.suffix[1:]], path.name
     for path in (FIX / "launchers").glob("*.y*ml"):
         prefix = path.name.split("_", 1)[0]
-        want = prefix if prefix in ("llamafactory", "axolotl", "torchtune", "litgpt") else "hf_trainer"
+        want = prefix if prefix in ("llamafactory", "axolotl", "torchtune", "litgpt", "swift") else "hf_trainer"
         assert guess_format(path.name, path.read_bytes()) == want, path.name
 
 
@@ -75,3 +75,13 @@ def test_a_litgpt_config_sets_the_qlora_plan_on_one_gpu():
     query = dict(at.query_params)
     assert query["model"] == "gemma-2b" and query["finetune"] == "qlora" and query["double_quant"] == "false"
     assert query["workers"] == "1" and query["optimizer"] == "paged-adamw"
+
+
+def test_an_ms_swift_script_sets_the_qlora_plan():
+    at = run_app({"model": "llama-3-8b", "workers": "8"}, sections=["sec_load"])
+    upload_framework(at, FIX / "launchers" / "swift_qlora_bnb_train.sh")
+    success = messages(at, "success")
+    assert "Imported swift_qlora_bnb_train.sh (ms-swift arguments)" in success, alerts(at, "error")
+    query = dict(at.query_params)
+    assert query["model"] == "qwen2.5-7b" and query["finetune"] == "qlora" and query["workers"] == "1"
+    assert query["micro_batches"] == "16" and query["lora_targets"] == "all-linear"

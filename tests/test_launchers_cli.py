@@ -134,3 +134,11 @@ def test_a_litgpt_config_sets_its_world_size_and_an_explicit_gpus_flag_wins(tmp_
     assert report["imported"]["format"] == "litgpt" and report["workers"] == 4
     assert report["selected_stage"] == 3 and report["finetune"]["mode"] == "full"
     assert json.loads(run(["--litgpt-config", full, "--gpus", "8", "--json"]))["workers"] == 8
+
+
+def test_an_ms_swift_script_runs_its_two_processes_over_the_shipped_zero3(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = json.loads(run(["--swift-config", str(FIX / "swift_multi_gpu_deepspeed_train_zero3.sh"), "--json"]))
+    assert report["imported"]["format"] == "swift" and report["workers"] == 2
+    assert report["selected_stage"] == 3 and report["finetune"]["mode"] == "lora"
+    assert report["layout"]["micro_batches"] == 8 and report["architecture"]["layers"] == 28   # qwen2.5-7b

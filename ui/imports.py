@@ -200,7 +200,8 @@ def on_hub_fetch() -> None:
 FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accelerate config YAML",
                    "torchtitan": "torchtitan TOML", "llamafactory": "LLaMA-Factory YAML",
                    "hf_trainer": "Hugging Face TrainingArguments / TRL config", "axolotl": "axolotl YAML",
-                   "torchtune": "torchtune recipe YAML", "litgpt": "LitGPT YAML"}
+                   "torchtune": "torchtune recipe YAML", "litgpt": "LitGPT YAML",
+                   "swift": "ms-swift arguments"}
 
 
 def _ui_value(name: str, value):
@@ -361,7 +362,7 @@ def loaders(box) -> None:
     box.button("Fetch from the Hub", key="hub_fetch", on_click=on_hub_fetch)
     box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML, LLaMA-Factory, axolotl, "
                       "torchtune or LitGPT YAML, TrainingArguments / TRL config",
-                      type=["json", "yaml", "yml", "toml"], key=upload_key("framework_upload"),
+                      type=["json", "yaml", "yml", "toml", "sh"], key=upload_key("framework_upload"),
                       on_change=on_framework_upload,
                       help="Read as data, never executed: sets the stage, precision, offload, buckets, batch and "
                            "parallel degrees the file states (\"auto\" resolved as the Hugging Face integration "

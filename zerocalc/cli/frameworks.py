@@ -36,7 +36,9 @@ IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config
                  "an axolotl training YAML (its deepspeed file is followed)"),
                 ("--torchtune-config", "torchtune_config", "torchtune",
                  "a torchtune recipe YAML (the recipe named in its header comment)"),
-                ("--litgpt-config", "litgpt_config", "litgpt", "a LitGPT finetune_lora / finetune_full YAML"))
+                ("--litgpt-config", "litgpt_config", "litgpt", "a LitGPT finetune_lora / finetune_full YAML"),
+                ("--swift-config", "swift_config", "swift",
+                 "ms-swift arguments: a swift sft --config YAML / JSON, or a swift sft|rlhf|pt shell script"))
 
 
 class FoundImport(NamedTuple):
