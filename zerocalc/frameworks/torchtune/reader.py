@@ -9,10 +9,11 @@ bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1 (recipes/*.py, torchtune/models, torcht
   apply_lora_to_mlp False, apply_lora_to_output False, lora_rank 8, lora_dropout 0, use_dora False; qlora_X is
   lora_X with quantize_base=True (torchao NF4: 64-value blocks, the scales quantized again in blocks of 256);
 - dtype (training.get_dtype: None is fp32; fp16 refused by the recipes): the whole model, adapters included, is
-  built in it (training.set_default_dtype), and AdamW's states follow the weights: no fp32 copy anywhere, and no
-  fp32 upcast of a QLoRA base's other weights;
-- the distributed recipes shard with FSDP2 fully_shard (fsdp_reshard_after_forward True: ZeRO-3; False: ZeRO-2),
-  without a mixed-precision policy, fsdp_cpu_offload False (CPUOffloadPolicy: the weights, gradients and the
+  built in it (training.set_default_dtype; lora_finetune_single_device.py checks the adapters' dtype with
+  validate_expected_param_dtype), and AdamW's states follow the weights: no fp32 copy anywhere, and no fp32 upcast
+  of a QLoRA base's other weights;
+- the distributed recipes shard with FSDP2 fully_shard (training/_distributed.py shard_model: reshard_after_forward
+  from fsdp_reshard_after_forward, True: ZeRO-3, False: ZeRO-2), without a mixed-precision policy (no mp_policy), fsdp_cpu_offload False (CPUOffloadPolicy: the weights, gradients and the
   optimizer step on the CPU), tensor_parallel_dim 1, context_parallel_dim 1;
 - batch_size, gradient_accumulation_steps, tokenizer.max_seq_len (null: no truncation), dataset.packed False,
   enable_activation_checkpointing False, enable_activation_offloading False (needs checkpointing), compile False,
