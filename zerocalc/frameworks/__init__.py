@@ -42,7 +42,8 @@ TRAINER_KEYS = ("per_device_train_batch_size", "output_dir", "gradient_checkpoin
 
 def guess_format(filename: str, data=None):
     """The format a file name suggests (for uploads), or None; with the file's bytes, a YAML or JSON whose keys are
-    a LLaMA-Factory or Trainer file's is recognised as one (an unreadable file keeps the name's guess)."""
+    a launcher's (LLaMA-Factory, torchtune, ms-swift, LitGPT, axolotl, the Trainer) is recognised as one (an
+    unreadable file keeps the name's guess)."""
     name = str(filename).lower()
     fmt = next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
     if data is None or fmt not in ("accelerate", "deepspeed"):
@@ -79,5 +80,6 @@ def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
 __all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
            "ImportContext", "ImportedConfig",
            "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
-           "import_llamafactory", "import_hf_trainer", "import_axolotl", "import_torchtune", "import_litgpt", "import_swift", "export_config",
+           "import_llamafactory", "import_hf_trainer", "import_axolotl", "import_torchtune", "import_litgpt",
+           "import_swift", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]

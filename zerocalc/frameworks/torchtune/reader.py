@@ -13,8 +13,9 @@ bd2a0fc7c31430972728494fa01aaeeb0ebf1ba1 (recipes/*.py, torchtune/models, torcht
   validate_expected_param_dtype), and AdamW's states follow the weights: no fp32 copy anywhere, and no fp32 upcast
   of a QLoRA base's other weights;
 - the distributed recipes shard with FSDP2 fully_shard (training/_distributed.py shard_model: reshard_after_forward
-  from fsdp_reshard_after_forward, True: ZeRO-3, False: ZeRO-2), without a mixed-precision policy (no mp_policy), fsdp_cpu_offload False (CPUOffloadPolicy: the weights, gradients and the
-  optimizer step on the CPU), tensor_parallel_dim 1, context_parallel_dim 1;
+  from fsdp_reshard_after_forward, True: ZeRO-3, False: ZeRO-2), without a mixed-precision policy (no mp_policy),
+  fsdp_cpu_offload False (CPUOffloadPolicy: the weights, gradients and the optimizer step on the CPU),
+  tensor_parallel_dim 1, context_parallel_dim 1;
 - batch_size, gradient_accumulation_steps, tokenizer.max_seq_len (null: no truncation), dataset.packed False,
   enable_activation_checkpointing False, enable_activation_offloading False (needs checkpointing), compile False,
   optimizer_in_bwd False (refused with gradient accumulation), optimizer._component_, loss._component_.
