@@ -23,8 +23,9 @@ from unittest import mock
 import pytest
 import yaml
 
-from zerocalc.frameworks import (import_accelerate, import_deepspeed, import_hf_trainer, import_llamafactory,
-                                 import_torchtitan)
+from zerocalc.frameworks import (import_accelerate, import_axolotl, import_deepspeed, import_hf_trainer,
+                                 import_litgpt, import_llamafactory, import_swift, import_torchtitan,
+                                 import_torchtune)
 from zerocalc.frameworks.common import Doc
 from zerocalc.frameworks.deepspeed import schema as DS
 from zerocalc.frameworks.torchtitan.fields import FIELDS as TITAN_FIELDS
@@ -239,9 +240,10 @@ def cases(importer_name: str) -> tuple:
             for name in names:
                 found.setdefault((section, name), base)
         return tuple((path, fmt, data) for path, (fmt, data) in found.items())
-    if importer_name in ("llamafactory", "hf_trainer"):       # the launchers' real files (tests/fixtures/launchers)
-        texts = [_load(p) for p in _fixtures("launchers", ".yaml")
-                 if p.name.startswith("llamafactory") == (importer_name == "llamafactory")]
+    if importer_name in LAUNCHERS:       # the launchers' real files (tests/fixtures/launchers), by name prefix
+        texts = [_load(p) for p in _fixtures("launchers", ".yaml", ".yml")
+                 if (p.name.split("_", 1)[0] if p.name.split("_", 1)[0] in LAUNCHERS else "hf_trainer")
+                 == importer_name]
         found = _frameworks_keys(IMPORTERS[importer_name], texts)
         return tuple((path, fmt, data) for path, (fmt, data) in found.items())
     if importer_name == "verl-yaml":
@@ -275,9 +277,12 @@ def cases(importer_name: str) -> tuple:
 
 
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
-             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer,
+             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl,
+             "torchtune": import_torchtune, "litgpt": import_litgpt,
+             "swift": import_swift,
              "verl-yaml": read_verl, "verl-script": read_verl, "trl-yaml": read_trl, "trl-json": read_trl,
              "openrlhf": read_openrlhf, "config.json": architecture_from_config}
+LAUNCHERS = ("llamafactory", "hf_trainer", "axolotl", "torchtune", "litgpt", "swift")
 COLUMN = {"json": 0, "yaml": 1, "toml": 2, "script": 3, "flags": 3}
 
 
@@ -378,5 +383,6 @@ def test_every_known_key_with_a_hostile_value_is_answered_or_refused_by_name(nam
 @pytest.mark.parametrize("name", list(IMPORTERS))
 def test_the_keys_are_collected_from_the_readers(name):
     # enough keys that a broken collector (nothing recorded) fails loudly; the readers know more than these
-    assert len(cases(name)) >= {"deepspeed": 60, "accelerate": 15, "torchtitan": 40, "config.json": 100}.get(name, 20)
+    assert len(cases(name)) >= {"deepspeed": 60, "accelerate": 15, "torchtitan": 40, "config.json": 100,
+                                "litgpt": 15}.get(name, 20)
 

@@ -83,3 +83,62 @@ def test_the_deepspeed_path_is_also_found_from_a_folder_above_the_yaml(checkout,
     report = json.loads(run(["--llamafactory-config", str(checkout / "examples" / "full.yaml"), "--json"]))
     assert report["selected_stage"] == 3
     assert any("followed" in n for n in report["imported"]["notes"])
+
+
+def test_python_m_zerocalc_reads_an_axolotl_yaml_and_follows_its_deepspeed_file(tmp_path):
+    (tmp_path / "deepspeed_configs").mkdir()
+    shutil.copy(FIX / "axolotl_zero3_bf16_cpuoffload_all.json",
+                tmp_path / "deepspeed_configs" / "zero3_bf16_cpuoffload_all.json")
+    shutil.copy(FIX / "axolotl_alst_llama3_8b_deepspeed.yaml", tmp_path / "alst.yaml")
+    out = subprocess.run([sys.executable, "-m", "zerocalc", "--axolotl-config", "alst.yaml", "--seq-len", "8192",
+                          "--gpus", "8", "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["imported"]["format"] == "axolotl"
+    assert report["selected_stage"] == 3 and report["workers"] == 8
+    assert report["finetune"]["mode"] == "full" and report["workload"]["seq_len"] == 8192   # the flag wins
+    assert report["architecture"]["layers"] == 32                # llama-3.1-8b, the file's base_model
+
+
+def test_an_axolotl_refusal_names_the_flag_and_the_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("base_model: x\nmicro_batch_size: 1\ngradient_accumulation_steps: 1\n"
+                                       "adapter: qlora\nlora_r: 8\n")
+    with pytest.raises(UsageError) as exc:
+        run(["--axolotl-config", "bad.yaml"])
+    assert "--axolotl-config: load_in_4bit: got" in str(exc.value)
+
+
+def test_a_torchtune_recipe_runs_on_one_device_and_takes_its_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = json.loads(run(["--torchtune-config", str(FIX / "torchtune_llama3_1_8B_qlora_single_device.yaml"),
+                             "--seq-len", "2048", "--json"]))
+    assert report["imported"]["format"] == "torchtune" and report["workers"] == 1
+    assert report["finetune"]["mode"] == "qlora" and report["finetune"]["kbit_prepare"] is False
+    assert report["architecture"]["layers"] == 32 and report["workload"]["loss"] == "chunked"
+
+
+def test_a_torchtune_refusal_names_the_flag_and_the_key(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bad.yaml").write_text("dtype: fp16\n")
+    with pytest.raises(UsageError) as exc:
+        run(["--torchtune-config", "bad.yaml"])
+    assert "--torchtune-config: dtype: got" in str(exc.value)
+
+
+def test_a_litgpt_config_sets_its_world_size_and_an_explicit_gpus_flag_wins(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    full = str(FIX / "litgpt_llama-3-8b_full.yaml")
+    report = json.loads(run(["--litgpt-config", full, "--json"]))
+    assert report["imported"]["format"] == "litgpt" and report["workers"] == 4
+    assert report["selected_stage"] == 3 and report["finetune"]["mode"] == "full"
+    assert json.loads(run(["--litgpt-config", full, "--gpus", "8", "--json"]))["workers"] == 8
+
+
+def test_an_ms_swift_script_runs_its_two_processes_over_the_shipped_zero3(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    report = json.loads(run(["--swift-config", str(FIX / "swift_multi_gpu_deepspeed_train_zero3.sh"), "--json"]))
+    assert report["imported"]["format"] == "swift" and report["workers"] == 2
+    assert report["selected_stage"] == 3 and report["finetune"]["mode"] == "lora"
+    assert report["layout"]["micro_batches"] == 8 and report["architecture"]["layers"] == 28   # qwen2.5-7b

@@ -94,7 +94,7 @@ def test_pretraining_packs_by_default():
 
 def test_a_gptq_checkpoint_is_named_as_not_modelled():
     got = import_llamafactory(text("llama3_lora_sft_gptq.yaml"))
-    assert got.model == ""                                       # TechxGenus/Meta-Llama-3-8B-Instruct-GPTQ
+    assert got.model == "llama-3-8b"          # TechxGenus/Meta-Llama-3-8B-Instruct-GPTQ: the shapes, unquantized
     assert any("GPTQ checkpoint" in n for n in got.notes)
 
 

@@ -1,6 +1,6 @@
 """Loading a model or a job: a Hugging Face config.json upload, a Hub model id, and a framework config (DeepSpeed
-ds_config.json, accelerate YAML, torchtitan TOML, and the launchers' LLaMA-Factory YAML and TrainingArguments / TRL
-config). Each success sets the widgets' values and leaves a line saying
+ds_config.json, accelerate YAML, torchtitan TOML, and the launchers' LLaMA-Factory, axolotl, torchtune and LitGPT YAML,
+ms-swift's arguments and TrainingArguments / TRL config). Each success sets the widgets' values and leaves a line saying
 what was loaded; each refusal says why and which model is still shown, keeps the previous view and clears the
 uploader (an uploader's file cannot be unset, so its key moves on).
 
@@ -199,7 +199,9 @@ def on_hub_fetch() -> None:
 
 FRAMEWORK_NAMES = {"deepspeed": "DeepSpeed ds_config.json", "accelerate": "accelerate config YAML",
                    "torchtitan": "torchtitan TOML", "llamafactory": "LLaMA-Factory YAML",
-                   "hf_trainer": "Hugging Face TrainingArguments / TRL config"}
+                   "hf_trainer": "Hugging Face TrainingArguments / TRL config", "axolotl": "axolotl YAML",
+                   "torchtune": "torchtune recipe YAML", "litgpt": "LitGPT YAML",
+                   "swift": "ms-swift arguments"}
 
 
 def _ui_value(name: str, value):
@@ -361,16 +363,17 @@ def loaders(box) -> None:
                    help="Kept in this browser session only: never in the link, the report, a download or a "
                         "message. Empty: no token is sent (the server's own only where its operator allows it).")
     box.button("Fetch from the Hub", key="hub_fetch", on_click=on_hub_fetch)
-    box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML, LLaMA-Factory YAML, "
-                      "TrainingArguments / TRL config",
-                      type=["json", "yaml", "yml", "toml"], key=upload_key("framework_upload"),
+    box.file_uploader("Training config: ds_config.json, accelerate YAML, torchtitan TOML, LLaMA-Factory, axolotl, "
+                      "torchtune or LitGPT YAML, ms-swift config or script, TrainingArguments / TRL config",
+                      type=["json", "yaml", "yml", "toml", "sh"], key=upload_key("framework_upload"),
                       on_change=on_framework_upload,
                       help="Read as data, never executed: sets the stage, precision, offload, buckets, batch and "
                            "parallel degrees the file states (\"auto\" resolved as the Hugging Face integration "
                            "does); everything it does not say starts at its default, except the model (unless the "
-                           "file names one), the GPU and its count, the sequence and micro-batch. A LLaMA-Factory or "
-                           "Trainer file also sets the model, the method (full / freeze / LoRA / QLoRA) and the "
-                           "lengths; the DeepSpeed file it names cannot be reached from an upload (load it too).")
+                           "file names one), the GPU and its count, the sequence and micro-batch. A launcher's "
+                           "file (LLaMA-Factory, axolotl, torchtune, LitGPT, ms-swift, the Trainer) also sets the "
+                           "model, the method (full / freeze / LoRA / QLoRA) and the lengths; the DeepSpeed file it "
+                           "names cannot be reached from an upload (load it too).")
 
 
 # --- export ---------------------------------------------------------------------------------------------------

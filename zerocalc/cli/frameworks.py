@@ -29,7 +29,14 @@ IMPORT_FLAGS = (("--ds-config", "ds_config", "deepspeed", "a DeepSpeed ds_config
                 ("--llamafactory-config", "llamafactory_config", "llamafactory",
                  "a LLaMA-Factory training YAML (its deepspeed file is followed)"),
                 ("--hf-trainer-config", "hf_trainer_config", "hf_trainer",
-                 "Hugging Face TrainingArguments / TRL SFTConfig as JSON or YAML (its deepspeed file is followed)"))
+                 "Hugging Face TrainingArguments / TRL SFTConfig as JSON or YAML (its deepspeed file is followed)"),
+                ("--axolotl-config", "axolotl_config", "axolotl",
+                 "an axolotl training YAML (its deepspeed file is followed)"),
+                ("--torchtune-config", "torchtune_config", "torchtune",
+                 "a torchtune recipe YAML (the recipe named in its header comment)"),
+                ("--litgpt-config", "litgpt_config", "litgpt", "a LitGPT finetune_lora / finetune_full YAML"),
+                ("--swift-config", "swift_config", "swift",
+                 "ms-swift arguments: a swift sft --config YAML / JSON, or a swift sft|rlhf|pt shell script"))
 
 
 class FoundImport(NamedTuple):

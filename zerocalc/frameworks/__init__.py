@@ -9,32 +9,41 @@ never a path.
 """
 
 from .accelerate.reader import import_accelerate
+from .axolotl.reader import import_axolotl
 from .common import (FORMATS, IMPORT_FORMATS, LAUNCHER_FORMATS, MAX_CONFIG_BYTES, FrameworkConfigError, ImportContext,
                      ImportedConfig)
 from .deepspeed.reader import import_deepspeed
 from .hf_trainer.follow import follow
 from .hf_trainer.reader import import_hf_trainer
+from .litgpt.reader import import_litgpt
 from .llamafactory.reader import import_llamafactory
+from .swift.reader import import_swift
 from .export import ExportError, export_accelerate, export_caveats, export_config, export_deepspeed, export_torchtitan
 from .torchtitan.reader import import_torchtitan
+from .torchtune.reader import import_torchtune
 
 IMPORTERS = {"deepspeed": import_deepspeed, "accelerate": import_accelerate, "torchtitan": import_torchtitan,
-             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer}
+             "llamafactory": import_llamafactory, "hf_trainer": import_hf_trainer, "axolotl": import_axolotl,
+             "torchtune": import_torchtune, "litgpt": import_litgpt, "swift": import_swift}
 
 
-SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan"}
+SUFFIXES = {".json": "deepspeed", ".yaml": "accelerate", ".yml": "accelerate", ".toml": "torchtitan",
+            ".sh": "swift"}           # a shell script: ms-swift's examples (`swift sft --model ...`)
 
 
 # Keys only a launcher file holds (an accelerate YAML and a ds_config.json hold none of them): LLaMA-Factory's own
 # arguments, then TrainingArguments / TRL fields.
 LLAMAFACTORY_KEYS = ("finetuning_type", "cutoff_len", "lora_target", "template", "quantization_bit", "flash_attn")
+SWIFT_KEYS = ("tuner_type", "train_type", "rlhf_type", "quant_bits", "attn_impl")          # ms-swift's own names
+AXOLOTL_KEYS = ("base_model", "micro_batch_size", "sequence_len", "lora_target_linear")   # axolotl's own names
 TRAINER_KEYS = ("per_device_train_batch_size", "output_dir", "gradient_checkpointing", "max_seq_length",
                 "use_peft", "optim", "num_train_epochs", "learning_rate")     # not max_length: config.json has it
 
 
 def guess_format(filename: str, data=None):
     """The format a file name suggests (for uploads), or None; with the file's bytes, a YAML or JSON whose keys are
-    a LLaMA-Factory or Trainer file's is recognised as one (an unreadable file keeps the name's guess)."""
+    a launcher's (LLaMA-Factory, torchtune, ms-swift, LitGPT, axolotl, the Trainer) is recognised as one (an
+    unreadable file keeps the name's guess)."""
     name = str(filename).lower()
     fmt = next((fmt for suffix, fmt in SUFFIXES.items() if name.endswith(suffix)), None)
     if data is None or fmt not in ("accelerate", "deepspeed"):
@@ -49,6 +58,14 @@ def guess_format(filename: str, data=None):
         return fmt
     if any(k in keys for k in LLAMAFACTORY_KEYS):
         return "llamafactory"
+    if isinstance(keys.get("model"), dict) and "_component_" in keys["model"]:     # torchtune's instantiate
+        return "torchtune"
+    if any(k in keys for k in SWIFT_KEYS):
+        return "swift"
+    if "checkpoint_dir" in keys and isinstance(keys.get("train"), dict):             # LitGPT's setup() arguments
+        return "litgpt"
+    if any(k in keys for k in AXOLOTL_KEYS):
+        return "axolotl"
     return "hf_trainer" if any(k in keys for k in TRAINER_KEYS) else fmt
 
 
@@ -63,5 +80,6 @@ def import_config(fmt: str, source, context=None, read=None) -> ImportedConfig:
 __all__ = ["FORMATS", "IMPORT_FORMATS", "LAUNCHER_FORMATS", "MAX_CONFIG_BYTES", "FrameworkConfigError", "ExportError",
            "ImportContext", "ImportedConfig",
            "import_config", "guess_format", "import_deepspeed", "import_accelerate", "import_torchtitan",
-           "import_llamafactory", "import_hf_trainer", "export_config",
+           "import_llamafactory", "import_hf_trainer", "import_axolotl", "import_torchtune", "import_litgpt",
+           "import_swift", "export_config",
            "export_deepspeed", "export_accelerate", "export_torchtitan", "export_caveats"]

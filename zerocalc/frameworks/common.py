@@ -17,7 +17,7 @@ from ..tables import DTYPE_BITS
 MAX_CONFIG_BYTES = 1_000_000   # the same cap as hf_config.MAX_CONFIG_BYTES and the app's 1 MB upload limit
 MAX_LISTED = 50                # ignored keys listed one by one; the rest are counted (ImportedConfig.ignored_more)
 FORMATS = ("deepspeed", "accelerate", "torchtitan")          # imported and exported
-LAUNCHER_FORMATS = ("llamafactory", "hf_trainer")           # imported only: a trainer's own config
+LAUNCHER_FORMATS = ("llamafactory", "hf_trainer", "axolotl", "torchtune", "litgpt", "swift")   # import only
 IMPORT_FORMATS = FORMATS + LAUNCHER_FORMATS
 MISSING = object()
 

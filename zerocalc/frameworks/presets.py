@@ -9,6 +9,9 @@ ALIASES = {
     # Qwen/Qwen2-7B(-Instruct) config.json: hidden 3584, intermediate 18944, 28 layers, 28 heads, 4 KV heads,
     # vocab 152064, untied, q/k/v biases: the qwen2.5-7b preset's shapes (only the context length differs)
     "qwen2-7b": "qwen2.5-7b",
+    # Meta's own repository names (meta-llama/Meta-Llama-3-8B, NousResearch/Meta-Llama-3.1-8B: axolotl's examples)
+    "meta-llama-3-8b": "llama-3-8b", "meta-llama-3-70b": "llama-3-70b", "meta-llama-3.1-8b": "llama-3.1-8b",
+    "meta-llama-3.1-70b": "llama-3.1-70b", "meta-llama-3.1-405b": "llama-3.1-405b",
 }
 
 

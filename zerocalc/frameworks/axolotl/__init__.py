@@ -1,0 +1,1 @@
+"""axolotl training YAMLs (`axolotl train FILE.yaml`) as zerocalc plans: reader.py."""
