@@ -88,7 +88,7 @@ class _Reader:
             raise FrameworkConfigError("pure_bf16", True, "false with deepspeed (LLaMA-Factory parser.py: "
                                                            "'`pure_bf16` is incompatible with DeepSpeed ZeRO-3')")
         if pure:
-            for field, value in (("convention", "fsdp2"), ("param_dtype", "bf16"), ("grad_dtype", "bf16"),
+            for field, value in (("convention", "pure-bf16"), ("param_dtype", "bf16"), ("grad_dtype", "bf16"),
                                  ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", "bf16"),
                                  ("comm_dtype", None)):
                 b.set("scenario", field, value, "pure_bf16: the model, gradients and optimizer state in bf16")
