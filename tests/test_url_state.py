@@ -16,9 +16,19 @@ def value_for(f):
         return st.lists(st.sampled_from(f.choices), unique=True).map(tuple)
     if f.kind == "ints":                       # a pipeline's layers per stage (ui/state_stages.py)
         return st.lists(st.integers(0, 10_000), max_size=20).map(tuple)
+    if f.kind == "points":                     # the samples' lengths (zerocalc/step/batches.py): rising points
+        return st.lists(st.integers(1, 10_000), min_size=1, max_size=6).map(_points)
     if f.kind in ("prob", "factor"):
         return st.floats(f.lo, f.hi, allow_nan=False)
     return st.integers(int(f.lo), int(f.hi))
+
+
+def _points(lengths) -> tuple:
+    """Percentile points 1..100 (the last at 100) over sorted lengths, as the core checks them."""
+    lengths = sorted(lengths)
+    n = len(lengths)
+    return tuple((100 * (i + 1) // n, t) for i, t in enumerate(lengths) if i == n - 1 or
+                 100 * (i + 1) // n < 100 * (i + 2) // n)
 
 
 @st.composite

@@ -8,6 +8,7 @@ import math
 from zerocalc.units import parse_capacity, parse_count
 
 from .state_stages import parse_ints
+from .state_step import lengths_from_text, lengths_text
 
 MAX_VALUE_CHARS = 64          # longer URL values are refused before parsing
 
@@ -19,6 +20,8 @@ def allowed(f) -> str:
         return "true or false"
     if f.kind in ("multi", "ints"):
         return "a comma-separated list of " + ", ".join(f.choices) + " (or nothing)"
+    if f.kind == "points":
+        return f.choices[0] + " (or nothing)"
     if f.kind in ("prob", "factor"):
         return f"a number from {f.lo:g} to {f.hi:g}"
     if f.kind == "bytes":
@@ -31,6 +34,10 @@ def parse_value(f, text: str):
     text = str(text).strip()
     if f.kind == "ints":             # bounded by its own reader (ui/state_stages.py)
         return parse_ints(text) if text else ()
+    if f.kind == "points":           # bounded by its own reader (zerocalc/step/batches.py parse_points)
+        if len(text) > 4 * MAX_VALUE_CHARS:
+            raise ValueError("too long")
+        return lengths_from_text(text)
     if len(text) > MAX_VALUE_CHARS:
         raise ValueError("too long")
     if f.kind == "choice":
@@ -62,6 +69,8 @@ def format_value(f, value) -> str:
         return "true" if value else "false"
     if f.kind in ("multi", "ints"):
         return ",".join(map(str, value))
+    if f.kind == "points":
+        return lengths_text(value)
     if f.kind in ("prob", "factor"):
         return repr(float(value))
     return str(value)

@@ -59,7 +59,7 @@ LABELS = {
     "float8": "float8 linears (torchao)", "op_policy": "Op-level policy (what it saves)", "op_saves": "Ops your policy saves", "float8_all_gather": "FSDP float8 all-gather", "async_tp": "Async tensor parallel (torchtitan)",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
-    "batch_mode": "Batch: fixed, padded or packed", "router_loss": "MoE load-balancing loss (output_router_logits)",
+    "batch_mode": "Batch: fixed, padded or packed", "batch_lengths": "Sample lengths (percentiles)", "router_loss": "MoE load-balancing loss (output_router_logits)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
@@ -260,6 +260,10 @@ HELP = {
     "batch_mode": "fixed: every sample is the sequence length; padded: the micro-batch's samples padded to their "
                   "longest (the sequence length is the longest a sample may be); packed: rows of the sequence "
                   "length filled with samples (flash attention's varlen kernels). The verdict judges the worst step.",
+    "batch_lengths": "The samples' lengths as percentile points, p50=512,p90=2048,p99=6000,max=8192 (the last at "
+                     "max, the longest sample). A padded micro-batch is as long as its longest sample: the typical "
+                     "step is the median longest of micro-batch samples drawn from these; the worst step, the "
+                     "sequence length, is what the verdict judges. Empty: no typical step beside the worst.",
     "router_loss": "Hugging Face's load-balancing loss (output_router_logits): every MoE layer's router logits "
                    "kept to the loss and the loss's own tensors; 48 GiB of one-hot before transformers 5.16.",
     "moe_capacity_percent": "A capacity factor drops tokens above it (125: 1.25x a balanced share); 0: dropless "

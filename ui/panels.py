@@ -263,6 +263,18 @@ def _pipeline_words(layout: dict) -> str:
     return idle
 
 
+def _batch_words(batch, stage: int, unit: str) -> str:
+    """Padded or packed batches (issue 37): the verdict judges the worst step; the typical step's peak beside it."""
+    if not batch or batch["mode"] == "fixed":
+        return ""
+    worst, typical = batch["worst"], batch["typical"]
+    said = f" Judged at {worst['words']}"
+    if typical["tokens"] != worst["tokens"]:
+        said += (f"; {typical['words']} peaks at {format_bytes(typical['peak_bytes'][stage], unit)}"
+                 f" ({'fits' if typical['fits'][stage] else 'does not fit'})")
+    return said + "."
+
+
 def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: dict = None) -> str:
     """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
     the model-state subtotal beneath each, labelled as such ("" without a peak: see no_peak). `measured`: a
@@ -283,7 +295,7 @@ def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: di
                 else f"({v['answer']}: {v['deciding']}).")
              + (f" Worst rank: {p['rank']}." if len(report["ranks"]) > 1 else "")
              + (" " + measured["sentence"] if measured is not None and measured["stage"] == stage else ""))
-    check += _pipeline_words(report["layout"])
+    check += _pipeline_words(report["layout"]) + _batch_words(report.get("batch"), stage, unit)
     sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {html.escape(workers)}?'
                 f'</strong> {html.escape(answer[:1].upper() + answer[1:])}. {html.escape(check)}</p>')
     bands = {b["stage"]: b for b in (ranges or {}).get("stages", [])}

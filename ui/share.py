@@ -20,7 +20,8 @@ from .rl_section import seed as rl_seed, values as rl_values
 from .rl_state import RL_PREFIX, from_query as rl_from_query, to_query as rl_to_query
 from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
 from .state_stages import LIST_HINT, layers_from_text, layers_text
-from .widgets import GPU_MEMORY_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed
+from .state_step import LENGTHS_HINT, lengths_from_text, lengths_text
+from .widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
@@ -75,7 +76,8 @@ def start_session() -> list:
     resolved = resolve(state)
     seed({**resolved.state, PARAMS_TEXT: str(resolved.state["params"]),
           GPU_MEMORY_TEXT: capacity_text(resolved.state["gpu_memory"]),
-          STAGE_LAYERS_TEXT: layers_text(resolved.state["stage_layers"])})
+          STAGE_LAYERS_TEXT: layers_text(resolved.state["stage_layers"]),
+          LENGTHS_TEXT: lengths_text(resolved.state["batch_lengths"])})
     if plan is not None:
         st.session_state[PLAN_A], plan_warnings = plan_from_query(plan)
         warnings += plan_warnings
@@ -94,6 +96,8 @@ TYPED = (
      capacity_text),
     ("stage_layers", STAGE_LAYERS_TEXT, lambda s: s["pp"] > 1 and s["stage_split"] == "even", layers_from_text,
      LIST_HINT + ", or nothing for the even split", layers_text, layers_text),
+    ("batch_lengths", LENGTHS_TEXT, lambda s: s["batch_mode"] == "padded", lengths_from_text,
+     LENGTHS_HINT + ", or nothing", lengths_text, lengths_text),
 )
 
 

@@ -7,7 +7,7 @@ keywords they give. Where the core has None the state holds a value a link never
 from __future__ import annotations
 
 from zerocalc.step.allocator import ALLOCATORS, DEFAULT_ALLOCATOR
-from zerocalc.step.batches import BATCH_MODES
+from zerocalc.step.batches import BATCH_MODES, parse_points
 from zerocalc.step.buffers import COMM_BUFFERS, FSDP_WRAPS
 from zerocalc.step.float8 import FLOAT8_RECIPES
 from zerocalc.step.fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
@@ -55,8 +55,22 @@ def step_fields(field) -> tuple:
             field("model_loading", "choice", "auto", LOADING_CHOICES),
             # the batch as it really is (issue 37, zerocalc/step/batches.py) and Hugging Face's router loss
             field("batch_mode", "choice", "fixed", BATCH_MODES), field("router_loss", "bool", False),
+            field("batch_lengths", "points", (), (LENGTHS_HINT,)),      # padded: the samples' lengths
             # the library releases the run used (zerocalc/versions.py): one field per library with rows
             *(field(f"{lib}_version", "choice", releases[0], releases) for lib, releases in PAGE_RELEASES.items()))
+
+
+LENGTHS_HINT = "percentile points of the samples' lengths, e.g. p50=512,p90=2048,max=8192 (the last at max)"
+
+
+def lengths_text(points) -> str:
+    """The points as the text box and the link write them: "p50=512,p90=2048,max=8192"; nothing when none."""
+    return ",".join(f"p{p}={t}" if p != 100 else f"max={t}" for p, t in points)
+
+
+def lengths_from_text(text: str) -> tuple:
+    """The text box's points (nothing: none given); FieldError (a ValueError) naming what is allowed."""
+    return () if not str(text).strip() else parse_points(text)
 
 
 def step_versions(state: dict) -> tuple:
@@ -88,8 +102,14 @@ def step_workload(state: dict) -> dict:
             "measured_extra_bytes": state["measured_extra_bytes"],
             "host_memory_bytes": state["host_memory_bytes"], "model_loading": state["model_loading"],
             # packing needs varlen attention (the core refuses it with eager)
-            "batch_mode": state["batch_mode"] if state["batch_mode"] != "packed" or state["attention"] == "flash"
-            else "fixed"}
+            "batch_mode": batch_mode(state),
+            "batch_lengths": tuple(state["batch_lengths"]) if batch_mode(state) == "padded" else ()}
+
+
+def batch_mode(state: dict) -> str:
+    """The state's batch mode, as the core takes it: packing needs varlen attention (the core refuses it with
+    eager), so packed with eager reads as fixed."""
+    return state["batch_mode"] if state["batch_mode"] != "packed" or state["attention"] == "flash" else "fixed"
 
 
 def op_policy(state: dict) -> str:

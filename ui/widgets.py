@@ -22,6 +22,7 @@ from zerocalc.units import capacity_text
 from . import rl_section
 from .labels import HELP, LABELS
 from .state_optimizer import OPTIMIZER_OPTIONS
+from .state_step import lengths_text
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
                     FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, base_architecture,
                     default_for)
@@ -44,7 +45,8 @@ VALUES = "_values"          # session key: every field's value, the app state
 PARAMS_TEXT = "params_text"  # the parameter count as typed (params-only): kept in VALUES beside the fields
 GPU_MEMORY_TEXT = "gpu_memory_text"  # a custom capacity as typed, with its unit ("48 GB"): kept beside them too
 STAGE_LAYERS_TEXT = "stage_layers_text"  # the layers per pipeline stage as typed ("15,16,16,...")
-TEXTS = (PARAMS_TEXT, GPU_MEMORY_TEXT, STAGE_LAYERS_TEXT)
+LENGTHS_TEXT = "batch_lengths_text"      # the samples' lengths as typed ("p50=512,p90=2048,max=8192")
+TEXTS = (PARAMS_TEXT, GPU_MEMORY_TEXT, STAGE_LAYERS_TEXT, LENGTHS_TEXT)
 
 
 def seed(state: dict) -> None:
@@ -71,6 +73,8 @@ def set_fields(values: dict) -> None:
         values = {**values, GPU_MEMORY_TEXT: capacity_text(values["gpu_memory"])}
     if "stage_layers" in values:                # the stage counts' text box shows what was set
         values = {**values, STAGE_LAYERS_TEXT: ",".join(str(c) for c in values["stage_layers"])}
+    if "batch_lengths" in values:               # and the lengths' box
+        values = {**values, LENGTHS_TEXT: lengths_text(values["batch_lengths"])}
     for name, value in values.items():
         store[name] = value
         if name in st.session_state:
@@ -292,8 +296,6 @@ def _parallel(box) -> None:
         box.caption("Expert parallelism (ep, etp) applies to mixture-of-experts models.")
 
 
-
-
 def _finetune(box) -> None:
     widget("finetune", box)
     names = FINETUNE_MODE_FIELDS[current("finetune")]
@@ -362,7 +364,10 @@ def _recipe(box) -> None:
 
 def _step(box) -> None:
     _fields(STEP_FIELDS)(box)
-    widget("batch_mode", box)                   # issue 37: the typical and the worst step (lengths: the CLI)
+    widget("batch_mode", box)                   # issue 37: the typical and the worst step
+    if current("batch_mode") == "padded":       # the samples' lengths decide the typical step (share.TYPED parses)
+        st.session_state[LENGTHS_TEXT] = current(LENGTHS_TEXT)
+        box.text_input(LABELS["batch_lengths"], key=LENGTHS_TEXT, help=HELP["batch_lengths"])
     if current("implementation") == "huggingface":
         widget("router_loss", box)              # counted for MoE models only (zerocalc/step/router_loss.py)
     if current("implementation") == "megatron":
