@@ -98,3 +98,21 @@ def band(allocator: str, stage: int, tensors: int, unit_bytes: int, percent: int
     unit_bytes = unit_bytes if MODES[stage] == "sharded" else 0
     high = reserve_bytes(tensors, max(percent, model.high_percent), max(units, model.high_units), unit_bytes)
     return 0, reserve_bytes(tensors, percent, units, unit_bytes), high
+
+
+def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR) -> tuple:
+    """(low, point) reserve of one stage by the caching allocator's model (issue 32): the step's allocation
+    sequence (timeline.py) replayed through caching_allocator.py, peak reserved - peak allocated. The point is a
+    run with room (nothing released, as max_memory_reserved of a run that fits reports); the low end replays the
+    same step in a budget of its allocated peak + one 20 MiB segment, where the allocator releases its unsplit
+    cached blocks before it would fail. "expandable" replays with expandable segments; "flat" has no model (0, 0)."""
+    from .caching_allocator import K_LARGE_BUFFER, Config
+    from .timeline import blocks_reserve, plan_of, replay
+    if allocator == "flat":
+        return 0, 0
+    plan = plan_of(peak, shape, peak.cycle_unit_bytes)
+    roomy = Config(expandable_segments=allocator == "expandable")
+    point = blocks_reserve(plan, roomy)
+    tight = replay(plan, plan.layers, roomy._replace(capacity=point["allocated"] + K_LARGE_BUFFER))
+    low = max(0, tight.peak_reserved - tight.peak_allocated) if not tight.oom else 0
+    return min(low, point["reserve"]), point["reserve"]
