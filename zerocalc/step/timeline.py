@@ -52,6 +52,18 @@ class Plan(NamedTuple):
     rebuilt: List[int]            # recompute: one block rebuilt in backward
     step_temps: List[int]         # the optimizer step's temporaries, per parameter tensor
     layers: int
+    in_flight: int = 0            # activations beyond one micro-batch's blocks and head, alive through the step
+
+
+def _tensors(term: int, hidden: int) -> List[int]:
+    """A saved term as the tensors it is made of: a whole number k (2-8) of hidden-state tensors, give or take an
+    eighth of one (a norm's fp32 copy and its statistics, q, k and v), is k of them and the rest; else one
+    tensor. Rounding and pooling are per tensor (a 0.5 MiB hidden state is a small-pool block)."""
+    k = round(term / hidden) if hidden else 0
+    if 2 <= k <= 8 and abs(term - k * hidden) * 8 < hidden:
+        rest = term - k * hidden
+        return [hidden] * k + ([rest] if rest > 0 else []) if rest >= 0 else [hidden] * (k - 1) + [hidden + rest]
+    return [term]
 
 
 def _split(total: int, weights: List[int]) -> List[int]:
@@ -78,12 +90,18 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
     layer_share = states * per_layer_elems * layers // whole // layers if whole else 0
     grown = max(0, max(bwd.get("model states", 0), opt.get("model states", 0)) - states)
     copies = [w for w in in_layer for _ in range(STATE_COPIES)]
-    saved = list((act.per_layer if act.layers else act.per_moe_layer).values())
+    terms = act.per_layer if act.layers else act.per_moe_layer
     if act.checkpointed_layers:
-        saved = list(act.checkpointed.values())
-    saved = [s for s in saved if s > 0]
-    scale = fwd.get("activations", 0) / max(1, sum(saved) * layers + sum(act.head.values()))
-    saved = [int(s * scale) for s in saved]
+        terms = act.checkpointed
+    hidden = terms.get("attention input") or terms.get("mlp input") or 0
+    saved = [piece for v in terms.values() if v > 0 for piece in _tensors(v, hidden)]
+    head = [piece for v in act.head.values() if v > 0 for piece in _tensors(v, hidden)]
+    # what the activations part holds beyond one micro-batch's blocks and head (pipeline micro-batches in flight,
+    # embeddings, rotary tables): one lump alive through the step; a part below them scales the blocks down
+    beyond = fwd.get("activations", 0) - sum(saved) * layers - sum(head)
+    if beyond < 0:
+        scale = fwd.get("activations", 0) / max(1, sum(saved) * layers + sum(head))
+        saved, head, beyond = [int(x * scale) for x in saved], [int(x * scale) for x in head], 0
     gathered = fwd.get("gathered parameters", 0)
     unit = min(gathered, cycle_unit // 2) if cycle_unit else 0
     step_parts = sum(v for k, v in opt.items() if k not in PER_STEP_FIXED and k not in ("all-gather bucket",
@@ -92,11 +110,11 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
     rebuilt_bytes = bwd.get("recompute (one block)", 0)
     return Plan(_split(layer_share, copies), _split(states - layer_share * layers, outside * STATE_COPIES),
                 _split(grown // layers, in_layer), saved,
-                [int(v * scale) for v in act.head.values() if v] + [fwd.get("logits and loss", 0)],
+                head + [fwd.get("logits and loss", 0)],
                 bwd.get("logits and loss", 0), fwd.get("library workspaces", 0),
                 fwd.get("measured beyond the estimate", 0), unit, max(1, gathered // unit) if unit else 0,
                 cycle_unit - unit if unit else 0, bwd.get("gradient buckets", 0),
-                _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers)
+                _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers, beyond)
 
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
@@ -122,6 +140,7 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
     biggest = max(plan.saved, default=0)
     for _ in range(steps):
         saved, units = [], []
+        in_flight = malloc(plan.in_flight)
         for _b in range(blocks):                                  # forward
             if plan.unit:
                 units.append(malloc(plan.unit, ALL_GATHER))
@@ -145,7 +164,7 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
                 if len(pending) > 1:
                     free(pending.pop(0))
             free(transient, *rebuilt, unit, *saved.pop())
-        free(*pending, buckets)
+        free(*pending, buckets, in_flight)
         temps = [malloc(t) for t in plan.step_temps]              # optimizer step
         free(*temps, *grads)
     return out
