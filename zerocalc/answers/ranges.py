@@ -150,6 +150,9 @@ def _ends(workload, names, bounds) -> Tuple[Dict[str, int], Dict[str, int], Dict
             value = getattr(workload, f)
             limit_lo, limit_hi = WORKLOAD_LIMITS[f]
             lo, hi = max(lo, limit_lo), min(hi, limit_hi)
+            if value is None:            # fragmentation_percent unset: the allocator model's point (issue 32)
+                low[f], point[f], high[f] = lo, value, hi
+                continue
             if not lo <= value <= hi:
                 notes.append(f"{f} = {value:,} lies outside its range {lo:,}-{hi:,}: the band reaches it")
             low[f], point[f], high[f] = min(lo, value), value, max(hi, value)
@@ -175,8 +178,8 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
 
     point_report = layout_report(scenario, workload)
     # Every rank class's (tensors, cycle unit) per stage: the worst rank is the largest total at each setting.
-    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes) for v in point_report.ranks]
-               for s in STAGES]
+    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes, v.peaks[s].simulated_reserve)
+                for v in point_report.ranks] for s in STAGES]
     # what the "CUDA context" part holds beyond the assumption (async TP's workspace: step/async_tp.py)
     beyond = max(outside_allocator_bytes(workload, v.shape) for v in point_report.ranks) - workload.cuda_context_bytes
 
@@ -185,7 +188,7 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
             context = fields.get("cuda_context_bytes", workload.cuda_context_bytes) + beyond
             percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
             units = fields.get("allocator_units", workload.allocator_units)
-            return [max(with_overheads(t, context, percent, units, u) for t, u in ranks) for ranks in tensors]
+            return [max(with_overheads(t, context, percent, units, u, sim) for t, u, sim in ranks) for ranks in tensors]
         return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
 
     at_point = [p.peak_bytes for p in point_report.peaks]
@@ -197,7 +200,8 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
     capacity = workload.capacity_bytes
     bands = []
     for s in STAGES:
-        band = (at_low[s], at_point[s], at_high[s])
+        # a simulated point (fragmentation_percent None) may lie outside the percent's range: the band reaches it
+        band = (min(at_low[s], at_point[s]), at_point[s], max(at_high[s], at_point[s]))
         bands.append(StageBand(s, *band, capacity, verdict(*band, capacity),
                                {n: (lo[s], hi[s]) for n, (lo, hi) in swings.items()}))
     return Ranges(tuple(bands), vary, low, point, high, tuple(notes))

@@ -73,9 +73,19 @@ DEFAULT_ALLOCATOR = "caching"
 MODES = {0: "replicated", 1: "replicated", 2: "replicated", 3: "sharded"}
 
 
-def reserve_bytes(tensors: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
-    """The reserve over a phase's live tensors: percent of them rounded up, plus `units` cycles of `unit_bytes`."""
-    return -(-tensors * percent // 100) + units * unit_bytes
+DEFAULT_PERCENT = 5         # the point's percent where a reserve has no simulation (fragmentation_percent None)
+
+
+def reserve_bytes(tensors: int, percent, units: int = 0, unit_bytes: int = 0, simulated=None) -> int:
+    """The reserve over a phase's live tensors: percent of them rounded up, plus `units` cycles of `unit_bytes`.
+    percent None (Workload.fragmentation_percent unset) takes the caching allocator model's reserve, `simulated`
+    (simulated_reserve's point), instead of the percent; where nothing was simulated (an RL engine's parts),
+    DEFAULT_PERCENT."""
+    if percent is None:
+        base = -(-tensors * DEFAULT_PERCENT // 100) if simulated is None else simulated
+    else:
+        base = -(-tensors * percent // 100)
+    return base + units * unit_bytes
 
 
 def cycle_unit_bytes(scenario, workload, stage: int, shape) -> int:
@@ -100,12 +110,13 @@ def band(allocator: str, stage: int, tensors: int, unit_bytes: int, percent: int
     return 0, reserve_bytes(tensors, percent, units, unit_bytes), high
 
 
-def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR) -> tuple:
+def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR, low: bool = True) -> tuple:
     """(low, point) reserve of one stage by the caching allocator's model (issue 32): the step's allocation
     sequence (timeline.py) replayed through caching_allocator.py, peak reserved - peak allocated. The point is a
     run with room (nothing released, as max_memory_reserved of a run that fits reports); the low end replays the
     same step in a budget of its allocated peak + one 20 MiB segment, where the allocator releases its unsplit
-    cached blocks before it would fail. "expandable" replays with expandable segments; "flat" has no model (0, 0)."""
+    cached blocks before it would fail (low=False skips that replay: low is then None). "expandable" replays with
+    expandable segments; "flat" has no model (0, 0)."""
     from .caching_allocator import K_LARGE_BUFFER, Config
     from .timeline import blocks_reserve, plan_of, replay
     if allocator == "flat":
@@ -113,6 +124,8 @@ def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR) -> tuple:
     plan = plan_of(peak, shape, peak.cycle_unit_bytes)
     roomy = Config(expandable_segments=allocator == "expandable")
     point = blocks_reserve(plan, roomy)
+    if not low:
+        return None, point["reserve"]
     tight = replay(plan, plan.layers, roomy._replace(capacity=point["allocated"] + K_LARGE_BUFFER))
-    low = max(0, tight.peak_reserved - tight.peak_allocated) if not tight.oom else 0
-    return min(low, point["reserve"]), point["reserve"]
+    low_bytes = max(0, tight.peak_reserved - tight.peak_allocated) if not tight.oom else 0
+    return min(low_bytes, point["reserve"]), point["reserve"]
