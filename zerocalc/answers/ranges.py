@@ -27,7 +27,8 @@ The ranges and where their figures come from:
   pool at its high-water mark: 35 % of the tensors with the default allocator, plus two unit cycles of the
   communication streams under ZeRO-3 (published pairs reach 1.35x); 10 % with expandable segments (an
   assumption); "flat" keeps the band before issue 20, 0-15 % and no unit cycles. calibrate.compare measures the
-  reserve for a real run.
+  reserve for a real run. With fragmentation_percent None the point is the caching allocator model's reserve
+  (step/allocator.py simulated_reserve, issue 32) and the band reaches it where it lies above the high end.
 - buckets (reduce_bucket_size, prefetch_bucket_size), opt-in: between the values Hugging Face's "auto" DeepSpeed
   config fills in from the hidden size h (reduce_bucket_size = h * h, stage3_prefetch_bucket_size = 0.9 * h * h:
   accelerate's Accelerator._prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig) and DeepSpeed's own

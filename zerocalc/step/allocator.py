@@ -40,6 +40,10 @@ plus unit cycles x the stage's cycle unit):
   the band is 0-35 % of the tensors wide, plus two unit cycles under ZeRO-3. With expandable segments
   the high end is 10 %, an assumption: no published pair under expandable segments was found. "flat" is the band
   before issue 20, 0-15 % of the tensors and no unit cycles.
+The model (issue 32): caching_allocator.py replays the step's allocation sequence (timeline.py, built from the
+stage's parts) with the rules above; simulated_reserve is its peak reserved - peak allocated. With
+Workload.fragmentation_percent None it is the point of every phase of the stage (step/peak.py); the band above
+stays as it is around it. docs/peak-memory.md 3b compares both with the ledger's reserved cases.
 Not modelled: sequence lengths that change from step to step (the "N + 1" slivers of Note [Expandable Segments];
 torchtune's unpacked QLoRA run reserved 1.51x what the same run reserved with expandable segments, issue #1185),
 recordStream holding NCCL tensors beyond their use (TORCH_NCCL_AVOID_RECORD_STREAMS, torchtitan #735), CUDA

@@ -118,7 +118,8 @@ class _Allocator:
         self.allocated = self.reserved = self.requested = 0
         self.pool_reserved = {"small": 0, "large": 0}
         self.peak_pool = {"small": 0, "large": 0}
-        self.peaks = [0, 0, 0, 0, 0]   # allocated, reserved, allocated at peak reserved, reserved at peak allocated, requested
+        # peak allocated, peak reserved, allocated at the reserved peak, reserved at the allocated peak, requested
+        self.peaks = [0, 0, 0, 0, 0]
         self.segments = self.retries = 0
         self.oom = False
 

@@ -23,7 +23,8 @@ does) for `blocks` blocks; blocks_reserve() extrapolates the steady state to the
 
 from __future__ import annotations
 
-from typing import Dict, List, NamedTuple
+from functools import lru_cache
+from typing import Dict, List, NamedTuple, Tuple
 
 from .caching_allocator import FREE, MALLOC, Config, Result, simulate
 
@@ -37,11 +38,11 @@ PER_STEP_FIXED = ("model states", "library workspaces", "measured beyond the est
 
 class Plan(NamedTuple):
     """What the timeline needs from one stage's peak and the rank's shape (all bytes)."""
-    layer_states: List[int]       # one block's parameter tensors' shares of the forward model states
-    other_states: List[int]       # the tensors outside the blocks (embedding, head, final norm)
-    grow_states: List[int]        # one block's gradients allocated during backward (0 when none grow)
-    saved: List[int]              # one block's saved activation tensors
-    head: List[int]               # the loss's saved tensors and the forward logits part
+    layer_states: Tuple[int, ...]       # one block's parameter tensors' shares of the forward model states
+    other_states: Tuple[int, ...]       # the tensors outside the blocks (embedding, head, final norm)
+    grow_states: Tuple[int, ...]        # one block's gradients allocated during backward (0 when none grow)
+    saved: Tuple[int, ...]              # one block's saved activation tensors
+    head: Tuple[int, ...]               # the loss's saved tensors and the forward logits part
     head_backward: int            # the loss's backward transients
     workspaces: int
     extra: int
@@ -49,8 +50,8 @@ class Plan(NamedTuple):
     window: int                   # gathered units alive at once
     unit_grad: int                # ZeRO-3: one block's unsharded gradient on the reduce-scatter stream
     buckets: int
-    rebuilt: List[int]            # recompute: one block rebuilt in backward
-    step_temps: List[int]         # the optimizer step's temporaries, per parameter tensor
+    rebuilt: Tuple[int, ...]            # recompute: one block rebuilt in backward
+    step_temps: Tuple[int, ...]         # the optimizer step's temporaries, per parameter tensor
     layers: int
     in_flight: int = 0            # activations beyond one micro-batch's blocks and head, alive through the step
 
@@ -66,14 +67,14 @@ def _tensors(term: int, hidden: int) -> List[int]:
     return [term]
 
 
-def _split(total: int, weights: List[int]) -> List[int]:
+def _split(total: int, weights: List[int]) -> Tuple[int, ...]:
     """total bytes split in proportion to weights, the remainder on the last (exact sum)."""
     whole = sum(weights)
     if total <= 0 or whole <= 0:
-        return []
+        return ()
     out = [total * w // whole for w in weights]
     out[-1] += total - sum(out)
-    return [x for x in out if x > 0]
+    return tuple(x for x in out if x > 0)
 
 
 def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
@@ -109,8 +110,8 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
     everything = in_layer * layers + outside
     rebuilt_bytes = bwd.get("recompute (one block)", 0)
     return Plan(_split(layer_share, copies), _split(states - layer_share * layers, outside * STATE_COPIES),
-                _split(grown // layers, in_layer), saved,
-                head + [fwd.get("logits and loss", 0)],
+                _split(grown // layers, in_layer), tuple(saved),
+                tuple(head) + (fwd.get("logits and loss", 0),),
                 bwd.get("logits and loss", 0), fwd.get("library workspaces", 0),
                 fwd.get("measured beyond the estimate", 0), unit, max(1, gathered // unit) if unit else 0,
                 cycle_unit - unit if unit else 0, bwd.get("gradient buckets", 0),
@@ -174,11 +175,12 @@ def replay(plan: Plan, blocks: int, config: Config = Config()) -> Result:
     return simulate(events(plan, blocks), config)
 
 
+@lru_cache(maxsize=512)
 def blocks_reserve(plan: Plan, config: Config = Config()) -> Dict[str, int]:
     """The simulated reserve (peak reserved - peak allocated) at the rank's block count: replayed whole, or above
     REPLAYED[1] blocks extrapolated linearly from REPLAYED (the reserve does not grow evenly with the blocks: on
     Llama-2-7B it moves in steps, 0.26 GiB at 2 blocks, 1.12 at 6, 1.38 at 16, 2.76 at 32, so few blocks do not
-    predict many)."""
+    predict many). Cached: a plan (tuples of ints) replays once; the dict returned is shared, do not change it."""
     if plan.layers <= REPLAYED[1]:
         r = replay(plan, plan.layers, config)
         return {"reserve": max(0, r.peak_reserved - r.peak_allocated), "allocated": r.peak_allocated}
