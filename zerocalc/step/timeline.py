@@ -104,7 +104,11 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
         scale = fwd.get("activations", 0) / max(1, sum(saved) * layers + sum(head))
         saved, head, beyond = [int(x * scale) for x in saved], [int(x * scale) for x in head], 0
     gathered = fwd.get("gathered parameters", 0)
-    unit = min(gathered, cycle_unit // 2) if cycle_unit else 0
+    # ZeRO-3's unit: the largest block gathered in the compute dtype; its unsharded gradient is the rest of the
+    # cycle unit (allocator.cycle_unit_bytes) for the trained share of the parameters (LoRA: the adapters only)
+    unit = min(gathered, -(-shape.largest_layer_params * shape.compute_bits // 8)) if cycle_unit else 0
+    trained = sum(g.params for g in shape.groups if not g.name.endswith("frozen"))
+    unit_grad = (cycle_unit - unit) * trained // max(1, shape.params) if unit else 0
     step_parts = sum(v for k, v in opt.items() if k not in PER_STEP_FIXED and k not in ("all-gather bucket",
                                                                                         "persistent parameters"))
     everything = in_layer * layers + outside
@@ -114,7 +118,7 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
                 tuple(head) + (fwd.get("logits and loss", 0),),
                 bwd.get("logits and loss", 0), fwd.get("library workspaces", 0),
                 fwd.get("measured beyond the estimate", 0), unit, max(1, gathered // unit) if unit else 0,
-                cycle_unit - unit if unit else 0, bwd.get("gradient buckets", 0),
+                unit_grad, bwd.get("gradient buckets", 0),
                 _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers, beyond)
 
 
