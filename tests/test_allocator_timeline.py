@@ -76,8 +76,8 @@ def test_the_simulated_reserve(report):
 def test_the_model_against_the_ledgers_reserved_cases():
     """Before (5 % of the tensors) and with the model, on every expressed max_memory_reserved / device case:
     the median error goes from -6.9 % to within 1 %, the cases under by more than 5 % from 18 of 26 to 6, those
-    within 10 % from 19 to 23; the worst under is AA-03 (-18.8 %, Answer.AI's QLoRA at 512 tokens, -28.1 %
-    before), the worst over AA-04 (+10.7 %)."""
+    within 10 % from 19 to 23; the worst under is AA-03 (-16.8 %, Answer.AI's QLoRA at 512 tokens, -28.1 %
+    before), the worst over the same run at 2048 tokens, AA-04 (+14.0 %)."""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
     assert len(rows) == 26
@@ -85,7 +85,7 @@ def test_the_model_against_the_ledgers_reserved_cases():
     after = sorted(r["after"] / r["measured"] - 1 for r in rows)
     assert sum(e < -0.05 for e in before) == 18 and sum(e < -0.05 for e in after) <= 6
     assert sum(abs(e) <= 0.10 for e in after) >= 23 > sum(abs(e) <= 0.10 for e in before)
-    assert abs(after[13]) < 0.01 and after[0] > -0.19 and after[-1] < 0.11
+    assert abs(after[13]) < 0.01 and after[0] > -0.17 and after[-1] < 0.145
 
 
 # A real step recorded on the CPU by tests/measure/allocation_sequence.py (recorded_events(RECORDED_CONFIG, 512):

@@ -7,18 +7,21 @@ The order is the one a training step allocates in, each named part of the report
    gradient, two optimizer moments: a holding's share of the part split in four), the library workspaces (one per
    cuBLAS handle: forward and backward), what calibration measured beyond the estimate;
 2. forward, block by block: the block's saved activations, one tensor per term of ActivationReport.per_layer (or
-   its checkpointed / MoE terms), a transient the size of its largest term, and under ZeRO-3 the block's gathered
+   its checkpointed / MoE terms; a term of k hidden states is k tensors), QLoRA's 4-bit weights each dequantized
+   around its share of them, a transient the size of its largest term, and under ZeRO-3 the block's gathered
    unit on the all-gather stream, freed once the prefetch window (the "gathered parameters" part) moves on;
 3. the loss: the head's saved terms and the forward "logits and loss" part; at backward's start its gradient
    transients (the backward part), freed when the head's backward is done;
-4. backward, block by block from the last: the rebuilt block under recompute, a gradient transient, the block's
+4. backward, block by block from the last: the rebuilt block under recompute (its weights dequantized again
+   under QLoRA), a gradient transient, each dequantized weight once more for its input's gradient, the block's
    share of any gradients that grow during backward (grad_lifetime.py), under ZeRO-3 the unsharded gradient on the
    reduce-scatter stream, freed a block later; then the block's saved activations are freed. The gradient buckets
    are allocated once at backward's start;
 5. the optimizer step: its parts beyond the states (fp32 gradient copy, foreach or shaped-optimizer
    temporaries), one tensor per parameter tensor as foreach allocates them, then freed.
 A step is replayed twice (the second step meets the first one's cached blocks, as max_memory_reserved of a run
-does) for `blocks` blocks; blocks_reserve() extrapolates the steady state to the rank's blocks.
+does; a third reads as the second) for `blocks` blocks; blocks_reserve() replays every block of the rank up to 96
+and extrapolates beyond.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Plan(NamedTuple):
     step_temps: Tuple[int, ...]         # the optimizer step's temporaries, per parameter tensor
     layers: int
     in_flight: int = 0            # activations beyond one micro-batch's blocks and head, alive through the step
+    dequantized: Tuple[int, ...] = ()   # QLoRA: each 4-bit weight of a block dequantized while its linear runs
 
 
 def _tensors(term: int, hidden: int) -> List[int]:
@@ -112,6 +116,12 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
     step_parts = sum(v for k, v in opt.items() if k not in PER_STEP_FIXED and k not in ("all-gather bucket",
                                                                                         "persistent parameters"))
     everything = in_layer * layers + outside
+    # QLoRA: a block's 4-bit weights, each dequantized to the compute dtype around its matmul (the part is the
+    # largest of them: step/peak.py's "dequantized 4-bit weight")
+    largest_dq = fwd.get("dequantized 4-bit weight", 0)
+    dequantized = tuple(-(-h.local_elements * shape.compute_bits // 8) for h in holdings
+                        if largest_dq and h.tensor.place == "layer" and len(h.shape) == 2
+                        and h.local_elements * shape.compute_bits // 8 <= largest_dq)
     rebuilt_bytes = bwd.get("recompute (one block)", 0)
     return Plan(_split(layer_share, copies), _split(states - layer_share * layers, outside * STATE_COPIES),
                 _split(grown // layers, in_layer), tuple(saved),
@@ -119,7 +129,7 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
                 bwd.get("logits and loss", 0), fwd.get("library workspaces", 0),
                 fwd.get("measured beyond the estimate", 0), unit, max(1, gathered // unit) if unit else 0,
                 unit_grad, bwd.get("gradient buckets", 0),
-                _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers, beyond)
+                _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers, beyond, dequantized)
 
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
@@ -151,7 +161,7 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
                 units.append(malloc(plan.unit, ALL_GATHER))
                 if len(units) > plan.window:
                     free(units.pop(0))
-            saved.append([malloc(s) for s in plan.saved])
+            saved.append(_run_linears(plan.dequantized, plan.saved, malloc, free))
             free(malloc(biggest))
         free(*units)
         head = [malloc(s) for s in plan.head]
@@ -161,8 +171,10 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
         grads, pending = [], []
         for _b in range(blocks):
             unit = malloc(plan.unit, ALL_GATHER) if plan.unit else None
-            rebuilt = [malloc(s) for s in plan.rebuilt]
+            rebuilt = _run_linears(plan.dequantized if plan.rebuilt else (), plan.rebuilt, malloc, free)
             transient = malloc(biggest)
+            for size in reversed(plan.dequantized):               # each linear's backward dequantizes again
+                free(malloc(size))
             grads += [malloc(g) for g in plan.grow_states]
             if plan.unit_grad:
                 pending.append(malloc(plan.unit_grad, REDUCE_SCATTER))
@@ -172,6 +184,19 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
         free(*pending, buckets, in_flight)
         temps = [malloc(t) for t in plan.step_temps]              # optimizer step
         free(*temps, *grads)
+    return out
+
+
+def _run_linears(dequantized, outputs, malloc, free) -> list:
+    """A block's forward: its outputs allocated in turn, each dequantized weight (QLoRA) alive around its share
+    of them; returns the outputs' ids."""
+    if not dequantized:
+        return [malloc(s) for s in outputs]
+    out, per = [], -(-len(outputs) // len(dequantized))
+    for i, size in enumerate(dequantized):
+        weight = malloc(size)
+        out += [malloc(s) for s in outputs[i * per:(i + 1) * per]]
+        free(weight)
     return out
 
 
