@@ -233,3 +233,33 @@ def test_the_command_line_sets_the_allocator_and_its_units():
                           "--json"]))
     assert {k: out["workload"][k] for k in ("allocator", "allocator_units")} == {"allocator": "flat",
                                                                                 "allocator_units": 1}
+
+
+def test_the_allocator_models_point_when_fragmentation_percent_is_unset():
+    """fragmentation_percent None: each stage's reserve is the caching allocator model's (step/allocator.py
+    simulated_reserve over the stage's own parts), the same in every phase; the band still reaches from 0 % to
+    the allocator's high end, widened to the point where the model reads more."""
+    from zerocalc.parallel.ranks import fitting_stages
+    from zerocalc.step.allocator import simulated_reserve
+    from zerocalc.step.peak import StagePeak
+
+    scenario, work = setup(micro_batch=2, fragmentation_percent=None)
+    report = layout_report(scenario, work)
+    shape = report.ranks[0].shape
+    for p in report.peaks:
+        reserves = {parts["allocator reserve"] for parts in p.phases.values()}
+        bare = {n: {k: v for k, v in parts.items() if k not in ("allocator reserve", "CUDA context")}
+                for n, parts in p.phases.items()}
+        sim = simulated_reserve(StagePeak(p.stage, bare, p.capacity_bytes, {}, p.cycle_unit_bytes), shape)[1]
+        assert reserves == {sim} == {p.simulated_reserve} and sim > 0
+        assert p.peak_phase == max(bare, key=lambda n: sum(bare[n].values()))
+    r = ranges(scenario, work)
+    old = ranges(*setup(micro_batch=2))
+    for b, o in zip(r.bands, old.bands):
+        assert b.low_bytes == o.low_bytes and b.low_bytes <= b.point_bytes <= b.high_bytes
+        assert b.point_bytes == report.peaks[b.stage].peak_bytes
+    assert fitting_stages(scenario, work) == tuple(s for s, p in enumerate(report.peaks) if p.fits)
+    assert reserve_bytes(1000, None) == 50 and reserve_bytes(1000, None, 1, 7, simulated=3) == 10
+    flat = layout_report(scenario, replace(work, allocator="flat")).peaks[0]
+    assert flat.simulated_reserve is None and flat.phases[flat.peak_phase]["allocator reserve"] == \
+        -(-tensor_bytes(flat) * 5 // 100)

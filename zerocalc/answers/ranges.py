@@ -30,7 +30,8 @@ The ranges and where their figures come from:
   pool at its high-water mark: 35 % of the tensors with the default allocator, plus two unit cycles of the
   communication streams under ZeRO-3 (published pairs reach 1.35x); 10 % with expandable segments (an
   assumption); "flat" keeps the band before issue 20, 0-15 % and no unit cycles. calibrate.compare measures the
-  reserve for a real run.
+  reserve for a real run. With fragmentation_percent None the point is the caching allocator model's reserve
+  (step/allocator.py simulated_reserve, issue 32) and the band reaches it where it lies above the high end.
 - buckets (reduce_bucket_size, prefetch_bucket_size), opt-in: between the values Hugging Face's "auto" DeepSpeed
   config fills in from the hidden size h (reduce_bucket_size = h * h, stage3_prefetch_bucket_size = 0.9 * h * h:
   accelerate's Accelerator._prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig) and DeepSpeed's own
@@ -171,6 +172,9 @@ def _ends(workload, names, bounds) -> Tuple[Dict[str, int], Dict[str, int], Dict
             value = getattr(workload, f)
             limit_lo, limit_hi = WORKLOAD_LIMITS[f]
             lo, hi = max(lo, limit_lo), min(hi, limit_hi)
+            if value is None:            # fragmentation_percent unset: the allocator model's point (issue 32)
+                low[f], point[f], high[f] = lo, value, hi
+                continue
             if not lo <= value <= hi:
                 notes.append(f"{f} = {value:,} lies outside its range {lo:,}-{hi:,}: the band reaches it")
             low[f], point[f], high[f] = min(lo, value), value, max(hi, value)
@@ -196,8 +200,8 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
 
     point_report = layout_report(scenario, workload)
     # Every rank class's (tensors, cycle unit) per stage: the worst rank is the largest total at each setting.
-    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes, v.shape) for v in point_report.ranks]
-               for s in STAGES]
+    tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes, v.peaks[s].simulated_reserve, v.shape)
+                for v in point_report.ranks] for s in STAGES]
 
     def peaks(fields):
         if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
@@ -206,7 +210,7 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
             outside = {id(shape): sum(outside_parts(workload, shape, fields.get("cuda_context_bytes"),
                                                     fields.get("nccl_percent")).values())
                        for shape in {id(v.shape): v.shape for v in point_report.ranks}.values()}
-            return [max(with_overheads(t, outside[id(shape)], percent, units, u) for t, u, shape in ranks)
+            return [max(with_overheads(t, outside[id(shape)], percent, units, u, sim) for t, u, sim, shape in ranks)
                     for ranks in tensors]
         return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
 
@@ -219,7 +223,8 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
     capacity = workload.capacity_bytes
     bands = []
     for s in STAGES:
-        band = (at_low[s], at_point[s], at_high[s])
+        # a simulated point (fragmentation_percent None) may lie outside the percent's range: the band reaches it
+        band = (min(at_low[s], at_point[s]), at_point[s], max(at_high[s], at_point[s]))
         bands.append(StageBand(s, *band, capacity, verdict(*band, capacity),
                                {n: (lo[s], hi[s]) for n, (lo, hi) in swings.items()}))
     return Ranges(tuple(bands), vary, low, point, high, tuple(notes))

@@ -40,6 +40,10 @@ plus unit cycles x the stage's cycle unit):
   the band is 0-35 % of the tensors wide, plus two unit cycles under ZeRO-3. With expandable segments
   the high end is 10 %, an assumption: no published pair under expandable segments was found. "flat" is the band
   before issue 20, 0-15 % of the tensors and no unit cycles.
+The model (issue 32): caching_allocator.py replays the step's allocation sequence (timeline.py, built from the
+stage's parts) with the rules above; simulated_reserve is its peak reserved - peak allocated. With
+Workload.fragmentation_percent None it is the point of every phase of the stage (step/peak.py); the band above
+stays as it is around it. docs/peak-memory.md 3b compares both with the ledger's reserved cases.
 Not modelled: sequence lengths that change from step to step (the "N + 1" slivers of Note [Expandable Segments];
 torchtune's unpacked QLoRA run reserved 1.51x what the same run reserved with expandable segments, issue #1185),
 recordStream holding NCCL tensors beyond their use (TORCH_NCCL_AVOID_RECORD_STREAMS, torchtitan #735), CUDA
@@ -73,9 +77,19 @@ DEFAULT_ALLOCATOR = "caching"
 MODES = {0: "replicated", 1: "replicated", 2: "replicated", 3: "sharded"}
 
 
-def reserve_bytes(tensors: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
-    """The reserve over a phase's live tensors: percent of them rounded up, plus `units` cycles of `unit_bytes`."""
-    return -(-tensors * percent // 100) + units * unit_bytes
+DEFAULT_PERCENT = 5         # the point's percent where a reserve has no simulation (fragmentation_percent None)
+
+
+def reserve_bytes(tensors: int, percent, units: int = 0, unit_bytes: int = 0, simulated=None) -> int:
+    """The reserve over a phase's live tensors: percent of them rounded up, plus `units` cycles of `unit_bytes`.
+    percent None (Workload.fragmentation_percent unset) takes the caching allocator model's reserve, `simulated`
+    (simulated_reserve's point), instead of the percent; where nothing was simulated (an RL engine's parts),
+    DEFAULT_PERCENT."""
+    if percent is None:
+        base = -(-tensors * DEFAULT_PERCENT // 100) if simulated is None else simulated
+    else:
+        base = -(-tensors * percent // 100)
+    return base + units * unit_bytes
 
 
 def cycle_unit_bytes(scenario, workload, stage: int, shape) -> int:
@@ -98,3 +112,24 @@ def band(allocator: str, stage: int, tensors: int, unit_bytes: int, percent: int
     unit_bytes = unit_bytes if MODES[stage] == "sharded" else 0
     high = reserve_bytes(tensors, max(percent, model.high_percent), max(units, model.high_units), unit_bytes)
     return 0, reserve_bytes(tensors, percent, units, unit_bytes), high
+
+
+def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR, low: bool = True) -> tuple:
+    """(low, point) reserve of one stage by the caching allocator's model (issue 32): the step's allocation
+    sequence (timeline.py) replayed through caching_allocator.py, peak reserved - peak allocated. The point is a
+    run with room (nothing released, as max_memory_reserved of a run that fits reports); the low end replays the
+    same step in a budget of its allocated peak + one 20 MiB segment, where the allocator releases its unsplit
+    cached blocks before it would fail (low=False skips that replay: low is then None). "expandable" replays with
+    expandable segments; "flat" has no model (0, 0)."""
+    from .caching_allocator import K_LARGE_BUFFER, Config
+    from .timeline import blocks_reserve, plan_of, replay
+    if allocator == "flat":
+        return 0, 0
+    plan = plan_of(peak, shape, peak.cycle_unit_bytes)
+    roomy = Config(expandable_segments=allocator == "expandable")
+    point = blocks_reserve(plan, roomy)
+    if not low:
+        return None, point["reserve"]
+    tight = replay(plan, plan.layers, roomy._replace(capacity=point["allocated"] + K_LARGE_BUFFER))
+    low_bytes = max(0, tight.peak_reserved - tight.peak_allocated) if not tight.oom else 0
+    return min(low_bytes, point["reserve"]), point["reserve"]

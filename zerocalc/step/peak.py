@@ -24,11 +24,11 @@ step/allocator.py): fragmentation_percent of the phase's tensors plus allocator_
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..states.zero import StageResult
 from ..tables import DTYPE_BITS, bytes_of
-from .allocator import cycle_unit_bytes, reserve_bytes
+from .allocator import cycle_unit_bytes, reserve_bytes, simulated_reserve
 from .async_tp import workspace_bytes as async_tp_workspace
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
@@ -53,6 +53,7 @@ class StagePeak(NamedTuple):
     capacity_bytes: int
     phase_totals: Dict[str, int]          # phase -> bytes (the sum of its components)
     cycle_unit_bytes: int = 0             # what one ZeRO-3 gather-free cycle leaves cached (allocator.py)
+    simulated_reserve: Optional[int] = None   # the allocator model's reserve (fragmentation_percent None), else None
 
     @property
     def peak_phase(self) -> str:
@@ -72,12 +73,14 @@ class StagePeak(NamedTuple):
         return self.capacity_bytes - self.peak_bytes
 
 
-def with_overheads(tensors: int, context: int, percent: int, units: int = 0, unit_bytes: int = 0) -> int:
+def with_overheads(tensors: int, context: int, percent, units: int = 0, unit_bytes: int = 0,
+                   simulated: Optional[int] = None) -> int:
     """A phase's total: its live tensors, the allocator's reserve over them and the CUDA context. Strictly
     increasing in the tensors, and the unit is the stage's (the same in each phase), so the phase with the most
     tensors is the peak at every context, percent and unit count (zerocalc.answers.ranges moves them along their
-    range without recomputing the step)."""
-    return tensors + reserve_bytes(tensors, percent, units, unit_bytes) + context
+    range without recomputing the step). A simulated reserve (percent None) is the stage's, the same in each
+    phase, so the same holds."""
+    return tensors + reserve_bytes(tensors, percent, units, unit_bytes, simulated) + context
 
 
 RESERVE = "allocator reserve"
@@ -106,10 +109,10 @@ def peak_on_gpu(peak: "StagePeak", scenario, workload, gpu: str) -> int:
     other = tensors - parts.get("library workspaces", 0) + workspace_bytes(workload, gpu)
     context = sum(parts.get(k, 0) for k in OUTSIDE)
     nccl = nccl_bytes(scenario, replace(workload, gpu=gpu, gpu_memory=None)) * workload.nccl_percent // 100
-    percent, units = workload.fragmentation_percent, workload.allocator_units
+    percent, units, sim = workload.fragmentation_percent, workload.allocator_units, peak.simulated_reserve
     return peak.peak_bytes + with_overheads(other, context - parts.get("NCCL buffers", 0) + nccl, percent, units,
-                                            peak.cycle_unit_bytes) \
-        - with_overheads(tensors, context, percent, units, peak.cycle_unit_bytes)
+                                            peak.cycle_unit_bytes, sim) \
+        - with_overheads(tensors, context, percent, units, peak.cycle_unit_bytes, sim)
 
 
 def _fp32_grad_copy(scenario, stage: int, shape: StepShape) -> int:
@@ -156,24 +159,36 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
     context = sum(outside.values())
     peaks = []
     for s, items in _phase_items(scenario, workload, ((r.stage, r.gpu_bytes) for r in stages), shape):
-        phases, totals = {}, {}
         unit = cycle_unit_bytes(scenario, workload, s, shape)
-        for name, phase in zip(PHASES, items):
-            parts = {k: v for k, v in phase if v}          # a part that is zero is not shown
+        bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
+        sim = None
+        if percent is None and workload.allocator != "flat":   # the allocator's model replays the step (issue 32)
+            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False)[1]
+        phases, totals = {}, {}
+        for name, parts in bare.items():
             tensors = sum(parts.values())
-            parts[RESERVE] = reserve_bytes(tensors, percent, units, unit)
+            parts[RESERVE] = reserve_bytes(tensors, percent, units, unit, sim)
             parts["CUDA context"] = outside["CUDA context"]
             if outside["NCCL buffers"]:
                 parts["NCCL buffers"] = outside["NCCL buffers"]
-            phases[name], totals[name] = parts, with_overheads(tensors, context, percent, units, unit)
-        peaks.append(StagePeak(s, phases, capacity, totals, unit))
+            phases[name], totals[name] = parts, with_overheads(tensors, context, percent, units, unit, sim)
+        peaks.append(StagePeak(s, phases, capacity, totals, unit, sim))
     return tuple(peaks)
+
+
+class _Stage(NamedTuple):
+    stage: int
+    gpu_bytes: int
 
 
 def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: StepShape) -> Tuple[int, ...]:
     """Per stage, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without the
-    phases' named parts: for a search that only asks what fits."""
+    phases' named parts: for a search that only asks what fits. The allocator's model (fragmentation_percent
+    None) needs the parts: then it is stage_peaks' own figure."""
     percent, units = workload.fragmentation_percent, workload.allocator_units
+    if percent is None:
+        return tuple(p.peak_bytes for p in stage_peaks(scenario, workload, [_Stage(s, b) for s, b in
+                                                                             enumerate(gpu_bytes)], shape))
     context = outside_allocator_bytes(workload, shape)
     peaks = []
     for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):

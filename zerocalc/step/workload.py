@@ -123,8 +123,9 @@ class Workload:
     # The GEMM workspaces libraries take from PyTorch's allocator and keep (step/workspaces.py: PyTorch's cuBLAS
     # per thread, Transformer Engine's under Megatron); None: that table's, by the card's compute capability.
     workspace_bytes: Optional[int] = None
-    # Caching-allocator reserve and fragmentation, as a percentage of what tensors need (assumed 5%).
-    fragmentation_percent: int = 5
+    # Caching-allocator reserve and fragmentation, as a percentage of what tensors need (assumed 5%); None: the
+    # caching allocator's model replays the step instead (step/allocator.py simulated_reserve, issue 32).
+    fragmentation_percent: Optional[int] = 5
     # Which allocator the reserve's band models (step/allocator.py): "caching" (PyTorch's default), "expandable"
     # (expandable_segments:True) or "flat" (0-15 % of the tensors, the band before issue 20); and how many unit
     # cycles of ZeRO-3's communication streams the reserve holds (0 at the point; the band's high end holds two).
@@ -186,7 +187,8 @@ class Workload:
         if isinstance(self.gpu_memory, int) and not isinstance(self.gpu_memory, bool) and self.gpu_memory < 2**30:
             raise FieldError("gpu_memory", self.gpu_memory, CAPACITY_HINT)
         for field, (lo, hi) in WORKLOAD_LIMITS.items():
-            if getattr(self, field) is not None or field not in ("gpu_memory", "workspace_bytes"):
+            if getattr(self, field) is not None or field not in ("gpu_memory", "workspace_bytes",
+                                                                   "fragmentation_percent"):
                 require_int(field, getattr(self, field), lo, hi)
         for field in ("activation_dtype", "reduce_dtype"):
             if getattr(self, field) is not None:
