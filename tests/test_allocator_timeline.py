@@ -112,3 +112,22 @@ def test_the_timeline_against_a_recorded_step():
     plan = plan_of(peak, layout_report(scenario, work).ranks[0].shape)
     r = replay(plan, plan.layers)
     assert abs((r.peak_reserved - r.peak_allocated) / RECORDED["reserve"] - 1) < 0.20
+
+
+def test_the_command_line_opts_into_the_allocators_model():
+    """--fragmentation-percent model: the reserve is the replayed step's (Workload fragmentation_percent None)."""
+    import json
+    from dataclasses import replace
+
+    from zerocalc.cli.main import run
+    from zerocalc.model.presets import MODEL_PRESETS
+    from zerocalc.parallel.ranks import report_for
+    from zerocalc.scenario import Scenario
+    from zerocalc.step.workload import Workload
+
+    shown = json.loads(run(["--model", "gpt2", "--workers", "2", "--fragmentation-percent", "model", "--json"]))
+    arch, params, _ = MODEL_PRESETS["gpt2"]
+    core = report_for(Scenario(params=params, workers=2), replace(Workload(arch), fragmentation_percent=None))
+    assert [p["peak_bytes"] for p in shown["peak"]] == [p.peak_bytes for p in core.peaks]
+    assert all(p.simulated_reserve is not None for p in core.peaks)
+    assert shown["workload"]["fragmentation_percent"] is None

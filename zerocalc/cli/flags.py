@@ -32,6 +32,11 @@ from .types import (_capacity, _count, _dtype_or_none, _factor, _names, _Parser,
                     _targets, _versions)
 
 
+def _percent_or_model(text: str):
+    """A percent, or "model" (the Workload's None: the allocator's model replays the step)."""
+    return "model" if text.strip().lower() == "model" else _count(text)
+
+
 def build_parser(description: str) -> argparse.ArgumentParser:
     p = _Parser(prog="python -m zerocalc", usage="python -m zerocalc [rl | mcp] [FLAGS ...]",
                 formatter_class=argparse.RawDescriptionHelpFormatter, description=description)
@@ -209,7 +214,9 @@ def _assumptions(g) -> None:
                    "band moves it 25-200)")
     g.add_argument("--workspace-bytes", type=_count,
                    help="GEMM workspaces held in PyTorch's allocator (default: by GPU and implementation: 2 cuBLAS workspaces, 32 MiB each on sm90, + Transformer Engine's under megatron)")
-    g.add_argument("--fragmentation-percent", type=_count, help="allocator reserve, %% of tensors (5)")
+    g.add_argument("--fragmentation-percent", type=_percent_or_model, help="allocator reserve, %% of tensors (5), or "
+                   "model: the step replayed through the caching allocator's model (step/timeline.py; slower: the "
+                   "solvers replay every candidate)")
     g.add_argument("--allocator", choices=tuple(ALLOCATORS),
                    help="which allocator the reserve's band models: caching (PyTorch's default), expandable "
                         "(expandable_segments:True), flat (0-15%%, the band before issue 20)")

@@ -108,6 +108,8 @@ def finetune_from_args(args) -> FineTune:
 
 def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
+    if given.get("fragmentation_percent") == "model":      # the allocator's model (step/allocator.py simulated_reserve)
+        given["fragmentation_percent"] = None
     for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
                  "nccl_nvls"):
         if flag in given:
