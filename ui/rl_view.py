@@ -5,6 +5,7 @@ answer, the solvers. Every byte comes from zerocalc/rl (each model through today
 
 from __future__ import annotations
 
+import html
 import json
 
 import pandas as pd
@@ -112,6 +113,42 @@ def _solve_lines(report: dict) -> list:
     return lines
 
 
+def verdict_html(report: dict, unit: str) -> str:
+    """With the RL view open the page's answer is the RL plan's (issue 33: one plan, one verdict): the core's
+    verdict (zerocalc/rl/report.py "verdict", the engine's start-up rule included), one card per GPU class at its
+    worst phase, in the page's card style."""
+    from .panels import CARD_CSS
+
+    v = report["verdict"]
+    world = report["rollout_gpus"] + report["training_gpus"] if report["placement"] == "split" else \
+        report["training_gpus"]
+    answer = "the RL plan fits" if v["fits"] else "the RL plan does not fit"
+    why = f" The engine would refuse to start: {v['engine_refused']}." if v["engine_refused"] else ""
+    where = html.escape(f"{world:,} x {report['gpu']}")
+    sentence = (f'<p class="zc-answer" data-testid="zc-answer"><strong>Does it fit on {where}?</strong> {html.escape(answer[:1].upper() + answer[1:])}'
+                f' ({html.escape(report["algorithm"].upper())}, {html.escape(report["framework"])}, '
+                f'{html.escape(report["placement"])}). Decided by {html.escape(v["decided_by"])}.{html.escape(why)}</p>')
+    cards = []
+    for c in v["gpu_classes"]:
+        fits = c["fits"] and not v["engine_refused"]
+        room = format_bytes(abs(c["headroom_bytes"]), unit)
+        headroom = (f'<span class="zc-pos">{room} headroom</span>' if c["fits"] else
+                    f'<span class="zc-neg">−{room} over</span>')
+        cards.append(f'<div class="zc-card {"zc-fit" if fits else "zc-nofit"}" data-gpu="{html.escape(c["gpu"])}" '
+                     f'data-fits="{str(fits).lower()}"><div class="zc-stage">{html.escape(c["gpu"])} · '
+                     f'{"✓ fits" if fits else "✗ does not fit"}</div>'
+                     f'<div class="zc-peak">{format_bytes(c["peak_bytes"], unit)} peak</div>'
+                     f'<div class="zc-sub">{percent_text(c["peak_bytes"], c["capacity_bytes"], 0)} of '
+                     f'{format_bytes(c["capacity_bytes"], unit)} · {headroom}</div>'
+                     f'<div class="zc-states">worst phase: {html.escape(c["worst_phase"])}</div></div>')
+    return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{"".join(cards)}</div>'
+
+
+def answers_lines(report: dict) -> list:
+    """What would make the RL plan fit: the core's RL solvers (zerocalc/rl/solve.py), as the view lists them."""
+    return _solve_lines(report)
+
+
 def panel(resolved, unit: str) -> None:
     vals = values()
     report, problem = report_of(resolved, vals)
@@ -121,12 +158,7 @@ def panel(resolved, unit: str) -> None:
     st.caption("The page's plan is the policy (its model, GPUs, stage, micro-batch and recompute), trained on "
                f"{report['prompt_length']:,} + {report['response_length']:,}-token sequences; set the rest of the "
                "RL plan under \"RL\" in the sidebar.")
-    cols = st.columns(max(1, len(report["verdict"]["gpu_classes"])))
-    for col, c in zip(cols, report["verdict"]["gpu_classes"]):
-        col.metric(f"{c['gpu']}: worst phase, {c['worst_phase']}", format_bytes(c["peak_bytes"], unit),
-                   f"{format_bytes(c['headroom_bytes'], unit)} headroom" if c["fits"] else
-                   f"{format_bytes(-c['headroom_bytes'], unit)} over", delta_color="normal" if c["fits"] else "inverse")
-    st.markdown(f"**Decided by:** {report['verdict']['decided_by']}")
+    # the verdict (one card per GPU class) is the page's answer above, while this view is open (page.py)
     typical = report["verdict"]["band"].get("typical")
     if typical is not None:
         st.markdown("With typical sequences (" + f"{typical['length_tokens']:,} tokens): " + "; ".join(
