@@ -268,7 +268,9 @@ def from_query(query) -> Tuple[dict, List[str]]:
                                 f"({allowed(f)}); using the default, {format_value(f, default_for(f.name, state))}.")
         state[f.name] = default_for(f.name, state)
     free = [t for t in POLICY_TARGETS if t not in raw]          # as the CLI: pipelines fill, on the fields the
-    state.update(implied(resolve(state).state, free) if free else {})   # core accepts (a refused pp is reset)
+    if free:                                                    # core accepts (a refused pp is reset); a state
+        used = resolve(state).state                             # refused whole (the default view) implies from
+        state.update(implied(used if used != defaults() else state, free))   # its own fields, as to_query read it
     return state, warnings
 
 
