@@ -81,7 +81,7 @@ LABELS = {
     "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
 }
 HELP = {
-    "model": "Type to search the 48 presets (published parameter counts); custom: edit the architecture or load "
+    "model": "Type to search the 52 presets (published parameter counts); custom: edit the architecture or load "
              "a config.json / Hub model; params-only: model states from a parameter count alone.",
     "params": "A count such as 7B or 124439808; the peak needs an architecture, so only model states are shown.",
     "convention": "Which tensors a framework keeps per parameter (zero-paper 16 bytes, deepspeed 20, megatron 18, "
