@@ -37,8 +37,8 @@ RULES = MappingProxyType({
                        markers=2),
     "qwen3-vl": dict(min_pixels=65536, max_pixels=16777216, video_min=128 * 32 * 32, video_max=32 * 32 * 768,
                      markers=2),
-    "gemma3": dict(size=896, tokens=256, min_crop=256, max_crops=4, min_ratio=1.2, markers=2),
-    "internvl": dict(size=448, tokens=256, max_tiles=12, markers=2),
+    "gemma3": dict(min_crop=256, max_crops=4, min_ratio=1.2, markers=2),
+    "internvl": dict(size=448, max_tiles=12, markers=2),
     "mllama": dict(size=560, max_tiles=4, markers=1),
 })
 INPUT_LIMITS = {"images": (0, 10_000), "width": (1, 100_000), "height": (1, 100_000), "pixel_budget": (0, 10**10),
@@ -149,9 +149,9 @@ def _gemma(t: VisionTower, x: ImageInputs, rule: dict) -> VisionTokens:
                          "per sample or pan_and_scan)")
     crops = 1 + (gemma_crops(x.height, x.width, rule) if x.pan_and_scan else 0)
     passes = x.images * crops
-    per_pass = (rule["size"] // t.patch) ** 2
+    per_pass = t.positions                        # (896 / 14)^2 patches, pooled merge x merge (4 x 4) to 256 tokens
     return VisionTokens(passes, passes * per_pass, per_pass if passes else 0,
-                        passes * (rule["tokens"] + rule["markers"]), 0)
+                        passes * (per_pass // t.merge ** 2 + rule["markers"]), 0)
 
 
 def internvl_grid(height: int, width: int, size: int, max_tiles: int) -> tuple:
@@ -179,7 +179,7 @@ def _internvl(t: VisionTower, x: ImageInputs, rule: dict) -> VisionTokens:
     passes = x.images * tiles
     per_pass = t.positions                        # (448 / 14)^2 patches + the class token
     return VisionTokens(passes, passes * per_pass, per_pass if passes else 0,
-                        x.images * (tiles * rule["tokens"] + rule["markers"]), 0)
+                        x.images * (tiles * (per_pass - 1) // t.merge ** 2 + rule["markers"]), 0)
 
 
 def _mllama(t: VisionTower, x: ImageInputs, rule: dict) -> VisionTokens:

@@ -1,0 +1,117 @@
+"""Bytes a vision tower of the real transformers classes saves for backward (test-only; torch and transformers).
+
+Each family's model is built from a small config of its own classes (Qwen2_5_VLForConditionalGeneration,
+Qwen3VLForConditionalGeneration, Gemma3ForConditionalGeneration, InternVLForConditionalGeneration,
+MllamaForConditionalGeneration; a one-layer text model) and its image path (get_image_features: the tower and the
+merger or projector; Llama 3.2 Vision: the vision model then multi_modal_projector, as MllamaModel.forward) run on
+random pixels under autograd's saved-tensor hooks, with the CUDA semantics of tests/measure/saved_tensors.py (SDPA saves
+q, k, v, the output and an fp32 logsumexp; nothing s x s). Storages are counted once; parameters and the pixel
+input are not activations. Returns the bytes saved inside the tower's blocks ("blocks", one sum over all of them)
+and outside them ("ends": patch embedding, positions, merger or projector input), as a CUDA run would save them.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch  # noqa: E402
+
+from tests.measure.saved_tensors import _Recorder, gpu_semantics  # noqa: E402
+
+
+def _blocks(model):
+    for path in ("blocks", "encoder.layers", "encoder.layer", "transformer.layers"):
+        obj = model
+        try:
+            for part in path.split("."):
+                obj = getattr(obj, part)
+        except AttributeError:
+            continue
+        blocks = list(obj)
+        if hasattr(model, "global_transformer"):
+            blocks += list(model.global_transformer.layers)
+        return blocks
+    raise ValueError(type(model).__name__)
+
+
+TEXT = {"hidden_size": 48, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 300, "head_dim": 12}
+MODEL_TYPES = {"qwen2.5-vl": "qwen2_5_vl", "qwen3-vl": "qwen3_vl", "gemma3": "gemma3", "internvl": "internvl",
+               "mllama": "mllama"}
+
+
+def build(family: str, vision: dict, dtype=torch.bfloat16):
+    """A small whole model of the family (a one-layer text model of width 48), SDPA attention, in `dtype`."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+    torch.manual_seed(0)
+    text = dict(TEXT)
+    if family == "qwen2.5-vl" or family == "qwen3-vl":
+        text["rope_scaling"] = {"rope_type": "default", "mrope_section": [2, 2, 2]}
+    if family == "mllama":
+        text.update(cross_attention_layers=[0], pad_token_id=0)
+    extra = {"image_token_id": 299} if family != "mllama" else {"image_token_index": 299}
+    if family == "gemma3":
+        extra = {"image_token_index": 299, "mm_tokens_per_image": vision.pop("tokens", 4)}
+    cfg = AutoConfig.for_model(MODEL_TYPES[family], text_config=text, vision_config=vision, **extra)
+    model = AutoModelForImageTextToText.from_config(cfg, attn_implementation="sdpa")
+    return model.to(dtype).train()
+
+
+def tower(model):
+    m = model.model
+    return getattr(m, "visual", None) or getattr(m, "vision_tower", None) or m.vision_model
+
+
+def run(family: str, model, images: int, height: int, width: int, dtype=torch.bfloat16):
+    """(inputs, a function running the family's image path: tower, merger / projector, as the model's forward)."""
+    cfg = tower(model).config
+    if family in ("qwen2.5-vl", "qwen3-vl"):
+        p, t = cfg.patch_size, cfg.temporal_patch_size
+        gh, gw = height // p, width // p
+        x = {"pixel_values": torch.randn(images * gh * gw, cfg.in_channels * t * p * p, dtype=dtype),
+             "image_grid_thw": torch.tensor([[1, gh, gw]] * images)}
+        return x, lambda: model.model.get_image_features(**x)
+    if family == "mllama":
+        tiles = cfg.max_num_tiles
+        x = {"pixel_values": torch.randn(1, images, tiles, 3, cfg.image_size, cfg.image_size, dtype=dtype),
+             "aspect_ratio_ids": torch.ones(1, images, dtype=torch.long),
+             "aspect_ratio_mask": torch.ones(1, images, tiles, dtype=torch.long)}
+
+        def mllama():        # MllamaModel.forward: the tower, then the projector over its concatenated features
+            states = model.model.vision_model(**x).last_hidden_state
+            return model.model.multi_modal_projector(states)
+        return x, mllama
+    x = {"pixel_values": torch.randn(images, 3, height, width, dtype=dtype)}
+    if family == "internvl":
+        return x, lambda: model.model.get_image_features(**x, vision_feature_layer=-1,
+                                                         vision_feature_select_strategy="default")
+    return x, lambda: model.model.get_image_features(**x)
+
+
+def measure(family: str, vision: dict, images: int, height: int, width: int, dtype=torch.bfloat16) -> dict:
+    model = build(family, dict(vision), dtype)
+    args, forward = run(family, model, images, height, width, dtype)
+    rec = _Recorder(model)
+    for t in args.values():
+        rec.seen.add(t.untyped_storage().data_ptr())       # the pixels are the data, not an activation
+    rec.region = "ends"
+
+    def enter(module, a, k):
+        rec.region = "blocks"
+
+    def leave(module, a, k, out=None):
+        rec.region = "ends"
+    hooks = []
+    for b in _blocks(tower(model)):
+        hooks.append(b.register_forward_pre_hook(enter, with_kwargs=True))
+        hooks.append(b.register_forward_hook(lambda m, a, k, o: leave(m, a, k), with_kwargs=True))
+    try:
+        with gpu_semantics(rec), torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
+            out = forward()
+    finally:
+        for h in hooks:
+            h.remove()
+    return {"blocks": rec.by_region["blocks"], "ends": rec.by_region["ends"], "output": out}
