@@ -93,3 +93,36 @@ def test_tower_projector_and_extras_equal_the_meta_device_build(name):
     # the tower's largest module (ZeRO-3 gathers it whole): Llama 3.2 Vision's tile embedding is 73.8M
     vision_modules = {k: v for k, v in modules.items() if f"{k}.".startswith((tower_prefix,) + projector_prefix)}
     assert largest_tower_module(TOWERS[name])[1] == max(vision_modules.values())
+
+
+def test_tower_training_modes_flag_the_tower_and_its_adapters():
+    """Frozen: the tower's own tensors keep no gradient, the projector trains; LoRA adds rank-8 adapters beside
+    each block linear, as peft's LoraConfig(r=8) on those modules (counted against peft below)."""
+    from dataclasses import replace
+    from zerocalc.model.vision import tower_tensors
+    t = TOWERS["qwen2.5-vl-7b"]
+    frozen = tower_tensors(replace(t, training="frozen"))
+    assert all(not p.trainable for p in frozen if p.role == "vision")
+    assert all(p.trainable for p in frozen if p.role == "projector")
+    lora = tower_counts(replace(t, training="lora"))
+    # per block: qkv (1280 -> 3840), proj, gate, up (1280 -> 3420), down (3420 -> 1280): r (in + out) each
+    per_block = 8 * ((1280 + 3840) + (1280 + 1280) + 2 * (1280 + 3420) + (3420 + 1280))
+    assert lora["adapters"] == 32 * per_block
+
+
+def test_lora_tower_adapters_equal_peft():
+    from dataclasses import replace
+    peft = pytest.importorskip("peft")
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+    vision = dict(depth=2, hidden_size=64, intermediate_size=96, num_heads=4, out_hidden_size=48, patch_size=14,
+                  spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[1])
+    text = dict(hidden_size=48, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=2, vocab_size=300, rope_scaling={"rope_type": "default", "mrope_section": [2, 2, 2]})
+    with torch.device("meta"):
+        model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(vision_config=vision, text_config=text))
+    cfg = peft.LoraConfig(r=8, target_modules=r".*visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.\w+_proj)")
+    wrapped = peft.get_peft_model(model, cfg)
+    adapters = sum(p.numel() for n, p in wrapped.named_parameters() if "lora_" in n)
+    ours = VisionTower(projector="qwen2.5-vl", depth=2, width=64, heads=4, mlp=96, patch=14, out=48, norm="rmsnorm",
+                       gated_mlp=True, fused_qkv=True, patch_bias=False, temporal_patch=2, merge=2, training="lora")
+    assert tower_counts(ours)["adapters"] == adapters

@@ -18,16 +18,19 @@ from types import MappingProxyType
 from typing import Tuple
 
 from ..scenario import FieldError, require_choice, require_int
-from .inventory import ParamTensor
+from .tensor import VISION_ROLES, ParamTensor
 
-TOWER_LIMITS = {"depth": (1, 1_000), "width": (1, 10**5), "heads": (1, 10**4), "mlp": (1, 10**6),
+TOWER_LIMITS = {"lora_rank": (1, 4096), "depth": (1, 1_000), "width": (1, 10**5), "heads": (1, 10**4), "mlp": (1, 10**6),
                 "patch": (1, 1_024), "temporal_patch": (1, 64), "channels": (1, 64), "positions": (0, 10**7),
                 "merge": (1, 64), "out": (1, 10**6), "global_depth": (0, 1_000), "deepstack": (0, 1_000),
                 "tiles": (0, 64), "aspect_ratios": (0, 1_000), "feature_layers": (0, 1_000),
                 "cross_layers": (0, 1_000), "cross_head_dim": (0, 10**5), "extra_vocab": (0, 10**6)}
 PROJECTORS = ("qwen2.5-vl", "qwen3-vl", "gemma3", "internvl", "mllama")
 TOWER_NORMS = ("layernorm", "rmsnorm")
-TRAINING = ("trained", "frozen", "lora")       # the tower's training mode (the language model's is FineTune's)
+# The tower's training mode (the language model's is FineTune's): trained, frozen (its blocks and embeddings; the
+# projector trains, as LLaMA-Factory's freeze_vision_tower leaves it), or LoRA on every linear of its blocks
+# (peft LoraConfig's default rank 8; the projector trains).
+TRAINING = ("trained", "frozen", "lora")
 
 
 @dataclass(frozen=True)
@@ -64,8 +67,11 @@ class VisionTower:
     cross_layers: int = 0     # the text model's cross-attention layers (each adds q/k norms and two gates)
     cross_head_dim: int = 0
     extra_vocab: int = 0      # embedding rows beyond the vocabulary (mllama: 8, its image and special tokens)
+    training: str = "trained"  # TRAINING
+    lora_rank: int = 8
 
     def __post_init__(self):
+        require_choice("vision_training", self.training, TRAINING)
         require_choice("projector", self.projector, PROJECTORS)
         require_choice("norm", self.norm, TOWER_NORMS)
         for f, (lo, hi) in TOWER_LIMITS.items():
@@ -162,11 +168,12 @@ def _ends(t: VisionTower) -> list:
 def _cross_attention(t: VisionTower) -> list:
     """What mllama's text model holds beyond a Llama decoder of the same depth (role "cross-attention"): each
     cross-attention layer's q/k norms and its two tanh gates (same q/k/v/o/MLP shapes as a self-attention layer,
-    counted in the Architecture), and the embedding's extra rows."""
+    counted in the Architecture), and the embedding's extra rows. They are language-model tensors (trained as the
+    fine-tuning says), placed with the embedding: 2,064 parameters, whatever pipeline stage holds their layers."""
     rows = []
     for i in range(t.cross_layers):
         p = f"cross_layers.{i}"
-        rows += [ParamTensor(f"{p}.{n}", f"{p}.cross_attn", shape, "cross-attention", "replicated", "layer")
+        rows += [ParamTensor(f"{p}.{n}", f"{p}.cross_attn", shape, "cross-attention", "replicated", "first")
                  for n, shape in (("q_norm.weight", (t.cross_head_dim,)), ("k_norm.weight", (t.cross_head_dim,)),
                                   ("cross_attn_attn_gate", (1,)), ("cross_attn_mlp_gate", (1,)))]
     if t.extra_vocab:
@@ -175,16 +182,31 @@ def _cross_attention(t: VisionTower) -> list:
     return rows
 
 
+def _adapters(rows: list, r: int) -> list:
+    """LoRA on the tower: lora_A [r, in] and lora_B [out, r] beside every linear weight of its blocks."""
+    out = []
+    for t in rows:
+        if t.name.endswith(".weight") and len(t.shape) == 2 and (".attn." in t.name or ".mlp." in t.name):
+            o, i = t.shape
+            out += [_param(f"{t.module}.lora_A.weight", f"{t.module}.lora_A", (r, i), "vision adapter"),
+                    _param(f"{t.module}.lora_B.weight", f"{t.module}.lora_B", (o, r), "vision adapter")]
+    return out
+
+
 @lru_cache(maxsize=64)
 def tower_tensors(t: VisionTower) -> Tuple[ParamTensor, ...]:
     """Every parameter tensor of the tower, its projector and the cross-attention extras, one row per tensor
-    (block rows named "blocks.i." for every block: a tower is small enough to list whole)."""
+    (block rows named "blocks.i." for every block: a tower is small enough to list whole); a frozen or LoRA tower's
+    own rows are frozen (the projector still trains), a LoRA tower adds its adapters."""
     rows = _ends(t)
     for i in range(t.depth):
         rows += _block(f"blocks.{i}.", t)
     for i in range(t.global_depth):           # mllama's global blocks: tanh gates on attention and MLP
         p = f"global_blocks.{i}."
         rows += _block(p, t) + [_param(f"{p}gate_attn", f"{p}layer", (1,)), _param(f"{p}gate_ffn", f"{p}layer", (1,))]
+    if t.training != "trained":
+        adapters = _adapters(rows, t.lora_rank) if t.training == "lora" else []
+        rows = [p._replace(trainable=False) for p in rows] + adapters
     return tuple(rows + _projector(t) + _cross_attention(t))
 
 
@@ -196,8 +218,9 @@ def tower_counts(t: VisionTower) -> dict:
     """Parameters of the tower (blocks, embeddings, norms), the projector, and the text model's cross-attention
     extras; "vision" is all three (what a VLM adds to its language model)."""
     tower, projector = _sum(t, ("vision",)), _sum(t, ("projector",))
-    extra = _sum(t, ("cross-attention", "embedding"))
-    return {"tower": tower, "projector": projector, "cross_attention": extra, "vision": tower + projector + extra}
+    extra, adapters = _sum(t, ("cross-attention", "embedding")), _sum(t, ("vision adapter",))
+    return {"tower": tower, "projector": projector, "cross_attention": extra, "adapters": adapters,
+            "vision": tower + projector + extra + adapters}
 
 
 def largest_tower_module(t: VisionTower) -> tuple:
