@@ -86,3 +86,13 @@ def test_wider_towers_within_two_percent(family):
     ours = sum(tower_activations(tower, ImageInputs(images=1, width=w, height=h), stat_bytes=2).values())
     total = measured["blocks"] + measured["ends"]
     assert abs(ours - total) <= 0.02 * total
+
+
+@pytest.mark.parametrize("family", sorted(SMALL))
+def test_checkpointed_tower_keeps_its_block_inputs(family):
+    vision, tower, (h, w) = SMALL[family]
+    measured = measure(family, vision, 1, h, w, checkpointing=True)
+    ours = sum(tower_activations(tower, ImageInputs(images=1, width=w, height=h), stat_bytes=2,
+                                 recompute="full").values())
+    total = measured["blocks"] + measured["ends"]
+    assert total - 64 <= ours <= total         # less only Qwen's cu_seqlens, int32 offsets passed to every block

@@ -5,7 +5,8 @@ Qwen3VLForConditionalGeneration, Gemma3ForConditionalGeneration, InternVLForCond
 MllamaForConditionalGeneration; a one-layer text model) and its image path (get_image_features: the tower and the
 merger or projector; Llama 3.2 Vision: the vision model then multi_modal_projector, as MllamaModel.forward) run on
 random pixels under autograd's saved-tensor hooks, with the CUDA semantics of tests/measure/saved_tensors.py (SDPA saves
-q, k, v, the output and an fp32 logsumexp; nothing s x s). Storages are counted once; parameters and the pixel
+q, k, v, the output and an fp32 logsumexp; nothing s x s; a mask given to SDPA, as the memory-efficient kernel
+keeps its attn_bias: Llama 3.2 Vision's tile mask). Storages are counted once; parameters and the pixel
 input are not activations. Returns the bytes saved inside the tower's blocks ("blocks", one sum over all of them)
 and outside them ("ends": patch embedding, positions, merger or projector input), as a CUDA run would save them.
 """
@@ -18,8 +19,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
-from tests.measure.saved_tensors import _Recorder, gpu_semantics  # noqa: E402
+from tests.measure.saved_tensors import _Recorder, _tensors, gpu_semantics  # noqa: E402
 
 
 def _blocks(model):
@@ -91,8 +93,13 @@ def run(family: str, model, images: int, height: int, width: int, dtype=torch.bf
     return x, lambda: model.model.get_image_features(**x)
 
 
-def measure(family: str, vision: dict, images: int, height: int, width: int, dtype=torch.bfloat16) -> dict:
+def measure(family: str, vision: dict, images: int, height: int, width: int, dtype=torch.bfloat16,
+            checkpointing: bool = False) -> dict:
+    """With checkpointing (gradient_checkpointing_enable, non-reentrant) each tower block keeps what it is called
+    with, recorded on entry as tests/measure/saved_tensors.py does for decoder blocks."""
     model = build(family, dict(vision), dtype)
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     args, forward = run(family, model, images, height, width, dtype)
     rec = _Recorder(model)
     for t in args.values():
@@ -100,18 +107,34 @@ def measure(family: str, vision: dict, images: int, height: int, width: int, dty
     rec.region = "ends"
 
     def enter(module, a, k):
-        rec.region = "blocks"
+        rec.region = "layer"                  # the recorder drops what a checkpointed "layer" saves inside it
+        rec.checkpointing = False
+        if checkpointing:
+            for t in _tensors((a, k)):
+                rec.add(t)
+            rec.checkpointing = True
 
     def leave(module, a, k, out=None):
-        rec.region = "ends"
+        rec.region, rec.checkpointing = "ends", False
     hooks = []
     for b in _blocks(tower(model)):
         hooks.append(b.register_forward_pre_hook(enter, with_kwargs=True))
         hooks.append(b.register_forward_hook(lambda m, a, k, o: leave(m, a, k), with_kwargs=True))
     try:
         with gpu_semantics(rec), torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
-            out = forward()
+            inner = F.scaled_dot_product_attention
+
+            def sdpa(query, key, value, attn_mask=None, *rest, **kwargs):
+                # with a mask CUDA runs the memory-efficient kernel, which saves the mask (attn_bias) for backward
+                if attn_mask is not None and not rec.paused and not rec.checkpointing:
+                    rec.add(attn_mask)
+                return inner(query, key, value, attn_mask, *rest, **kwargs)
+            F.scaled_dot_product_attention = sdpa
+            try:
+                out = forward()
+            finally:
+                F.scaled_dot_product_attention = inner
     finally:
         for h in hooks:
             h.remove()
-    return {"blocks": rec.by_region["blocks"], "ends": rec.by_region["ends"], "output": out}
+    return {"blocks": rec.by_region["layer"], "ends": rec.by_region["ends"], "output": out}

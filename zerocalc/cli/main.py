@@ -43,6 +43,8 @@ from .frameworks import (FlagError, add_framework_flags, export_from_args, expor
                          import_given, import_view, imported_flag,
                          model_from_import)
 from .sources import sources_dict, sources_text
+from ..output.vision import vision_dict, vision_text
+from .vision import add_vision_flags
 from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
                        workload_flags_given, workload_from_args)
 
@@ -231,6 +233,7 @@ def _model_flags(p):
                     help="the library releases the run used, e.g. transformers=4.45,bitsandbytes=0.43.1 (default: "
                          + ", ".join(f"{k} {v}" for k, v in VERSION_DEFAULTS.items())
                          + "); older releases keep other bytes (docs/peak-memory.md)")
+    add_vision_flags(p)
     m.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     m.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 
@@ -373,8 +376,8 @@ def _render(args, scenario, arch, workload, imported) -> str:
             {"sweep": swept} if swept else {})
         return json.dumps({**report_dict(report, view, layouts=workload is not None, sequences=True), **extra,
                            **sources}, indent=2)
-    return render_text(report, view, args.units) + (advice_text(advised) if advised else "") + \
-        sweep_text(swept, args.units) + sources_text(sources, args.units)
+    return render_text(report, view, args.units) + vision_text(vision_dict(scenario, workload), args.units) + \
+        (advice_text(advised) if advised else "") + sweep_text(swept, args.units) + sources_text(sources, args.units)
 
 
 def _layout_dict(workload) -> dict:

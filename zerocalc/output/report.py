@@ -35,6 +35,7 @@ from ..states.zero import ModelStatesReport, workers_per_node
 from ..tables import CONVENTIONS, PARTITIONED
 from .experts import experts_dict
 from .groups import group_bytes, group_ledgers, trainable_counts
+from .vision import vision_dict
 from .optimizers import ledger_total, shaped_row
 
 
@@ -373,6 +374,8 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
     if isinstance(report, LayoutReport):
         out["world_size"] = report.workload.layout.world(s.workers)
         out.update(peak_dict(report, layouts, answers, sequences))
+        if report.workload.arch.vision is not None:     # a vision-language model (output/vision.py)
+            out["vision"] = vision_dict(s, report.workload)
     return out
 
 

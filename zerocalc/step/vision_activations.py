@@ -20,8 +20,12 @@ per activation, s bytes per norm statistic (fp32 on CUDA):
   (pixel shuffle 0.5): a LayerNorm over 4w (8 e w + 2s) and the projector's GELU (2 e out).
 - Llama 3.2 Vision: SigLIP-style blocks over each tile's patches padded to a multiple of 8; the global blocks' tanh
   gates save both branch outputs (2 e w) and two scalars; the ends: the embeddings and pre-norm over the unpadded
-  patches, the post-norm over the padded ones, the tile embeddings, and the projector's input (every tile's patches
-  with the intermediate layers' features concatenated, (1 + k) e w).
+  patches, the post-norm over the padded ones, the tile embeddings, the projector's input (every tile's patches
+  with the intermediate layers' features concatenated, (1 + k) e w), and the tiles' additive attention mask, one
+  (tiles x padded)^2 per image shared by every block, which SDPA's memory-efficient kernel keeps (82.7 MB per
+  image at 4 tiles of 1608).
+Under full recompute every block keeps its input (e w per token); the small integer tensors some towers pass to
+their blocks (Qwen's cu_seqlens, a few bytes) are not counted.
 A frozen tower saves nothing in its blocks (no parameter there needs a gradient and the pixels need none): only
 the merger / projector, which trains, saves its terms. A LoRA-targeted tower saves what a trained one does (the
 adapters' rank-wide intermediates are not counted: r / w of a linear's input).
@@ -71,7 +75,8 @@ def _tower_ends(t: VisionTower, x: ImageInputs, passes: int, tokens: int, e: int
     padded = p + (-p) % 8
     return {"embeddings and pre-norm": images * n * p * (2 * e * w + 2 * s),
             "post-norm": images * n * padded * (e * w + 2 * s),
-            "tile embeddings": images * 2 * n * w * e, "gates": 5 * e if images else 0}
+            "tile embeddings": images * 2 * n * w * e, "gates": 5 * e if images else 0,
+            "attention mask": images * (n * padded) ** 2 * e}
 
 
 def _projector(t: VisionTower, tokens: int, passes: int, e: int, s: int) -> Dict[str, int]:
@@ -90,9 +95,17 @@ def _projector(t: VisionTower, tokens: int, passes: int, e: int, s: int) -> Dict
     return {"projector input": tokens * (1 + t.feature_layers) * e * w}
 
 
+def lm_seq_len(t: VisionTower, text_len: int, x: ImageInputs) -> int:
+    """The language model's sequence: the text grown by the images' tokens (placeholders and their markers)."""
+    return text_len + (vision_tokens(t, x).text_tokens if t is not None else 0)
+
+
 def tower_activations(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_bytes: int = 2,
-                      stat_bytes: int = FP32, training: str = "trained") -> Dict[str, int]:
-    """Bytes the tower and its projector save for backward over one micro-batch, term by term."""
+                      stat_bytes: int = FP32, training: str = "trained", recompute: str = "none") -> Dict[str, int]:
+    """Bytes the tower and its projector save for backward over one micro-batch, term by term. Under full
+    recompute (gradient_checkpointing_enable checkpoints the tower's blocks too: each is a
+    GradientCheckpointingLayer) a block keeps only its input, e w per token; one_block_bytes is what backward
+    rebuilds at once."""
     require_choice("vision_training", training, TRAINING)
     v = vision_tokens(t, x)
     e, s = act_bytes, stat_bytes
@@ -103,11 +116,24 @@ def tower_activations(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_
     else:
         local_tokens = global_tokens = v.tower_tokens
         unpadded = v.tower_tokens
-    terms = {"tower blocks": t.depth * _block(t, e, s) * local_tokens}
-    if t.global_depth:
-        terms["global blocks"] = t.global_depth * ((_block(t, e, s) + 2 * e * t.width) * global_tokens + 2 * e)
+    if recompute == "full":                   # checkpointed blocks keep their input hidden states
+        terms = {"tower block inputs (checkpointed)": (t.depth + t.global_depth) * e * t.width * local_tokens}
+    else:
+        terms = {"tower blocks": t.depth * _block(t, e, s) * local_tokens}
+        if t.global_depth:
+            terms["global blocks"] = t.global_depth * ((_block(t, e, s) + 2 * e * t.width) * global_tokens + 2 * e)
     terms.update(_tower_ends(t, x, v.passes, v.tower_tokens, e, s))
     if training == "frozen":
         terms = {k: 0 for k in terms}
     terms.update(_projector(t, unpadded, v.passes, e, s))
     return {k: micro_batch * n for k, n in terms.items()}
+
+
+def one_block_bytes(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_bytes: int = 2,
+                    stat_bytes: int = FP32) -> int:
+    """One tower block's saved bytes over a micro-batch: what full recompute rebuilds at once in the tower's
+    backward (a global block of Llama 3.2 Vision, the larger, where it has them)."""
+    tokens = x.images * t.tiles * (t.positions + (-t.positions) % 8) if t.projector == "mllama" else \
+        vision_tokens(t, x).tower_tokens
+    extra = 2 * act_bytes * t.width if t.global_depth else 0
+    return micro_batch * (_block(t, act_bytes, stat_bytes) + extra) * tokens
