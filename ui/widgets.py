@@ -21,6 +21,7 @@ from zerocalc.units import capacity_text
 
 from . import rl_section
 from .labels import HELP, LABELS
+from .state_vision import VISION_FIELDS
 from .state_optimizer import OPTIMIZER_OPTIONS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
                     FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, base_architecture,
@@ -379,6 +380,7 @@ SECTIONS = (
     ("sec_recipe", "Recipe", "Recipe: compile, float8, offload, optimizer in backward, loss", _recipe, True),
     ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
+    ("sec_vision", "Vision", "Vision-language: images, resolution, pixel budget, tower", _fields(VISION_FIELDS), True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
     ("sec_display", "Display", "Display: units and bars (no byte changes)", _fields(DISPLAY_FIELDS), False),
     ("sec_rl", "RL", "RL post-training: algorithm, models, rollout engine (the RL view)", rl_section.section, True),

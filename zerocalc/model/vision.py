@@ -20,7 +20,8 @@ from typing import Tuple
 from ..scenario import FieldError, require_choice, require_int
 from .tensor import VISION_ROLES, ParamTensor
 
-TOWER_LIMITS = {"lora_rank": (1, 4096), "depth": (1, 1_000), "width": (1, 10**5), "heads": (1, 10**4), "mlp": (1, 10**6),
+TOWER_LIMITS = {"lora_rank": (1, 4096), "depth": (1, 1_000), "width": (1, 10**5), "heads": (1, 10**4),
+                "mlp": (1, 10**6),
                 "patch": (1, 1_024), "temporal_patch": (1, 64), "channels": (1, 64), "positions": (0, 10**7),
                 "merge": (1, 64), "out": (1, 10**6), "global_depth": (0, 1_000), "deepstack": (0, 1_000),
                 "tiles": (0, 64), "aspect_ratios": (0, 1_000), "feature_layers": (0, 1_000),
@@ -114,7 +115,7 @@ def _block(prefix: str, t: VisionTower) -> list:
         rows += _linear(f"{prefix}mlp.{name}", t.mlp, w, "vision")
     rows += _linear(f"{prefix}mlp.fc2", w, t.mlp, "vision")
     if t.layer_scale:
-        rows += [_param(f"{prefix}lambda_1", f"{prefix}layer", (w,)), _param(f"{prefix}lambda_2", f"{prefix}layer", (w,))]
+        rows += [_param(f"{prefix}lambda_{i}", f"{prefix}layer", (w,)) for i in (1, 2)]
     return rows
 
 
@@ -233,8 +234,8 @@ def largest_tower_module(t: VisionTower) -> tuple:
 
 
 _QWEN = dict(fused_qkv=True, temporal_patch=2, merge=2, channels=3)
-_SIGLIP_SO400M = dict(projector="gemma3", depth=27, width=1152, heads=16, mlp=4304, patch=14, positions=(896 // 14) ** 2,
-                      post_norm=True, merge=4)
+_SIGLIP_SO400M = dict(projector="gemma3", depth=27, width=1152, heads=16, mlp=4304, patch=14,
+                      positions=(896 // 14) ** 2, post_norm=True, merge=4)
 # preset name (model/presets.py, the language model's row) -> its tower. Sources: each model's config.json, kept
 # in tests/fixtures/vision_configs/ (Qwen, InternVL, Llama) and tests/fixtures/model_configs/ (Gemma 3) with
 # where it was read.
