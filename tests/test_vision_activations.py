@@ -96,3 +96,18 @@ def test_checkpointed_tower_keeps_its_block_inputs(family):
                                  recompute="full").values())
     total = measured["blocks"] + measured["ends"]
     assert total - 64 <= ours <= total         # less only Qwen's cu_seqlens, int32 offsets passed to every block
+
+
+@pytest.mark.parametrize("images, text", [(1, 16), (2, 24)])
+def test_cross_attention_layer_equals_mllamas(images, text):
+    """A cross-attention decoder layer of the real MllamaTextModel (hidden 48, 4 heads, 2 KV heads of 12, FFN 64)
+    saves the formula's bytes, with what the cross layers share (vision states, masks) saved first there."""
+    from zerocalc.model.architecture import Architecture
+    from zerocalc.step.vision_activations import cross_attention_bytes
+    from tests.measure.vision_activations import measure_cross_layer
+    vision = dict(SMALL["mllama"][0], text_layers=2, cross_layers=[1])
+    measured = measure_cross_layer(vision, text, images)
+    a = Architecture(layers=2, hidden=48, heads=4, kv_heads=2, head_dim=12, ffn=64, vocab=300, seq_len=64)
+    cross = images * 2 * 17                           # every tile's patches: 2 tiles of 17 (with the class token)
+    layer, shared = cross_attention_bytes(a, text, cross)
+    assert measured["layer1"] == layer + shared, (measured, layer, shared)

@@ -53,7 +53,8 @@ def build(family: str, vision: dict, dtype=torch.bfloat16):
     if family == "qwen2.5-vl" or family == "qwen3-vl":
         text["rope_scaling"] = {"rope_type": "default", "mrope_section": [2, 2, 2]}
     if family == "mllama":
-        text.update(cross_attention_layers=[0], pad_token_id=0)
+        text.update(cross_attention_layers=vision.pop("cross_layers", [0]), pad_token_id=0,
+                    num_hidden_layers=vision.pop("text_layers", 1))
     extra = {"image_token_id": 299} if family != "mllama" else {"image_token_index": 299}
     if family == "gemma3":
         extra = {"image_token_index": 299, "mm_tokens_per_image": vision.pop("tokens", 4)}
@@ -138,3 +139,45 @@ def measure(family: str, vision: dict, images: int, height: int, width: int, dty
         for h in hooks:
             h.remove()
     return {"blocks": rec.by_region["layer"], "ends": rec.by_region["ends"], "output": out}
+
+
+def measure_cross_layer(vision: dict, text_tokens: int, images: int = 1, dtype=torch.bfloat16) -> dict:
+    """Llama 3.2 Vision's text model with two layers, a self-attention one then a cross-attention one
+    (cross_attention_layers [1]), run through MllamaModel.forward with `images` images in one sample: the bytes
+    each layer saves (the cross layer's include what cross-attention layers share: the projected vision states and
+    the masks, saved first there)."""
+    model = build("mllama", dict(vision), dtype)
+    lm = model.model.language_model
+    cfg = tower(model).config
+    tiles = cfg.max_num_tiles
+    ids = torch.randint(0, 250, (1, text_tokens))
+    ids[0, :images] = 299                                    # the <|image|> tokens
+    x = dict(input_ids=ids, pixel_values=torch.randn(1, images, tiles, 3, cfg.image_size, cfg.image_size, dtype=dtype),
+             aspect_ratio_ids=torch.ones(1, images, dtype=torch.long),
+             aspect_ratio_mask=torch.ones(1, images, tiles, dtype=torch.long),
+             cross_attention_mask=torch.ones(1, text_tokens, images, tiles, dtype=torch.long))
+    rec = _Recorder(model)
+    rec.region = "other"
+    hooks = []
+    for i, layer in enumerate(lm.layers):
+        hooks.append(layer.register_forward_pre_hook(lambda m, a, k, i=i: setattr(rec, "region", f"layer{i}"),
+                                                     with_kwargs=True))
+        hooks.append(layer.register_forward_hook(lambda m, a, k, o: setattr(rec, "region", "other"),
+                                                 with_kwargs=True))
+    try:
+        with gpu_semantics(rec), torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
+            inner = F.scaled_dot_product_attention
+
+            def sdpa(query, key, value, attn_mask=None, *rest, **kwargs):
+                if attn_mask is not None and not rec.paused:
+                    rec.add(attn_mask)
+                return inner(query, key, value, attn_mask, *rest, **kwargs)
+            F.scaled_dot_product_attention = sdpa
+            try:
+                model.model(**x)
+            finally:
+                F.scaled_dot_product_attention = inner
+    finally:
+        for h in hooks:
+            h.remove()
+    return dict(rec.by_region)

@@ -9,8 +9,7 @@ from typing import Optional
 
 from ..answers.vision import max_images, max_pixel_budget, pixel_step
 from ..model.vision import tower_counts
-from ..step.vision_activations import tower_activations
-from ..tables import DTYPE_BITS
+from ..parallel.ranks import layout_report
 from ..units import format_bytes
 
 
@@ -20,9 +19,8 @@ def vision_dict(scenario, workload) -> Optional[dict]:
     if t is None:
         return None
     x, v = workload.images, workload.vision_tokens
-    bits = DTYPE_BITS[workload.activation_dtype or scenario.comm_dtype or scenario.param_dtype]
-    recompute = "full" if workload.recompute == "full" else "none"
-    terms = tower_activations(t, x, workload.micro_batch, bits // 8, training=t.training, recompute=recompute)
+    first = layout_report(scenario, workload).ranks[0].shape.act       # the first stage's: the tower runs there
+    terms = {k[len("vision: "):]: n for k, n in first.embed.items() if k.startswith("vision: ")}
     return {"family": t.projector, "training": t.training, "params": tower_counts(t),
             "images_per_sample": x.images, "image_size": [x.width, x.height], "pixel_budget": x.pixel_budget,
             "video_frames": x.video_frames, "pan_and_scan": x.pan_and_scan,
@@ -49,7 +47,7 @@ def vision_text(d: Optional[dict], units: str = "decimal") -> str:
              + f" -> {d['tower_passes']} tower pass(es), {d['tower_tokens']:,} tower tokens, {d['image_tokens']:,}"
              f" tokens in the language model's sequence of {d['seq_len']:,} ({d['text_tokens']:,} text)"
              + (f"; cross-attention over {d['cross_attention_tokens']:,}" if d["cross_attention_tokens"] else ""),
-             f"  tower activations per micro-batch: {format_bytes(d['activation_bytes'], unit)} (in the first "
+             f"  vision activations per micro-batch: {format_bytes(d['activation_bytes'], unit)} (in the first "
              "stage's activations above)"]
     for s in range(4):
         n, b = d["max_images_per_sample"][s], d["max_pixel_budget"][s]

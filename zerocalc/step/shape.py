@@ -18,7 +18,7 @@ from .buffers import FsdpUnits, fsdp_units
 from .losses import loss_row
 from .offload import offloaded_inputs
 from .trainable import training_for
-from .vision_activations import one_block_bytes, tower_activations
+from .vision_activations import cross_attention_delta, one_block_bytes, tower_activations
 
 
 class StepShape(NamedTuple):
@@ -115,6 +115,9 @@ def _with_tower(act: ActivationReport, workload, bits: int) -> ActivationReport:
     t, x, e = workload.arch.vision, workload.images, bits // 8
     recompute = "full" if workload.recompute == "full" else "none"
     terms = tower_activations(t, x, workload.micro_batch, e, training=t.training, recompute=recompute)
+    if t.cross_layers:       # Llama 3.2 Vision: its cross-attention layers, in place of self-attention blocks
+        terms["cross-attention layers (beyond self-attention ones)"] = cross_attention_delta(
+            workload, sum(act.per_layer.values()), e, recompute)
     act = act._replace(embed={**act.embed, **{f"vision: {k}": v for k, v in terms.items() if v}})
     if recompute == "full" and t.training != "frozen":
         act = act._replace(recompute_working=max(act.recompute_working,

@@ -129,6 +129,36 @@ def tower_activations(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_
     return {k: micro_batch * n for k, n in terms.items()}
 
 
+def cross_attention_bytes(a, text: int, cross: int, e: int = 2) -> tuple:
+    """Llama 3.2 Vision's cross-attention decoder layer (transformers 5.24 MllamaCrossAttentionDecoderLayer, SDPA
+    with its mask: the memory-efficient kernel; K and V repeated to every query head), per sample of `text` tokens
+    attending to `cross` vision tokens: (one layer's saved bytes, what all of them share once). Per text token: two
+    RMSNorms in fp32 ((4 + 2e) h + 4 each), q's per-head RMSNorm ((4 + e) a d + 4a), SDPA's q and output (e a d
+    each) and logsumexp (4a), the tanh-gated attention and MLP outputs (e h each), the SwiGLU (4 e f); per vision
+    token: k's per-head RMSNorm ((4 + e) g d + 4g) and the repeated K and V (2 e a d); two gate scalars. Shared:
+    the projected vision states (e h per vision token), the cross-attention mask (e per text x vision token) and
+    the text-row mask (e per text token)."""
+    h, heads, g, d, f = a.hidden, a.heads, a.n_kv_heads, a.d_head, a.ffn
+    per_text = 2 * ((FP32 + 2 * e) * h + FP32) + (FP32 + e) * heads * d + FP32 * heads + 2 * e * heads * d + \
+        FP32 * heads + 2 * e * h + 4 * e * f
+    per_vision = (FP32 + e) * g * d + FP32 * g + 2 * e * heads * d
+    return text * per_text + cross * per_vision + 2 * e, cross * e * h + text * cross * e + text * e
+
+
+def cross_attention_delta(workload, self_layer: int, e: int, recompute: str) -> int:
+    """What the cross-attention layers save beyond the self-attention blocks the decoder's formula counts in their
+    place (`self_layer`: one block's bytes per micro-batch): with no image they are skipped (MllamaTextModel);
+    under full recompute each keeps its input like the others, and only what they share stays."""
+    a, t = workload.arch, workload.arch.vision
+    cross = workload.vision_tokens.cross_tokens
+    if not cross:
+        return -t.cross_layers * self_layer if recompute != "full" else 0
+    layer, shared = cross_attention_bytes(a, workload.seq_len, cross, e)
+    if recompute == "full":
+        return workload.micro_batch * shared
+    return t.cross_layers * (workload.micro_batch * layer - self_layer) + workload.micro_batch * shared
+
+
 def one_block_bytes(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_bytes: int = 2,
                     stat_bytes: int = FP32) -> int:
     """One tower block's saved bytes over a micro-batch: what full recompute rebuilds at once in the tower's
