@@ -76,8 +76,8 @@ def test_largest_pixel_budget_applied_gives_the_promised_verdict(model, size, gp
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--model", "llama-3.1-8b", "--images-per-sample", "2"], "--images-per-sample: got 'set'; allowed: a --model "
-                                                               "with a vision tower"),
+    (["--model", "llama-3.1-8b", "--images-per-sample", "2"], "--images-per-sample: got 'llama-3.1-8b'; allowed: "
+                                                               "a --model with a vision tower"),
     (["--model", "gemma-3-4b", "--images-per-sample", "1", "--pixel-budget", "1000000"],
      "--pixel-budget: got 1000000; allowed: 0 for Gemma 3"),
     (["--model", "internvl3-8b", "--video-frames", "8"], "--video-frames: got 8; allowed: 0 for this family"),

@@ -66,7 +66,7 @@ def max_pixel_budget(scenario, workload) -> Dict[int, Optional[int]]:
     asks) for which each stage fits, the images per sample held; 0: not even the smallest; None: no budget."""
     step = pixel_step(workload)
     x = workload.images
-    if step is None or not (x.images or x.video_frames):
+    if step is None or not x.images:              # a video's frames follow the video processor's own bounds
         return {s: None for s in STAGES}
     rule = RULES[workload.arch.vision.projector]
     if workload.arch.vision.projector == "internvl":

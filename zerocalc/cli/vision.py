@@ -60,10 +60,11 @@ def with_tower(args, arch):
     given = vision_given(args)
     if not given or arch is None:
         return arch
-    tower = TOWERS.get(getattr(args, "model", None) or "")
+    model = getattr(args, "model", None)
+    tower = TOWERS.get(model or "")
     if tower is None:
-        raise FieldError(FIELD_FLAGS.get(given[0][2:].replace("-", "_"), given[0][2:].replace("-", "_")),
-                         "set", "a --model with a vision tower: " + ", ".join(TOWERS))
+        raise FieldError(given[0][2:].replace("-", "_"), model or "a model from --config / --hub / its shape",
+                         "a --model with a vision tower: " + ", ".join(TOWERS))
     changes = {}
     if args.vision_training is not None:
         changes["training"] = args.vision_training
