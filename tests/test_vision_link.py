@@ -50,3 +50,14 @@ def test_the_page_opens_a_vision_plan_with_its_section():
     assert not at.exception
     widgets = {w.key: w.value for w in at.number_input}
     assert widgets.get("images_per_sample") == 2 and widgets.get("image_width") == 1344
+
+
+def test_the_page_answers_how_many_images_and_pixels_fit():
+    from tests.app_helpers import run_app, text_of
+    at = run_app({"model": "qwen2.5-vl-7b", "images_per_sample": "2", "image_width": "1344", "image_height": "896",
+                  "seq_len": "1024", "gpu": "L40S-48GB", "recompute": "full"}, tab="Peak and step")
+    text = text_of(at)
+    cli = json.loads(run(["--model", "qwen2.5-vl-7b", "--workers", "8", "--seq-len", "1024", "--images-per-sample",
+                          "2", "--image-size", "1344x896", "--gpu", "L40S-48GB", "--recompute", "full", "--json"]))
+    n = cli["vision"]["max_images_per_sample"]["3"]
+    assert n and f"most images per sample that fit: {n:,}" in text

@@ -1,7 +1,7 @@
 """A vision-language plan's own rows (issue 37), as plain data and as text: the tower, projector and cross-attention
 extras (parameters, training mode), one sample's images through the family's token rule, the language model's
 sequence (text + image tokens), the tower's saved activations per micro-batch, and the answers: most images per
-sample, largest pixel budget per image, per ZeRO stage."""
+sample, largest pixel budget per image, per ZeRO stage (keyed "0".."3", as the solvers' answers are)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def vision_dict(scenario, workload) -> Optional[dict]:
             "seq_len": workload.seq_len, "text_tokens": workload.seq_len - v.text_tokens,
             "activation_terms": terms, "activation_bytes": sum(terms.values()),
             "pixel_step": pixel_step(workload),
-            "max_images_per_sample": max_images(scenario, workload),
-            "max_pixel_budget": max_pixel_budget(scenario, workload)}
+            "max_images_per_sample": {str(s): n for s, n in max_images(scenario, workload).items()},
+            "max_pixel_budget": {str(s): n for s, n in max_pixel_budget(scenario, workload).items()}}
 
 
 def vision_text(d: Optional[dict], units: str = "decimal") -> str:
@@ -50,7 +50,7 @@ def vision_text(d: Optional[dict], units: str = "decimal") -> str:
              f"  vision activations per micro-batch: {format_bytes(d['activation_bytes'], unit)} (in the first "
              "stage's activations above)"]
     for s in range(4):
-        n, b = d["max_images_per_sample"][s], d["max_pixel_budget"][s]
+        n, b = d["max_images_per_sample"][str(s)], d["max_pixel_budget"][str(s)]
         images = "not even the text alone" if n is None else f"{n:,}"
         budget = "" if b is None else f"; largest pixel budget per image: {b:,} px" if b else \
             "; largest pixel budget per image: none (not even the smallest)"
