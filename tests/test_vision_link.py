@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from ui.state import from_query, resolve, to_query
 from zerocalc.cli.main import run
 from zerocalc.parallel.ranks import layout_report
@@ -61,3 +63,27 @@ def test_the_page_answers_how_many_images_and_pixels_fit():
                           "2", "--image-size", "1344x896", "--gpu", "L40S-48GB", "--recompute", "full", "--json"]))
     n = cli["vision"]["max_images_per_sample"]["3"]
     assert n and f"most images per sample that fit: {n:,}" in text
+
+
+@pytest.mark.parametrize("query", [
+    {"model": "llama-3.2-11b-vision", "images_per_sample": "2", "seq_len": "512", "gpu": "L40S-48GB",
+     "vision_training": "frozen"},
+    {"model": "qwen3-vl-8b", "images_per_sample": "1", "video_frames": "16", "image_width": "1280",
+     "image_height": "720", "seq_len": "1024", "vision_training": "lora", "finetune": "lora"}])
+def test_every_view_and_button_of_a_vision_plan(query):
+    """A vision plan through every view and every button the page draws (as tests/test_app_every_click.py does for
+    random states): no run raises."""
+    from tests.app_helpers import run_app
+    from tests.test_app_every_click import PASTE, press_everything
+    from ui.page import TABS
+    at = run_app(query)
+    at.session_state["show_layouts"] = True
+    at.run()
+    assert not at.exception, at.exception
+    for tab in TABS:
+        if tab == "Calibrate":
+            at.session_state["calib_text"] = PASTE
+        at.session_state["tab"] = tab
+        at.run()
+        assert not at.exception, (tab, at.exception)
+        press_everything(at)
