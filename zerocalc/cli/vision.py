@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..model.hf_config import parse_config
 from ..model.vision import TOWERS, TRAINING
+from ..model.vision_config import VISION_MODEL_TYPES, tower_from_config
 from ..model.vision_tokens import ImageInputs
 from ..scenario import FieldError
 from ..step.vision_activations import lm_seq_len
@@ -62,9 +64,14 @@ def with_tower(args, arch):
         return arch
     model = getattr(args, "model", None)
     tower = TOWERS.get(model or "")
+    config = getattr(getattr(args, "_hub", None), "config", None) or (
+        parse_config(args.config) if getattr(args, "config", None) else None)
+    if tower is None and config is not None:      # a vision-language config.json: its own tower
+        tower = tower_from_config(config, arch.hidden)
     if tower is None:
-        raise FieldError(given[0][2:].replace("-", "_"), model or "a model from --config / --hub / its shape",
-                         "a --model with a vision tower: " + ", ".join(TOWERS))
+        raise FieldError(given[0][2:].replace("-", "_"), model or "a model without a vision tower",
+                         "a --model with a vision tower (" + ", ".join(TOWERS) + ") or a vision-language "
+                         "--config / --hub (" + ", ".join(VISION_MODEL_TYPES) + ")")
     changes = {}
     if args.vision_training is not None:
         changes["training"] = args.vision_training
