@@ -111,7 +111,6 @@ def test_tower_training_modes_flag_the_tower_and_its_adapters():
 
 
 def test_lora_tower_adapters_equal_peft():
-    from dataclasses import replace
     peft = pytest.importorskip("peft")
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     vision = dict(depth=2, hidden_size=64, intermediate_size=96, num_heads=4, out_hidden_size=48, patch_size=14,

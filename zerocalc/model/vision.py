@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Tuple
 
 from ..scenario import FieldError, require_choice, require_int
-from .tensor import VISION_ROLES, ParamTensor
+from .tensor import ParamTensor
 
 TOWER_LIMITS = {"lora_rank": (1, 4096), "depth": (1, 1_000), "width": (1, 10**5), "heads": (1, 10**4),
                 "mlp": (1, 10**6),
@@ -79,11 +79,6 @@ class VisionTower:
             require_int(f, getattr(self, f), lo, hi)
         if self.width % self.heads:
             raise FieldError("heads", self.heads, f"a divisor of the tower's width ({self.width:,})")
-
-    @property
-    def patches_per_tile(self) -> int:
-        """Llama 3.2 Vision: patches of one tile plus its class token (the position table's rows)."""
-        return self.positions
 
 
 def _linear(module, out, inp, role, bias=True) -> list:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-from .hf_config import ConfigError, _check_int, _refuse
+from .hf_config import _check_int, _refuse
 from .vision import VisionTower
 
 # model_type -> the vision_config defaults transformers 5.24 gives an absent key
@@ -137,9 +137,3 @@ def tower_from_config(cfg: dict, hidden: int) -> Optional[VisionTower]:
                        aspect_ratios=len(_list(v, "supported_aspect_ratios", model_type)),
                        feature_layers=len(indices), cross_layers=len(cross),
                        cross_head_dim=hidden // heads, extra_vocab=8)
-
-
-def check_model_type(cfg: dict) -> None:
-    if cfg.get("model_type") not in VISION_MODEL_TYPES:
-        raise ConfigError("model_type", cfg.get("model_type"), "a vision-language config: one of "
-                          + ", ".join(VISION_MODEL_TYPES))
