@@ -48,6 +48,7 @@ PLANS = (
     ["--model", "llama-3-8b", "--ds-config", str(FIX / "transformers_ds_config_zero2.json")],
     ["--model", "llama-3-8b", "--accelerate-config", str(FIX / "llamafactory_fsdp_config.yaml")],
     ["--torchtitan-config", str(FIX / "torchtitan_llama3_8b.toml"), "--model", "llama-3.1-8b"],
+    ["--model", "qwen2.5-vl-7b", "--workers", "8", "--images-per-sample", "2", "--image-size", "1344x896"],
 )
 RL_PLANS = (
     ["--model", "qwen2.5-7b", "--gpus", "8"],

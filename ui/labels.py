@@ -81,9 +81,13 @@ LABELS = {
     "quant_type": "Base quantization", "quant_block_size": "4-bit block size",
     "double_quant": "Double quantization (quantize the scales)",
     "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
+    # vision-language models (issue 37: ui/state_vision.py)
+    "images_per_sample": "Images per sample", "image_width": "Image width (px)", "image_height": "Image height (px)",
+    "pixel_budget": "Pixel budget per image (0: the checkpoint's)", "video_frames": "Video frames per sample (Qwen)",
+    "pan_and_scan": "Pan and scan (Gemma 3)", "vision_training": "Vision tower", "vision_lora_rank": "Tower LoRA rank",
 }
 HELP = {
-    "model": "Type to search the 48 presets (published parameter counts); custom: edit the architecture or load "
+    "model": "Type to search the 52 presets (published parameter counts); custom: edit the architecture or load "
              "a config.json / Hub model; params-only: model states from a parameter count alone.",
     "params": "A count such as 7B or 124439808; the peak needs an architecture, so only model states are shown.",
     "convention": "Which tensors a framework keeps per parameter (zero-paper 16 bytes, deepspeed 20, megatron 18, "
@@ -338,4 +342,9 @@ HELP = {
                     "norms) to fp32, so activations are fp32 too.",
     "train_last_layers": "Freeze every block before the last k; they save no activations either.",
     "train_modules": "Modules trained in full beside the last k blocks (the rest stay frozen).",
+    "images_per_sample": "Images in each sample, through the family's processor rule; their tokens join the "
+                         "language model's sequence (the sequence length above is the text).",
+    "pixel_budget": "Qwen: max_pixels per image (smart_resize); InternVL: the pixels of the 448 px tiles allowed.",
+    "vision_training": "trained; frozen (its blocks and embeddings: the projector still trains); or LoRA on every "
+                       "linear of its blocks.",
 }

@@ -316,13 +316,16 @@ FIELD_OF = {"shard_group": lambda v: 0 if v is None else v,
             **{name: (lambda v, n=name: ui_value(n, v)) for name in STAGE_NONE}}    # a layout's stage split
 
 
-def fix_fields(fix) -> dict:
-    """A fix's changes as widget values (no shard group -> 0, a catalogued GPU clears a custom capacity)."""
+def fix_fields(fix, image_tokens: int = 0) -> dict:
+    """A fix's changes as widget values (no shard group -> 0, a catalogued GPU clears a custom capacity; the
+    sequence field is the text: the images' tokens come off a fix's sequence)."""
     values = {"stage": fix.stage}
     for part in (fix.scenario, fix.workload, fix.layout):
         for name, value in part.items():
             if name == "gpu_memory":
                 continue
+            if name == "seq_len":
+                value -= image_tokens
             values[name] = FIELD_OF[name](value) if name in FIELD_OF else value
     return values
 
@@ -349,7 +352,8 @@ def fixes(found: list, resolved, stage: int, unit: str, limit: int = 6) -> None:
     for i, fix in enumerate(found[:limit]):
         left, right = st.columns([6, 1], vertical_alignment="center")
         left.markdown(f"{i + 1}. {escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))}")
-        right.button("Apply", key=f"fix_apply_{i}", on_click=set_fields, args=(fix_fields(fix),),
+        values = fix_fields(fix, resolved.workload.vision_tokens.text_tokens)
+        right.button("Apply", key=f"fix_apply_{i}", on_click=set_fields, args=(values,),
                      help="Sets these values in the sidebar.")
     if len(found) > limit:
         with st.expander(f"{len(found) - limit} more"):

@@ -24,6 +24,7 @@ from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES, Layout
 from .field_text import allowed, format_value, parse_value  # noqa: F401 - a field's text form, imported from here
 from .state_stages import STAGE_NAMES, stage_fields, stage_layout
 from .state_step import step_fields, step_versions, step_workload
+from .state_vision import vision_fields, vision_tower, vision_workload
 from .state_optimizer import OPTIMIZER_OPTION_FIELDS, optimizer_fields
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
@@ -154,6 +155,7 @@ FIELDS: Tuple[Field, ...] = (
     _c("gpu", tuple(GPU_CATALOG) + (CUSTOM,), DEFAULT_GPU),
     _i("gpu_memory", *_W["gpu_memory"], 80 * 10**9, kind="bytes"),
     Field("buffer_factor", "factor", 1.5, (), 0.1, 100),
+    *vision_fields(Field),                                                  # vision-language: state_vision
     # view
     _c("units", ("GB", "GiB"), "GB"), _c("breakdown", ("category", "entry"), "category"),
     _i("stage", 0, 3, 3),
@@ -287,9 +289,9 @@ def architecture(state: dict) -> Optional[Architecture]:
     ids = state.get(DENSE_IDS, ()) if state["model"] == CUSTOM else base.dense_layer_ids
     if ids != base.dense_layer_ids:
         changes["dense_layer_ids"] = ids
-    if not changes:
-        return base
-    return Architecture(**{**{f.name: getattr(base, f.name) for f in dc_fields(Architecture)}, **changes})
+    if changes:
+        base = Architecture(**{**{f.name: getattr(base, f.name) for f in dc_fields(Architecture)}, **changes})
+    return vision_tower(state, base, _defaults(state["model"], state["convention"]))
 
 
 def scenario_fields(state: dict, params: int) -> dict:
@@ -312,7 +314,7 @@ def layout(state: dict) -> Layout:
 
 def workload(state: dict, arch: Architecture) -> Workload:
     return Workload(
-        arch, micro_batch=state["micro_batch"], seq_len=state["seq_len"],
+        arch, micro_batch=state["micro_batch"], **vision_workload(state, arch),
         activation_dtype=None if state["activation_dtype"] == "auto" else state["activation_dtype"],
         attention=state["attention"], recompute=state["recompute"],
         recompute_every=state["recompute_every"] if state["recompute"] == "full" else 1,

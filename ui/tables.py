@@ -238,6 +238,21 @@ def solver_sentences(report: dict, longest: dict = None) -> list:
     lowest = solve["lowest_stage"]
     out.append(f"Lowest stage that fits as set: {STAGE_LABELS[lowest]}." if lowest is not None else
                "No stage fits as set.")
+    return out + vision_sentences(report.get("vision"))
+
+
+def vision_sentences(v) -> list:
+    """A vision-language plan's answers (zerocalc/answers/vision.py): most images per sample and the largest pixel
+    budget per image that fit, each stage, the text and everything else held."""
+    if not v:
+        return []
+    out = []
+    for stage in range(4):
+        n, b = v["max_images_per_sample"][str(stage)], v["max_pixel_budget"][str(stage)]
+        images = "not even the text alone fits" if n is None else f"most images per sample that fit: {n:,}"
+        budget = "" if b is None else f"; largest pixel budget per image: {b:,} px" if b else \
+            "; not even the smallest pixel budget fits"
+        out.append(f"**{STAGE_LABELS[stage]}**, {v['text_tokens']:,} text tokens per sample: {images}{budget}.")
     return out
 
 

@@ -23,6 +23,7 @@ from . import rl_section
 from .labels import HELP, LABELS
 from .state_optimizer import OPTIMIZER_OPTIONS
 from .state_step import lengths_text
+from .state_vision import VISION_FIELDS
 from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
                     FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, base_architecture,
                     default_for)
@@ -103,8 +104,7 @@ def _on_model_change():
         set_fields({name: default_for(name, chosen) for name in ARCH_FIELDS})
 
 
-def _on_schedule_change():
-    # Virtual stages exist only in the interleaved schedule (Megatron needs at least 2 there).
+def _on_schedule_change():     # virtual stages exist only in the interleaved schedule (Megatron needs 2 or more)
     interleaved = st.session_state["schedule"] == "interleaved"
     set_fields({"vpp": max(2, current("vpp")) if interleaved else 1})
 
@@ -387,6 +387,7 @@ SECTIONS = (
     ("sec_recipe", "Recipe", "Recipe: compile, float8, offload, optimizer in backward, loss", _recipe, True),
     ("sec_step", "Step details", "Step details (accumulation, kernels, dtype)", _step, True),
     ("sec_finetune", "Fine-tuning", "Fine-tuning (freeze, LoRA, DoRA, QLoRA)", _finetune, True),
+    ("sec_vision", "Vision", "Vision-language: images, resolution, pixel budget, tower", _fields(VISION_FIELDS), True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
     ("sec_display", "Display", "Display: units and bars (no byte changes)", _fields(DISPLAY_FIELDS), False),
     ("sec_rl", "RL", "RL post-training: algorithm, models, rollout engine (the RL view)", rl_section.section, True),

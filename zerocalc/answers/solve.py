@@ -190,8 +190,10 @@ def max_seq_len(scenario, workload) -> Dict[int, int]:
         return cache[k]
 
     hi = WORKLOAD_LIMITS["seq_len"][1] // step
-    return {s: step * interpolated_largest(lambda k, s=s: peaks(k)[s].peak_bytes, workload.capacity_bytes, 1, hi,
-                                           workload.seq_len // step) for s in STAGES}
+    lo = workload.vision_tokens.text_tokens // step + 1       # a sample's images take their tokens of any sequence
+    found = {s: interpolated_largest(lambda k, s=s: peaks(k)[s].peak_bytes, workload.capacity_bytes, lo, hi,
+                                     workload.seq_len // step) for s in STAGES}
+    return {s: step * k if k >= lo else 0 for s, k in found.items()}
 
 
 def min_workers(scenario, workload) -> Dict[int, Optional[int]]:

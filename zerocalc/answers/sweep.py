@@ -111,8 +111,11 @@ def sweep(scenario, workload, field: str, stage: int) -> dict:
     cheap = {"seq_len": peaks_at_seq_len, "micro_batch": peaks_at_micro_batch, "workers": peaks_at_workers}
     points = []
     for value in values:          # the step alone where the model states do not change (ranks.peaks_at_*)
-        peaks = cheap[field](base, value) if field in cheap else \
-            layout_report(*plan_with(scenario, workload, field, value)).peaks
+        try:
+            peaks = cheap[field](base, value) if field in cheap else \
+                layout_report(*plan_with(scenario, workload, field, value)).peaks
+        except FieldError:        # a value the plan refuses: a sequence shorter than its images' tokens
+            continue
         points.append({"value": value, "peak_bytes": [p.peak_bytes for p in peaks], "fits": [p.fits for p in peaks]})
     return {"field": field, "label": axis.label, "current": _current(scenario, workload, field), "step": step,
             "stage": stage, "capacity_bytes": workload.capacity_bytes, "points": points,

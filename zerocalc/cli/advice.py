@@ -13,14 +13,16 @@ from ..parallel.ranks import layout_report
 SKIPPED = {"gpu_memory", "shard_group"}      # None: the catalogued card's capacity, the whole group
 
 
-def flag_values(fix) -> List[str]:
+def flag_values(fix, image_tokens: int = 0) -> List[str]:
     """The fix's changes as flags of `zerocalc` (a catalogued GPU clears a custom capacity; the shard group is
-    the whole data-parallel group again)."""
+    the whole data-parallel group again; --seq-len is the text, the images' tokens are added to it)."""
     out = []
     for part in (fix.scenario, fix.workload, fix.layout):
         for name, value in part.items():
             if name in SKIPPED and value is None:
                 continue
+            if name == "seq_len":
+                value -= image_tokens
             flag = "--" + name.replace("_", "-")
             out += [flag, ("yes" if value else "no") if isinstance(value, bool) else str(value)]
     return out
@@ -41,7 +43,7 @@ def advice_dict(scenario, workload, stage: Optional[int], units: str = "decimal"
         s, w = apply(fix, scenario, workload)
         peaks = [p.peak_bytes for p in layout_report(s, w).peaks]
         out.append({"kind": fix.kind, "parts": [p.kind for p in fix.parts], "stage": fix.stage, "fits": fix.fits,
-                    "flags": flag_values(fix) + ["--check-stage", str(fix.stage)],
+                    "flags": flag_values(fix, workload.vision_tokens.text_tokens) + ["--check-stage", str(fix.stage)],
                     "peak_bytes": fix.peak_bytes, "capacity_bytes": fix.capacity_bytes,
                     "peak_bytes_per_stage": peaks, "cost": fix.cost, "cost_note": fix.cost_note,
                     "changes_job": fix.job_change,

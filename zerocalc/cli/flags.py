@@ -28,6 +28,7 @@ from .batch_flags import add_batch_flags
 from .frameworks import add_framework_flags
 from .optimizer import add_optimizer_flags
 from .recipe_flags import add_recipe_flags
+from .vision import add_vision_flags
 from .types import (_capacity, _count, _dtype_or_none, _factor, _names, _Parser, _probability, _stage_layers,
                     _targets, _versions)
 
@@ -42,8 +43,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter, description=description)
     p.add_argument("--version", action="version", version=f"zerocalc {__version__}")
     for title, add in SECTIONS:
-        if add is None:
-            add_framework_flags(p)           # "Load a config": its own group, the imports mutually exclusive
+        if add in OWN_GROUP:
+            add(p)                           # a module that makes its own group (the imports: mutually exclusive)
         else:
             add(p.add_argument_group(title))
     return p
@@ -242,7 +243,7 @@ def _output(g) -> None:
 
 SECTIONS = (
     ("the job: model, GPU, workers, batch (a model adds the peak working set, the verdict and the solvers)", _job),
-    ("load a config", None),
+    ("load a config", add_framework_flags),
     ("architecture (the page's Architecture: overrides the preset's)", _arch),
     ("precision and optimizer (the page's Precision)", _precision),
     ("sharding, nodes and offload (the page's Sharding)", _sharding),
@@ -250,6 +251,8 @@ SECTIONS = (
     ("recipe: recompute, compile, float8, offload, loss (the page's Recipe; needs a model)", _recipe),
     ("step details: batches, kernels, dtypes, the framework's buffers (the page's Step details)", _step),
     ("fine-tuning (the page's Fine-tuning; needs a model)", _finetune),
+    ("vision-language models (the page's Vision)", add_vision_flags),
     ("working-set assumptions, beyond the tensors (the page's Assumptions)", _assumptions),
     ("output and extra views (the page's Display)", _output),
 )
+OWN_GROUP = (add_framework_flags, add_vision_flags)     # each titles its own group

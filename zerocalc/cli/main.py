@@ -28,6 +28,7 @@ from .frameworks import (FlagError, export_from_args, export_notes, framework_er
                          import_given, import_view, imported_flag,
                          model_from_import)
 from .sources import sources_dict, sources_text
+from ..output.vision import vision_dict, vision_text
 from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
                        workload_flags_given, workload_from_args)
 from .types import UsageError  # noqa: F401  (callers catch it from here)
@@ -192,8 +193,8 @@ def _render(args, scenario, arch, workload, imported) -> str:
             {"sweep": swept} if swept else {})
         return json.dumps({**report_dict(report, view, layouts=workload is not None, sequences=True), **extra,
                            **sources}, indent=2)
-    return render_text(report, view, args.units) + (advice_text(advised) if advised else "") + \
-        sweep_text(swept, args.units) + sources_text(sources, args.units)
+    return render_text(report, view, args.units) + vision_text(vision_dict(scenario, workload), args.units) + \
+        (advice_text(advised) if advised else "") + sweep_text(swept, args.units) + sources_text(sources, args.units)
 
 
 def _layout_dict(workload) -> dict:

@@ -15,6 +15,7 @@ from ..scenario import FieldError
 from ..step.workload import Workload
 from .batch_flags import BATCH_FLAG_NAMES, BATCH_FLAGS, batch_fields
 from ..units import format_bytes
+from .vision import vision_fields, vision_given, with_tower
 
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "op_policy",
@@ -78,7 +79,7 @@ def architecture_from_args(args):
     mtp = getattr(args, "mtp_layers", None)
     if mtp is not None:                        # "config": the count the config declares (num_nextn_predict_layers)
         changes["mtp_layers"] = arch.mtp_declared if mtp == "config" else _mtp_count(mtp)
-    return replace(arch, **changes) if changes else arch
+    return with_tower(args, replace(arch, **changes) if changes else arch)
 
 
 def _mtp_count(text: str) -> int:
@@ -115,6 +116,7 @@ def workload_from_args(args, arch) -> Workload:
         if flag in given:
             given[flag] = given[flag] == "yes"
     given.update(batch_fields(args))                     # cli/batch_flags.py: the batch and the router loss
+    given.update(vision_fields(args, arch, given.get("seq_len", Workload.seq_len)))
     return Workload(arch, layout=layout_from_args(args), finetune=finetune_from_args(args), **given)
 
 
@@ -123,7 +125,8 @@ FLAG_NAMES = {"loss_fusion": "cross-entropy-loss-fusion", **BATCH_FLAG_NAMES}   
 
 def workload_flags_given(args) -> list:
     return [f"--{FLAG_NAMES.get(f, f.replace('_', '-'))}" for f in WORKLOAD_FLAGS + LAYOUT_FLAGS +
-            tuple(FINETUNE_FLAGS) + ("mtp_layers",) + BATCH_FLAGS if getattr(args, f, None) is not None]
+            tuple(FINETUNE_FLAGS) + ("mtp_layers",) + BATCH_FLAGS if getattr(args, f, None) is not None] + \
+        vision_given(args)
 
 
 def list_models(as_json: bool):

@@ -10,6 +10,7 @@ from functools import lru_cache
 from typing import Dict, Optional, Tuple
 
 from ..scenario import FieldError, require_choice, require_int, require_probability
+from .vision import VisionTower
 
 ARCH_LIMITS = {
     "layers": (1, 10_000),
@@ -121,6 +122,9 @@ class Architecture:
     rotary_pct: float = 1.0           # share of each head's dimensions rotated (partial rotary: Pythia 0.25, phi 0.5)
     head_bias: bool = False           # a bias on the LM head (phi)
     kv_expand: str = "none"           # KV_EXPANDS (Falcon)
+    # A vision-language model's tower, projector and cross-attention extras (model/vision.py; its training mode
+    # inside): their tensors join the inventory. None: a language model alone.
+    vision: Optional[VisionTower] = None
 
     def __post_init__(self):
         for f, (lo, hi) in ARCH_LIMITS.items():
@@ -146,6 +150,11 @@ class Architecture:
         v = self.rotary_pct
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise FieldError("rotary_pct", v, "a fraction above 0 and at most 1 (1: every dimension rotated)")
+        if self.vision is not None and not isinstance(self.vision, VisionTower):
+            raise FieldError("vision", type(self.vision).__name__, "a VisionTower or none")
+        if self.vision is not None and self.vision.out != self.hidden:
+            raise FieldError("vision", self.vision.out, f"a tower whose projector outputs the hidden size "
+                             f"({self.hidden:,})")
         if self.shared_norm and not self.parallel_residual:
             raise FieldError("shared_norm", True, "false unless parallel_residual (one norm feeds both branches)")
         if self.score_head and self.tied_embeddings:

@@ -203,4 +203,23 @@ FAMILIES = MappingProxyType({
 # A multimodal wrapper whose language model is one of the families above, in its "text_config": the text model
 # types it takes, the first being what an absent text_config "model_type" means (Gemma3Config's text_config is a
 # Gemma3TextConfig; Mistral3Config resolves its text_config with AutoConfig, default model_type "mistral").
-TEXT_CONFIG_WRAPPERS = MappingProxyType({"gemma3": ("gemma3_text",), "mistral3": ("mistral", "ministral3")})
+# Vision-language wrappers (docs/vision.md): their text models are the families above with their own config
+# classes' defaults (configuration_qwen2_5_vl.py Qwen2_5_VLTextConfig, configuration_qwen3_vl.py
+# Qwen3VLTextConfig, configuration_mllama.py MllamaTextConfig: num_hidden_layers counts the cross-attention layers,
+# whose extras are the tower's rows); InternVL's text_config is a qwen2 / qwen3 / llama config itself.
+FAMILIES = MappingProxyType({
+    **FAMILIES,
+    "qwen2_5_vl_text": _family(defaults=dict(vocab=152064, hidden=8192, ffn=29568, layers=80, heads=64, kv_heads=8,
+                                             seq_len=32768), traits={**_LLAMA_TRAITS, "qkv_bias": True}),
+    "qwen3_vl_text": _family(keys=ATTENTION_BIAS, defaults=dict(vocab=151936, hidden=4096, ffn=22016, layers=32,
+                                                                heads=32, kv_heads=32, head_dim=128, seq_len=128000),
+                             traits={**_LLAMA_TRAITS, "qk_norm": "head"}),
+    "mllama_text_model": _family(defaults=dict(vocab=128256, hidden=4096, ffn=14336, layers=40, heads=32, kv_heads=8,
+                                               seq_len=131072), traits=_LLAMA_TRAITS),
+})
+TEXT_CONFIG_WRAPPERS = MappingProxyType({"gemma3": ("gemma3_text",), "mistral3": ("mistral", "ministral3"),
+                                         "qwen2_5_vl": ("qwen2_5_vl_text",), "qwen3_vl": ("qwen3_vl_text",),
+                                         "internvl": ("qwen2", "qwen3", "llama"), "mllama": ("mllama_text_model",)})
+# The vision-language wrappers whose top-level tie_word_embeddings decides the head (transformers 5.x ties by the
+# wrapper's config), with each wrapper class's default (InternVLConfig: true).
+WRAPPER_TIES = MappingProxyType({"qwen2_5_vl": False, "qwen3_vl": False, "internvl": True, "mllama": False})

@@ -30,6 +30,7 @@ from typing import Dict, Optional, Tuple
 from ..scenario import FieldError, require_choice, require_int, require_probability
 from ..tables import DTYPE_BITS
 from ..versions import applies, check as check_versions
+from .tensor import VISION_ROLES
 
 MODES = ("full", "freeze", "lora", "dora", "qlora")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -256,6 +257,9 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
     out = []
     boundary = layers - min(ft.train_last_layers, layers)
     for t in rows:
+        if t.role in VISION_ROLES:      # the vision tower trains by its own mode (model/vision.py TRAINING)
+            out.append(t)
+            continue
         if ft.mode == "freeze":
             trained = (t.module in ft.train_modules or (t.role == "norm" and "norms" in ft.train_modules)
                        or (t.tied and "embed_tokens" in ft.train_modules))

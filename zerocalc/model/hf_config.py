@@ -14,7 +14,7 @@ from pathlib import Path
 from ..values import count, long_integer_refusal, number
 from ..scenario import FieldError, require_choice, require_probability
 from .architecture import ACTIVATIONS, ARCH_LIMITS, MOE_LIMITS, Architecture
-from .families import FAMILIES, TEXT_CONFIG_WRAPPERS
+from .families import FAMILIES, TEXT_CONFIG_WRAPPERS, WRAPPER_TIES
 
 MAX_CONFIG_BYTES = 1_000_000
 SUPPORTED = ("gpt2",) + tuple(FAMILIES) + tuple(TEXT_CONFIG_WRAPPERS)
@@ -301,6 +301,8 @@ def _language_model(cfg: dict):
     allowed = TEXT_CONFIG_WRAPPERS[model_type]
     text_type = text.get("model_type", allowed[0])
     require_choice("text_config.model_type", text_type, allowed, ConfigError)
+    if model_type in WRAPPER_TIES:            # the wrapper's own flag ties the head
+        text = {**text, "tie_word_embeddings": cfg.get("tie_word_embeddings", WRAPPER_TIES[model_type])}
     return text_type, {**text, "model_type": text_type}
 
 

@@ -8,7 +8,9 @@ GPT-3: Brown et al. 2020, Table 2.1 ("175.0B", rounded: only 4 significant digit
 Llama, Mistral, Qwen, Phi, Mixtral, DeepSeek-V2-Lite: the Hugging Face Hub's safetensors total for the named
 repository (metadata.total_size / 2 bytes for bf16 checkpoints); DeepSeek-V3 and gpt-oss publish rounded totals
 only (ROUNDED); where a checkpoint holds more than the model transformers builds, PUBLISHED_DIFFERENCES says
-what and how much.
+what and how much. Vision-language models (Qwen2.5-VL, Qwen3-VL, InternVL3, Llama 3.2 Vision, Gemma 3): the whole
+model's count as transformers 5.24 builds it from the config.json (tests/test_vision_towers.py), which the Hub's
+rounded figures (8.29B, 8.77B, 7.94B, 10.7B, 4.3B, 27.4B) agree with.
 """
 
 from __future__ import annotations
@@ -175,6 +177,20 @@ MODEL_PRESETS = MappingProxyType({
                     20_910_000_000, "gpt-oss model card (arXiv 2508.10925) Table 1: 20.91B (rounded)"),
     "gpt-oss-120b": (Architecture(layers=36, experts=128, **_GPT_OSS),
                      116_830_000_000, "gpt-oss model card (arXiv 2508.10925) Table 1: 116.83B (rounded)"),
+    # Vision-language models: the language model's row; the tower, projector and cross-attention extras are
+    # model/vision.py TOWERS[name], and the published total includes them (PUBLISHED_DIFFERENCES).
+    "qwen2.5-vl-7b": (Architecture(layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=152064,
+                                   seq_len=128000, qkv_bias=True, **_LLAMA),
+                      8_292_166_656, "Qwen/Qwen2.5-VL-7B-Instruct"),
+    "qwen3-vl-8b": (Architecture(layers=36, hidden=4096, heads=32, kv_heads=8, ffn=12288, vocab=151936,
+                                 seq_len=262144, **_QWEN3),
+                    8_767_123_696, "Qwen/Qwen3-VL-8B-Instruct"),
+    "internvl3-8b": (Architecture(layers=28, hidden=3584, heads=28, kv_heads=4, ffn=18944, vocab=151674,
+                                  seq_len=32768, qkv_bias=True, **_LLAMA),
+                     7_944_373_760, "OpenGVLab/InternVL3-8B-hf"),
+    "llama-3.2-11b-vision": (Architecture(layers=40, hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256,
+                                          seq_len=131072, **_LLAMA),
+                             10_670_220_835, "meta-llama/Llama-3.2-11B-Vision"),
 })
 
 # Published totals given to fewer digits than the count: name -> significant digits published.
@@ -185,4 +201,9 @@ PUBLISHED_DIFFERENCES = MappingProxyType({
     "qwen3-0.6b": (151936 * 1024, "the checkpoint stores lm_head although it is tied to the embedding"),
     "gemma-3-4b": (419_816_304, "the published total includes the SigLIP vision tower and projector"),
     "gemma-3-27b": (423_060_336, "the published total includes the SigLIP vision tower and projector"),
+    "qwen2.5-vl-7b": (676_550_144, "the published total includes the vision tower and its merger"),
+    "qwen3-vl-8b": (576_388_336, "the published total includes the vision tower, its merger and deepstack mergers"),
+    "internvl3-8b": (331_552_768, "the published total includes the InternViT tower and projector"),
+    "llama-3.2-11b-vision": (895_063_587, "the published total includes the vision tower, its projector, the "
+                                          "cross-attention layers' norms and gates and 8 more embedding rows"),
 })

@@ -38,6 +38,7 @@ from ..tables import CONVENTIONS, PARTITIONED
 from .batch import batch_dict, worst_step_words
 from .experts import experts_dict
 from .groups import group_bytes, group_ledgers, trainable_counts
+from .vision import vision_dict
 from .optimizers import ledger_total, shaped_row
 
 
@@ -381,6 +382,8 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
     if isinstance(report, LayoutReport):
         out["world_size"] = report.workload.layout.world(s.workers)
         out.update(peak_dict(report, layouts, answers, sequences))
+        if report.workload.arch.vision is not None:     # a vision-language model (output/vision.py)
+            out["vision"] = vision_dict(s, report.workload)
     return out
 
 

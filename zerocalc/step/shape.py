@@ -19,6 +19,7 @@ from .losses import loss_row
 from .nccl import nccl_bytes
 from .offload import offloaded_inputs
 from .trainable import training_for
+from .vision_activations import cross_attention_delta, one_block_bytes, tower_activations
 
 
 class StepShape(NamedTuple):
@@ -76,6 +77,8 @@ def rank_shape(scenario, workload, rank) -> StepShape:
     if act.checkpointed:
         ckpt = sum(c.checkpointed for c in counts)
         act = act._replace(checkpointed_layers=ckpt, recompute_working=act.recompute_working if ckpt else 0)
+    if a.vision is not None and rank.first:    # the vision tower runs before the first block (vision_activations)
+        act = _with_tower(act, workload, bits)
     if act.mtp_rebuilt and rank.last:          # the checkpointed MTP module is rebuilt on the last stage
         act = act._replace(recompute_working=max(act.recompute_working, act.mtp_rebuilt))
     embed, head = sum(act.embed.values()) + act.first_block_delta, sum(act.head.values())
@@ -106,6 +109,23 @@ def rank_shape(scenario, workload, rank) -> StepShape:
                                 workload.fsdp_use_orig_params,
                                 DTYPE_BITS[workload.reduce_dtype] if workload.reduce_dtype else None), offloaded, host,
                      nccl_bytes(scenario, workload))
+
+
+def _with_tower(act: ActivationReport, workload, bits: int) -> ActivationReport:
+    """The tower's saved activations join the first stage's ends, per micro-batch; under full recompute its
+    checkpointed blocks keep their inputs and backward rebuilds one block at a time (the larger of it and the
+    decoder's block is the rebuilt working set)."""
+    t, x, e = workload.arch.vision, workload.images, bits // 8
+    recompute = "full" if workload.recompute == "full" else "none"
+    terms = tower_activations(t, x, workload.micro_batch, e, training=t.training, recompute=recompute)
+    if t.cross_layers:       # Llama 3.2 Vision: its cross-attention layers, in place of self-attention blocks
+        terms["cross-attention layers (beyond self-attention ones)"] = cross_attention_delta(
+            workload, sum(act.per_layer.values()), e, recompute)
+    act = act._replace(embed={**act.embed, **{f"vision: {k}": v for k, v in terms.items() if v}})
+    if recompute == "full" and t.training != "frozen":
+        act = act._replace(recompute_working=max(act.recompute_working,
+                                                 one_block_bytes(t, x, workload.micro_batch, e)))
+    return act
 
 
 def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:

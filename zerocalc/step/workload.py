@@ -17,6 +17,8 @@ from ..gpus import DEFAULT_GPU, GPU_CATALOG
 from ..layout import Layout, check_against, chunk_layers, padded_vocab, stage_sizes
 from ..model.architecture import Architecture
 from ..model.finetune import FULL, FineTune
+from ..model.vision import TOWERS
+from ..model.vision_tokens import ImageInputs, VisionTokens, vision_tokens
 from ..scenario import FieldError, require_choice, require_int
 from ..tables import DTYPE_BITS
 from .activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
@@ -180,6 +182,10 @@ class Workload:
     # FSDP1's backward_prefetch (step/fsdp1.py PREFETCH): pre (torch's default), post, none (accelerate's and the HF
     # Trainer's NO_PREFETCH). FSDP2 prefetches the next unit at each pre-backward: pre.
     fsdp_backward_prefetch: str = "pre"
+    # Vision-language models (issue 37; the tower and its training mode are arch.vision): what one sample carries,
+    # images of one resolution or a pixel budget, or a video's frames (model/vision_tokens.py). seq_len is the
+    # language model's whole sequence, the images' tokens included (step/vision_activations.py lm_seq_len).
+    images: ImageInputs = ImageInputs()
 
     def __post_init__(self):
         if not isinstance(self.arch, Architecture):
@@ -246,6 +252,7 @@ class Workload:
             # Megatron's aux losses run inside each layer's router: nothing outside the layers (router_loss.py)
             raise FieldError("router_loss", True, "false unless the model has MoE layers and implementation is "
                                                   "huggingface (output_router_logits)")
+        self._check_vision()
         self._check_megatron_recompute()
         self._check_mtp()
 
@@ -267,6 +274,26 @@ class Workload:
                                       ("float8_all_gather", True, "false (torchao's float8 all-gather is FSDP2's)")):
             if getattr(self, field) == value and type(getattr(self, field)) is type(value):
                 raise FieldError(field, value, f"{allowed} with fsdp_version 1")
+
+    def _check_vision(self):
+        if not isinstance(self.images, ImageInputs):
+            raise FieldError("images", type(self.images).__name__, "an ImageInputs")
+        if self.arch.vision is None:
+            if self.images.images or self.images.video_frames:
+                raise FieldError("images_per_sample", self.images.images or self.images.video_frames,
+                                 "0 unless the model has a vision tower (" + ", ".join(TOWERS) + ")")
+            return
+        tokens = self.vision_tokens.text_tokens
+        if self.seq_len <= tokens:
+            raise FieldError("seq_len", self.seq_len, f"more than the images' {tokens:,} tokens (the language "
+                             "model's sequence holds them and the text)")
+
+    @cached_property
+    def vision_tokens(self) -> VisionTokens:
+        """One sample's images through the tower's token rule (no tower: none)."""
+        if self.arch.vision is None:
+            return VisionTokens(0, 0, 0, 0, 0)
+        return vision_tokens(self.arch.vision, self.images)
 
     def _check_mtp(self):
         """Multi-token prediction (step/mtp.py) as modelled: Megatron's, for full training with the implementation's
