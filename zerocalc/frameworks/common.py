@@ -257,7 +257,15 @@ class Builder:
             self.noted.add(text)
             self.notes.append(text)
 
+    def batching(self, packed: bool, source: str) -> None:
+        """A launcher's batches as zerocalc's batch mode (step/batches.py, issue 37): rows packed to seq_len tokens,
+        or each micro-batch padded to its longest sample (the worst step: seq_len, the verdict's)."""
+        self.set("workload", "batch_mode", "packed" if packed else "padded", source)
+
     def build(self) -> ImportedConfig:
+        if self.parts["workload"].get("batch_mode") == "packed" and self.parts["workload"].get("attention") == "eager":
+            # packed rows are kept apart only by varlen attention: with eager attention they are one long row
+            self.set("workload", "batch_mode", "fixed", "packing with eager attention: one row of seq_len tokens")
         if self.stage is not None and "shard_group" not in self.parts["scenario"]:
             # every framework read here shards over all data-parallel ranks unless the file says otherwise
             self.set("scenario", "shard_group", None, "default: sharded over all data-parallel workers")

@@ -280,6 +280,7 @@ class _Reader:
         doc, b = self.doc, self.b
         seq = count("sequence_len", self.value("sequence_len", 512), 1, 10**8)
         b.set("workload", "seq_len", seq, self.src("sequence_len", "512"))
+        b.batching(self.flag("sample_packing"), "sample_packing")
         if self.flag("sample_packing"):
             b.note(f"sample_packing: samples are packed into micro_batch_size x sequence_len tokens a step "
                    f"({seq} a row), so seq_len is exact.")

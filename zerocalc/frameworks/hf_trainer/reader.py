@@ -66,7 +66,9 @@ def _lengths(doc: Doc, b: Builder, micro: int) -> None:
     elif key is None:
         b.note("max_length: absent; TRL's SFTConfig truncates at 1024 tokens, a plain Trainer at the data's own "
                "length: the view's seq_len is kept.")
-    if doc.has("packing") and boolean("packing", doc.get("packing")):
+    packing = doc.has("packing") and boolean("packing", doc.get("packing"))
+    b.batching(packing, "packing" if doc.has("packing") else "packing (TRL's default False; the Trainer pads)")
+    if packing:
         b.note("packing: every sequence is filled to max_length, so seq_len is exact.")
     # DPOConfig: its own keys mark it; chosen and rejected run as one concatenated batch (dpo_trainer.py
     # concatenated_forward)

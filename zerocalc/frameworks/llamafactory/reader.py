@@ -207,6 +207,8 @@ class _Reader:
         packing = (stage == "pt") if packing is None else boolean("packing", packing)
         packing = packing or neat
         b.set("workload", "seq_len", cutoff, self.src("cutoff_len", "2048"))
+        b.batching(packing, "neat_packing" if neat else "packing" if doc.has("packing") else
+                   f"packing (LLaMA-Factory: on for stage pt only; stage {stage})")
         if packing:
             b.note(f"packing: every sequence is filled to cutoff_len ({cutoff}), so seq_len is exact.")
         else:

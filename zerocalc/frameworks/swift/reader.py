@@ -216,6 +216,7 @@ class _Reader:
         seq = count("max_length", raw, 1, 10**8)
         b.set("workload", "seq_len", seq, "max_length")
         exact = [k for k in ("packing", "padding_free") if boolean(k, self.get(k, False))]
+        b.batching(bool(exact), exact[0] if exact else "packing (ms-swift's default False)")
         b.note(f"{exact[0]}: sequences are packed to max_length ({seq}), so seq_len is exact." if exact else
                f"no packing: each batch is padded to its longest sample; seq_len {seq} (max_length) is the longest "
                "a batch can be, the peak zerocalc counts.")

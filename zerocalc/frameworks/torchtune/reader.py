@@ -202,6 +202,7 @@ class _Reader:
             return
         seq = count("tokenizer.max_seq_len", raw, 1, 10**8)
         b.set("workload", "seq_len", seq, "tokenizer.max_seq_len")
+        b.batching(packed, "dataset.packed")
         b.note(f"dataset.packed: every row is filled to max_seq_len ({seq}), so seq_len is exact." if packed else
                f"not packed: each batch is padded to its longest sample; seq_len {seq} (tokenizer.max_seq_len) is the "
                "longest a batch can be, the peak zerocalc counts.")
