@@ -50,48 +50,53 @@ PLANS = {   # name: (link parameters, dp, the config.json its upload sends)
 SHORT = {"llama8": "llama-3-8b x 8", "gemma27": "gemma-3-27b x 8", "dsv3": "deepseek-v3 dp32 pp8 ep32",
          "405b": "llama-3.1-405b tp8 pp16 dp8"}
 SETTLE_MS = 150
-TIMEOUT_MS = 120_000
+TIMEOUT_MS = 60_000
 DESKTOP = {"viewport": {"width": 1280, "height": 900}}
 PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 3}
 
-# Counts the script runs the page shows (each switch of the app root to "running"), before any of its scripts.
-RUN_COUNTER = """
-window.__zcRuns = 0;
+# Counts the script runs the page shows (each switch of the app root to "running") and stamps the page's last change
+# (an element added, removed or edited, a run starting or ending), before any of the page's own scripts.
+WATCH = """
+window.__zcRuns = 0; window.__zcChanged = 0;
 new MutationObserver((records) => {
-  for (const r of records) if (r.target.getAttribute('data-test-script-state') === 'running') window.__zcRuns++;
-}).observe(document, {attributes: true, subtree: true, attributeFilter: ['data-test-script-state']});
+  window.__zcChanged = performance.now();
+  for (const r of records) if (r.type === 'attributes' && r.target.getAttribute('data-test-script-state') === 'running')
+    window.__zcRuns++;
+}).observe(document, {childList: true, characterData: true, subtree: true, attributes: true,
+                      attributeFilter: ['data-test-script-state', 'data-stale']});
 """
-# True once the page has been settled for SETTLE_MS; window.__zcSettledAt is when it became so (performance.now()).
-SETTLED = """([runs, hold]) => {
+# Settled: the script idle and connected, nothing stale or skeletal, every Plotly chart drawn, something changed since
+# the action (a run; or, 1.5 s on, any change: a very short run may never show "running" in the DOM), and no change
+# for `hold` ms. The time is the page's last change (window.__zcChanged).
+SETTLED = """([runs, t0, hold]) => {
   const app = document.querySelector('[data-testid=stApp]');
-  const ok = app && window.__zcRuns > runs && app.dataset.testScriptState === 'notRunning'
+  const ran = window.__zcRuns > runs || (window.__zcChanged > t0 && performance.now() - t0 > 1500);
+  return app && ran && app.dataset.testScriptState === 'notRunning'
     && app.dataset.testConnectionState === 'CONNECTED'
     && !document.querySelector('[data-stale=true], [data-testid=stSkeleton], [data-testid=stAppSkeleton]')
-    && Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]')).every(c => c.querySelector('.main-svg'));
-  if (!ok) { window.__zcSettledAt = null; return false; }
-  if (window.__zcSettledAt == null) window.__zcSettledAt = performance.now();
-  return performance.now() - window.__zcSettledAt >= hold;
+    && Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]')).every(c => c.querySelector('.main-svg'))
+    && performance.now() - window.__zcChanged >= hold;
 }"""
 UNSETTLED = """(runs) => { const app = document.querySelector('[data-testid=stApp]'); return {
   runs: [window.__zcRuns, runs], script: app && app.dataset.testScriptState, link: app && app.dataset.testConnectionState,
   stale: document.querySelectorAll('[data-stale=true]').length,
   skeletons: document.querySelectorAll('[data-testid=stSkeleton], [data-testid=stAppSkeleton]').length,
-  charts: Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]')).map(c => !!c.querySelector('.main-svg'))}; }"""
+  charts: Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]')).map(c => !!c.querySelector('.main-svg')),
+  quiet_ms: performance.now() - window.__zcChanged}; }"""
 
 
 async def settled_after(page, action) -> float:
-    """ms from the action to the settled page (page clock), waiting for at least one new script run."""
-    runs = await page.evaluate("window.__zcRuns")
-    t0 = await page.evaluate("performance.now()")
+    """ms from the action to the settled page (page clock)."""
+    runs, t0 = await page.evaluate("[window.__zcRuns, performance.now()]")
     await action()
-    await settle(page, runs)
-    return await page.evaluate("window.__zcSettledAt") - t0
+    await settle(page, runs, t0)
+    return await page.evaluate("window.__zcChanged") - t0
 
 
-async def settle(page, runs: int = 0) -> None:
+async def settle(page, runs: int = 0, t0: float = 0.0) -> None:
     """Wait for the settled page; on a timeout, say what was still unsettled."""
     try:
-        await page.wait_for_function(SETTLED, arg=[runs, SETTLE_MS], polling=10, timeout=TIMEOUT_MS)
+        await page.wait_for_function(SETTLED, arg=[runs, t0, SETTLE_MS], polling=10, timeout=TIMEOUT_MS)
     except Exception:
         print("not settled:", await page.evaluate(UNSETTLED, runs), file=sys.stderr)
         raise
@@ -99,7 +104,7 @@ async def settle(page, runs: int = 0) -> None:
 
 async def new_page(browser, device=DESKTOP):
     context = await browser.new_context(**device)
-    await context.add_init_script(RUN_COUNTER)
+    await context.add_init_script(WATCH)
     page = await context.new_page()
     page.set_default_timeout(180_000)
     return context, page
@@ -109,10 +114,9 @@ async def first_load(browser, url: str, device) -> float:
     """ms from navigation to the settled first page in a new (cold) browser context."""
     context, page = await new_page(browser, device)
     try:
-        t = time.perf_counter()
         await page.goto(url)
         await settle(page)
-        return (time.perf_counter() - t) * 1e3 - SETTLE_MS
+        return await page.evaluate("window.__zcChanged")      # the page clock starts at the navigation
     finally:
         await context.close()
 
@@ -160,8 +164,10 @@ async def plan_view(page, base: str, plan: str, view: str, bust: int, bare: Bare
     await bare.change()
     dropzone = side.locator("[data-testid=stFileUploaderDropzoneInput]").first
     await dropzone.wait_for(state="attached")
-    out[(plan, view, "upload config.json")].append(
-        await settled_after(page, lambda: dropzone.set_input_files(str(CONFIGS / config))))
+    took = await settled_after(page, lambda: dropzone.set_input_files(str(CONFIGS / config)))
+    if not await page.get_by_text(f"Loaded {config}", exact=False).count():   # an upload never sent: no time
+        raise RuntimeError("the upload was not answered")
+    out[(plan, view, "upload config.json")].append(took)
     await bare.change()
 
 
@@ -192,7 +198,11 @@ async def run(args) -> dict:
                         for view in args.views:
                             bust += 1
                             t = time.perf_counter()
-                            await plan_view(page, app_base, plan, view, bust + 1000 * args.offset, bare, out)
+                            try:
+                                await plan_view(page, app_base, plan, view, bust + 1000 * args.offset, bare, out)
+                            except Exception as exc:  # noqa: BLE001 - counted, the matrix goes on
+                                out[(plan, view, "failed")].append(0)
+                                print(f"[{r}] {plan} / {view} failed: {str(exc)[:200]}", file=sys.stderr)
                             print(f"[{r}] {plan} / {view}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
                 await context.close()
                 await bare_ctx.close()
