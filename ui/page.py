@@ -63,14 +63,10 @@ def render() -> None:
                    "the link does not carry it.")
     panels.import_message()
     finetune.qlora_line(report, stage, unit)
-    try:
-        found = compute.fixes_of(resolved, report, layouts)
-    except worker.WorkerError as exc:
-        found = []
-        stopped.append(worker.failure_text(exc, "what would make it fit", verb="search"))
     for text in stopped:
         plain.alert("warning", text)
-    panels.fixes(found, resolved, stage, unit)
+    fixes = compute.fixes_later(resolved, report, layouts)     # searched in a worker while the view is drawn
+    fixes_slot = st.empty()
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
                                 label_visibility="collapsed")
@@ -97,4 +93,11 @@ def render() -> None:
     elif view == "How to read it":
         views.about_tab(report, unit)
 
-    widgets.sidebar(imports.loaders, rl_import.loader)      # last: the sidebar's deltas follow the page's
+    widgets.sidebar(imports.loaders, rl_import.loader)      # the sidebar's deltas follow the page's
+    with fixes_slot.container():                            # last: the one answer this run may wait for
+        try:
+            found = fixes()
+        except worker.WorkerError as exc:
+            found = []
+            plain.alert("warning", worker.failure_text(exc, "what would make it fit", verb="search"))
+        panels.fixes(found, resolved, stage, unit)
