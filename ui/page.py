@@ -78,8 +78,8 @@ def render() -> None:
     elif view == "Model states":
         views.model_states_tab(report, unit, stage, imported)
     elif view == "Peak and step":
-        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved), resolved,
-                       compute.sweep_of, compute.longest_of(resolved))
+        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, lambda: compute.formulas_of(resolved),
+                       resolved, compute.sweep_of, compute.longest_of(resolved))
     elif view == "Layouts and ranks":
         views.ranks_tab(report, unit, stage, resolved)
     elif view == "Compare":

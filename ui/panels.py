@@ -50,6 +50,13 @@ def table_with_csv(df, name: str, report) -> None:
                        key=f"csv_{name}", on_click="ignore")   # built on click, not on every rerun
 
 
+def lazy(label: str, key: str):
+    """An expander whose content runs only while it is open (on_change="rerun" and .open, Streamlit 1.67): the
+    expander when open, else None. Closed, it costs the browser one row instead of the chart or table inside."""
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
 def chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG, theme=None)
 

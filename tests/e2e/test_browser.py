@@ -145,7 +145,9 @@ def test_each_term_keeps_its_colour_across_charts_and_views(page, server):
         open_app(page, server, query)
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(1)
         charts = page.evaluate(CHART_DATA)
-        open_tab(page, "Peak and step")          # the peak, the sweep and the step timeline
+        open_tab(page, "Peak and step")          # the peak, the sweep and (its section opened) the step timeline
+        page.locator("[data-testid=stExpander] summary", has_text="Step timeline").click()
+        wait_ready(page)
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(3)
         charts += page.evaluate(CHART_DATA)
         for chart in charts:
