@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ui.state import from_query, resolve
-from ui.views import LAZY_SECTIONS
+from ui.panels import LAZY_SECTIONS
 from ui.widgets import SECTIONS as SECTION_ROWS
 from zerocalc.output.report import full_report
 from zerocalc.units import UNIT_BYTES, format_bytes
@@ -52,7 +52,7 @@ def run_app(query=None, tab=None, sections=()):
 
 
 def open_lazy(at, keys=LAZY_SECTIONS):
-    """Open the views' sections drawn only while open (ui.views.LAZY_SECTIONS), as a click on each would: the
+    """Open the views' sections drawn only while open (ui.panels.LAZY_SECTIONS), as a click on each would: the
     suites read what they draw. Each view closes them again (ui/panels.py lazy); tests/test_app_lazy.py checks that."""
     for key in keys:
         at.session_state[key] = True

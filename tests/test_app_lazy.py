@@ -8,7 +8,8 @@ from streamlit.testing.v1 import AppTest
 from tests.app_helpers import APP, has_figure, open_lazy, table
 from ui import compute
 from ui.state import from_query, resolve
-from ui.views import CATALOGUE, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_TIMELINE
+from ui.panels import (CATALOGUE, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
+                       PEAK_TIMELINE, EXPORTS, PROBE)
 
 
 def app(query: dict, tab: str) -> AppTest:
@@ -70,3 +71,18 @@ def test_fixes_from_the_worker_equal_the_servers_own_and_are_drawn_above_the_vie
     at = app({k: v[0] for k, v in query.items()}, "Overview")
     texts = [m.value for m in at.markdown]
     assert any(t.startswith("**What would make") or t.startswith("**Nothing zerocalc tries") for t in texts)
+
+
+def test_the_exported_configs_and_the_probe_are_highlighted_only_when_opened():
+    exports = app({"model": "llama-3-8b"}, "Framework configs")
+    labels = {b.proto.label for b in exports.get("download_button")}
+    assert {"Download ds_config.json", "Download accelerate_fsdp.yaml", "Download torchtitan.toml"} <= labels
+    assert len(exports.code) == 0 and len(exports.expander) == 3
+    open_lazy(exports, (EXPORTS["deepspeed"],))
+    exports.run()
+    assert [c.language for c in exports.code] == ["json"]
+    calibrate = app({"model": "llama-3-8b"}, "Calibrate")
+    assert "Download zerocalc_probe.py" not in {b.proto.label for b in calibrate.get("download_button")}
+    open_lazy(calibrate, (PROBE,))
+    calibrate.run()
+    assert "Download zerocalc_probe.py" in {b.proto.label for b in calibrate.get("download_button")}

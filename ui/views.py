@@ -19,18 +19,15 @@ from zerocalc.units import format_bytes
 
 from . import figures, finetune, plain, tables
 from .figures import STAGE_LABELS
-from .panels import chart, escape_markdown, lazy, table_with_csv
+from .panels import (CATALOGUE, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_TIMELINE, chart,
+                     escape_markdown, lazy, table_with_csv)
 from .state_stages import ui_value
 from .widgets import set_fields
 from .worker import WorkerError, failure_text
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "rl.md", "benchmarks.md")
-# The keys of the views' sections drawn only while open (panels.lazy); tests open them through these.
-PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON = (
-    "open_timeline", "open_ranges", "open_activations", "open_fits_on")
-DEEPSPEED, CATALOGUE = "open_deepspeed", "open_catalogue"
-LAZY_SECTIONS = (PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED, CATALOGUE)
+
 
 
 @functools.lru_cache(maxsize=1)       # the committed ledger's summary: read once per process

@@ -54,8 +54,8 @@ def view_button(page, name):
     return page.locator("[data-testid=stMain]").get_by_role("radio", name=name, exact=True)
 
 
-def open_tab(page, name):
-    view_button(page, name).click()
+def open_tab(page, name, section=None):        # with `section`: open the lazy section (ui/panels.py) named `name`
+    (page.locator(section, has_text=name) if section else view_button(page, name)).click()
     wait_ready(page)
 
 
@@ -146,8 +146,7 @@ def test_each_term_keeps_its_colour_across_charts_and_views(page, server):
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(1)
         charts = page.evaluate(CHART_DATA)
         open_tab(page, "Peak and step")          # the peak, the sweep and (its section opened) the step timeline
-        page.locator("[data-testid=stExpander] summary", has_text="Step timeline").click()
-        wait_ready(page)
+        open_tab(page, "Step timeline: memory through one step, phase by phase", "[data-testid=stExpander] summary")
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(3)
         charts += page.evaluate(CHART_DATA)
         for chart in charts:
