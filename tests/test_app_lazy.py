@@ -65,7 +65,13 @@ def test_fixes_from_the_worker_equal_the_servers_own_and_are_drawn_above_the_vie
     r = resolve(from_query(query)[0])
     report = compute.report_of(r, False, False)
     assert not report["peak"][r.state["stage"]]["fits"]
-    waited = compute.fixes_later(r, report)()
+    searching = len(compute._SEARCHING)
+    first = compute.fixes_later(r, report)
+    assert len(compute._SEARCHING) == searching + 1
+    again = compute.fixes_later(r, report)                  # a second run meanwhile: the same search, not another
+    assert len(compute._SEARCHING) == searching + 1
+    waited = first()
+    assert again() == waited and (compute.state_key(r.state), False) not in compute._SEARCHING   # one search, read
     compute._fixes.results.clear()
     assert waited and waited == compute.fixes_of(r, report)
     at = app({k: v[0] for k, v in query.items()}, "Overview")

@@ -153,14 +153,27 @@ def fixes_later(resolved, report: dict, layouts: bool = False):
     r, stage = resolved, resolved.state["stage"]
     if hit or r.workload is None or report["peak"][stage]["fits"]:
         return lambda: value if hit else []
-    search = layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS
-    task = worker.submit("answer", advice, r.scenario, r.workload, stage, search)
+    with _fixes.lock:              # a run stopped by the next one (a click meanwhile) left its search running
+        task = _SEARCHING.get(key)
+        if task is None:
+            search = layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS
+            task = _SEARCHING[key] = worker.submit("answer", advice, r.scenario, r.workload, stage, search)
+            while len(_SEARCHING) > 64:
+                _SEARCHING.popitem(last=False)
 
     def wait() -> list:
-        found = worker.result(task)
+        try:
+            found = worker.result(task)
+        finally:                   # answered or failed: the next run asks again from the cache or anew
+            with _fixes.lock:
+                if _SEARCHING.get(key) is task:
+                    del _SEARCHING[key]
         _fixes.store(key, found)
         return found
     return wait
+
+
+_SEARCHING = OrderedDict()          # state key -> its fixes' search in a worker, until a run reads its answer
 
 
 def sweep_of(resolved, field: str) -> dict:
