@@ -12,10 +12,12 @@ Settled: the script idle and connected, no stale element left from the previous 
 chart drawn, and all of that held for SETTLE_MS (a view that draws in two passes is settled after the second). Each
 (plan, view, repeat) opens a fresh session on a link with its own CUDA-context size (1 GiB + a few KiB), so the
 server's per-state caches are cold for it, as for a visitor's own plan. The bare app's slider change is timed after
-every action of the app, so a busy moment of this shared machine falls on both; the ratios use the bare median.
+every action of the app, so a busy moment of this shared machine falls on both; "x bare" is a cell's median over the
+bare change's median (a first load's: over the bare app's first load on the same device, loads alternated).
 
 Run: python benchmarks/matrix.py [--repeats 3] [--plans dsv3,405b] [--views "Peak and step,RL"] [--root DIR]
-(--root: another checkout's app, e.g. a copy of the commit before a change, for before/after in one session).
+(--root: another checkout's app, e.g. `git archive` of the commit before a change, for before/after in one session;
+--json FILE keeps the samples, and `--compare BEFORE.json AFTER.json` prints two runs side by side).
 """
 
 from __future__ import annotations
@@ -217,13 +219,34 @@ async def run(args) -> dict:
 def table(out: dict) -> str:
     bare = statistics.median(out[("bare app", "slider", "change")])
     lines = [f"bare app's change (median of {len(out[('bare app', 'slider', 'change')])}): {bare:.0f} ms", "",
-             "| plan | view | action | median ms | runs | x bare change |", "|---|---|---|---:|---|---:|"]
+             "| plan | view | action | median ms | runs | x bare |", "|---|---|---|---:|---|---:|"]
     for (plan, view, action), xs in out.items():
         if plan == "bare app":
             continue
         med = statistics.median(xs)
         runs = ", ".join(f"{x:.0f}" for x in xs)
-        lines.append(f"| {plan} | {view} | {action} | {med:.0f} | {runs} | {med / bare:.2f}x |")
+        base = statistics.median(out[(plan, view, "bare app")]) if plan == "first load" else bare
+        lines.append(f"| {plan} | {view} | {action} | {med:.0f} | {runs} | {med / base:.2f}x |")
+    return "\n".join(lines)
+
+
+def compare(before_path: str, after_path: str) -> str:
+    """Two runs' --json side by side: each cell's median and its multiple of that run's bare change."""
+    runs = [json.loads(Path(p).read_text()) for p in (before_path, after_path)]
+    bare = [statistics.median(r["bare app / slider / change"]) for r in runs]
+    lines = [f"bare app's change: {bare[0]:.0f} ms before, {bare[1]:.0f} ms after", "",
+             "| plan | view | action | before ms | x bare | after ms | x bare |", "|---|---|---|---:|---:|---:|---:|"]
+    for key in runs[0]:
+        if key.startswith("bare app") or key.endswith("failed") or key not in runs[1]:
+            continue
+        meds = [statistics.median(r[key]) for r in runs]
+        plan, view, action = key.split(" / ")
+        base = [statistics.median(r[f"{plan} / {view} / bare app"]) for r in runs] if plan == "first load" else bare
+        lines.append(f"| {plan} | {view} | {action} | {meds[0]:.0f} | {meds[0] / base[0]:.2f}x | {meds[1]:.0f} | "
+                     f"{meds[1] / base[1]:.2f}x |")
+    for i, r in enumerate(runs):
+        failed = sum(len(v) for k, v in r.items() if k.endswith("failed"))
+        lines.append(f"\n{('before', 'after')[i]}: {failed} failed cell(s)")
     return "\n".join(lines)
 
 
@@ -236,7 +259,11 @@ def main():
     parser.add_argument("--offset", type=int, default=int(time.time()) % 1000,
                         help="spreads the links' cache-busting sizes between runs on one server")
     parser.add_argument("--json", help="also write the raw samples to this file")
+    parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print two --json files side by side")
     args = parser.parse_args()
+    if args.compare:
+        print(compare(*args.compare))
+        return
     args.plans = [SHORT.get(p, p) for p in args.plans.split(",")]
     args.views = [v for v in args.views.split(",") if v]
     print(f"load average before: {os.getloadavg()}", file=sys.stderr)
