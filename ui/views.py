@@ -29,7 +29,6 @@ DOCS = Path(__file__).resolve().parents[1] / "docs"
 DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "rl.md", "benchmarks.md")
 
 
-
 @functools.lru_cache(maxsize=1)       # the committed ledger's summary: read once per process
 def validation_summary():
     """docs/validation.json's "summary" (tools/validation_ledger.py writes it; a test checks it is current)."""
