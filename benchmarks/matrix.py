@@ -10,7 +10,7 @@ the action to the settled page, beside a bare Streamlit app measured in the same
 
 Settled: the script idle and connected, no stale element left from the previous run, no skeleton, every Plotly
 chart drawn, and all of that held for SETTLE_MS (a view that draws in two passes is settled after the second). Each
-(plan, view, repeat) opens a fresh session on a link with its own CUDA-context size (1 GiB + a few KiB), so the
+(plan, view, repeat) opens a fresh session on a link with its own CUDA-context size (1 GiB + under 1 MB), so the
 server's per-state caches are cold for it, as for a visitor's own plan. The bare app's slider change is timed after
 every action of the app, so a busy moment of this shared machine falls on both; "x bare" is a cell's median over the
 bare change's median (a first load's: over the bare app's first load on the same device, loads alternated).
@@ -141,7 +141,7 @@ class Bare:
 
 
 def link(base: str, params: dict, bust: int) -> str:
-    query = {**params, "cuda_context_bytes": 2**30 + bust * 2**10}   # a state of its own: the caches are cold
+    query = {**params, "cuda_context_bytes": 2**30 + bust}   # a state of its own (the caches cold), the same peaks
     return base + "/?" + "&".join(f"{k}={v}" for k, v in query.items())
 
 
