@@ -80,7 +80,8 @@ SETTLED = """([runs, t0, hold]) => {
     && performance.now() - window.__zcChanged >= hold;
 }"""
 UNSETTLED = """(runs) => { const app = document.querySelector('[data-testid=stApp]'); return {
-  runs: [window.__zcRuns, runs], script: app && app.dataset.testScriptState, link: app && app.dataset.testConnectionState,
+  runs: [window.__zcRuns, runs], script: app && app.dataset.testScriptState,
+  link: app && app.dataset.testConnectionState,
   stale: document.querySelectorAll('[data-stale=true]').length,
   skeletons: document.querySelectorAll('[data-testid=stSkeleton], [data-testid=stAppSkeleton]').length,
   charts: Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]')).map(c => !!c.querySelector('.main-svg')),

@@ -1,6 +1,7 @@
 """Issue 36: what a view draws at once and what waits for a click. The Peak view draws its chart, tables, solver
 sentences and sweep; the step timeline, the assumption ranges, the activation terms and the fits-on table each live
-in a section drawn (and computed) only while open; so do DeepSpeed's estimator and the GPU catalogue. The fixes are
+in a section drawn (and computed) only while open; so do Model states' scaling chart and DeepSpeed's estimator (the
+report's answers asked for only then), the GPU catalogue, the exported configs and the probe. The fixes are
 searched in a worker while the view is drawn and land in the place kept for them, above the view switcher."""
 
 from streamlit.testing.v1 import AppTest
@@ -9,7 +10,7 @@ from tests.app_helpers import APP, has_figure, open_lazy, table
 from ui import compute
 from ui.state import from_query, resolve
 from ui.panels import (CATALOGUE, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
-                       PEAK_TIMELINE, EXPORTS, PROBE)
+                       PEAK_TIMELINE, EXPORTS, PROBE, SCALING)
 
 
 def app(query: dict, tab: str) -> AppTest:
@@ -44,12 +45,22 @@ def test_the_peak_view_draws_its_secondary_sections_only_when_opened():
     assert not has_figure(at, "fig_timeline")                  # a view opened again starts with them closed
 
 
-def test_deepspeed_estimator_and_catalogue_wait_for_their_click():
-    at = app({}, "Model states")
+def test_model_states_asks_for_the_answers_only_with_scaling_or_the_estimator_open():
+    query = {"model": "llama-3-8b", "cuda_context_bytes": "1073742849"}       # a state of its own: cold caches
+    at = app(query, "Model states")
+    key = compute.state_key(resolve(from_query({k: [v] for k, v in query.items()})[0]).state)
+    assert has_figure(at, "fig_cluster") and not has_figure(at, "fig_scaling")
     assert not any("estimator" in df.value.columns for df in at.dataframe)
+    assert (key, False, False) in compute._report.results and (key, False, True) not in compute._report.results
+    open_lazy(at, (SCALING,))
+    at.run()
+    assert has_figure(at, "fig_scaling") and (key, False, True) in compute._report.results
     open_lazy(at, (DEEPSPEED,))
     at.run()
     assert len(table(at, "deepspeed_table")) == 8
+
+
+def test_deepspeed_estimator_and_catalogue_wait_for_their_click():
     about = app({}, "How to read it")
     assert not any("nvidia-smi's figure" in df.value.columns for df in about.dataframe)
     open_lazy(about, (CATALOGUE,))

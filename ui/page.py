@@ -18,6 +18,8 @@ from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 # The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.output.report.ANSWER_KEYS);
 # with another view open the page asks the core for the bytes, peaks and fit alone.
 ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
+# A view whose answers are read only in sections drawn when opened (ui/panels.py lazy): asked for while one is open.
+LAZY_ANSWERS = {"Model states": (panels.SCALING, panels.DEEPSPEED)}
 
 
 def render() -> None:
@@ -33,7 +35,9 @@ def render() -> None:
     resolved = resolve(state)
     stage, unit = resolved.state["stage"], resolved.state["units"]
     layouts = st.session_state.get("show_layouts", False)
-    answers = st.session_state.get("tab", TABS[0]) in ANSWER_TABS
+    tab = st.session_state.get("tab", TABS[0])
+    lazy_answers = LAZY_ANSWERS.get(tab)
+    answers = tab in ANSWER_TABS and (lazy_answers is None or any(st.session_state.get(k) for k in lazy_answers))
     stopped = []
     try:
         report = compute.report_of(resolved, layouts, answers)

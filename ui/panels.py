@@ -53,9 +53,9 @@ def table_with_csv(df, name: str, report) -> None:
 # The keys of the views' sections drawn only while open (lazy); the tests open them through LAZY_SECTIONS.
 PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON = (
     "open_timeline", "open_ranges", "open_activations", "open_fits_on")
-DEEPSPEED, CATALOGUE, PROBE = "open_deepspeed", "open_catalogue", "open_probe"
+DEEPSPEED, CATALOGUE, PROBE, SCALING = "open_deepspeed", "open_catalogue", "open_probe", "open_scaling"
 EXPORTS = {fmt: f"open_export_{fmt}" for fmt in ("deepspeed", "accelerate", "torchtitan")}
-LAZY_SECTIONS = (PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED, CATALOGUE, PROBE,
+LAZY_SECTIONS = (PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED, CATALOGUE, PROBE, SCALING,
                  *EXPORTS.values())
 
 

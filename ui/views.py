@@ -19,8 +19,8 @@ from zerocalc.units import format_bytes
 
 from . import figures, finetune, plain, tables
 from .figures import STAGE_LABELS
-from .panels import (CATALOGUE, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_TIMELINE, chart,
-                     escape_markdown, lazy, table_with_csv)
+from .panels import (CATALOGUE, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_TIMELINE, SCALING,
+                     chart, escape_markdown, lazy, table_with_csv)
 from .state_stages import ui_value
 from .widgets import set_fields
 from .worker import WorkerError, failure_text
@@ -51,13 +51,16 @@ def ledger(report: dict, unit: str, stage: int) -> None:
 
 
 def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
-    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas,
-    the scaling sweep and DeepSpeed's own estimator."""
+    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas;
+    the scaling sweep and DeepSpeed's own estimator each drawn when opened (the page asks the core for them only
+    then: page.LAZY_ANSWERS)."""
     left, right = st.columns(2)
     with left:
         chart(figures.cluster(report, unit), "fig_cluster")
     with right:
-        chart(figures.scaling(report, unit), "fig_scaling")
+        if box := lazy("Scaling: model states per worker as the cluster grows", SCALING):
+            with box:
+                chart(figures.scaling(report, unit), "fig_scaling")
     s = report["stages"][stage]
     st.caption(f"{STAGE_LABELS[stage]}: {format_bytes(s['cluster_redundant_bytes'], unit)} of the cluster's "
                f"{format_bytes(s['cluster_total_bytes'], unit)} is redundant ({tables.redundancy_share(s)} of it; "
