@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ui.state import from_query, resolve
+from ui.panels import LAZY_SECTIONS
 from ui.widgets import SECTIONS as SECTION_ROWS
 from zerocalc.output.report import full_report
 from zerocalc.units import UNIT_BYTES, format_bytes
@@ -44,13 +45,22 @@ def run_app(query=None, tab=None, sections=()):
             set_sections(at, sections)
         if tab:
             at.session_state["tab"] = tab
+            open_lazy(at)
         at.run()
         assert not at.exception, at.exception
     return at
 
 
+def open_lazy(at, keys=LAZY_SECTIONS):
+    """Open the views' sections drawn only while open (ui.panels.LAZY_SECTIONS), as a click on each would: the
+    suites read what they draw. Each view closes them again (ui/panels.py lazy); tests/test_app_lazy.py checks that."""
+    for key in keys:
+        at.session_state[key] = True
+
+
 def open_tab(at, name):
     at.session_state["tab"] = name
+    open_lazy(at)
     at.run()
     assert not at.exception, at.exception
     return at

@@ -13,6 +13,7 @@ import streamlit as st
 from zerocalc.scenario import FieldError
 
 from . import plain, tables, worker
+from .panels import PROBE as PROBE_SECTION, lazy
 from .tables import SYSTEM
 from .figures import STAGE_LABELS
 from .state import CUSTOM, FIELD
@@ -148,13 +149,14 @@ def panel(resolved, unit: str) -> None:
                 "the JSON of `torch.cuda.memory_stats()`, `torch.cuda.memory_summary()`, `nvidia-smi "
                 "--query-gpu=memory.used,memory.total --format=csv` lines, DeepSpeed's `see_memory_usage` lines, "
                 "a CUDA out-of-memory message, or the probe's line. Several pasted together are merged.")
-    with st.expander("The probe: per-phase peaks from your own training loop"):
-        st.markdown(PROBE_USAGE)
-        if PROBE.exists():
-            st.download_button("Download zerocalc_probe.py", PROBE.read_bytes, file_name="zerocalc_probe.py",
-                               mime="text/x-python", key="probe_download", on_click="ignore")
-        st.caption("Source: tools/zerocalc_probe.py in the zerocalc repository (torch only; not imported by the "
-                   "core).")
+    if box := lazy("The probe: per-phase peaks from your own training loop", PROBE_SECTION):   # code: when open
+        with box:
+            st.markdown(PROBE_USAGE)
+            if PROBE.exists():
+                st.download_button("Download zerocalc_probe.py", PROBE.read_bytes, file_name="zerocalc_probe.py",
+                                   mime="text/x-python", key="probe_download", on_click="ignore")
+            st.caption("Source: tools/zerocalc_probe.py in the zerocalc repository (torch only; not imported by "
+                       "the core).")
     if resolved.workload is None:
         st.info("Calibration compares a run with the peak estimate, which needs an architecture: pick a model.")
         return

@@ -58,11 +58,22 @@ class _PerState:
                 self.results.move_to_end(key)
                 return self.results[key]
         value = self.fn(*args)                  # outside the lock: a slow answer holds up no other state
+        self.store(key, value)
+        return value
+
+    def cached(self, key: tuple):
+        """(True, the result) for a key already answered, else (False, None)."""
+        with self.lock:
+            if key in self.results:
+                self.results.move_to_end(key)
+                return True, self.results[key]
+        return False, None
+
+    def store(self, key: tuple, value) -> None:
         with self.lock:
             self.results[key] = value
             if len(self.results) > self.size:
                 self.results.popitem(last=False)
-        return value
 
 
 def _searches_many(r, layouts: bool) -> bool:
@@ -131,6 +142,38 @@ def formulas_of(resolved) -> dict:
 def fixes_of(resolved, report: dict, layouts: bool = False) -> list:
     """What would make the checked stage fit; `report` is this state's report (with or without the answers)."""
     return _fixes(_key(resolved), layouts, (resolved, report))
+
+
+def fixes_later(resolved, report: dict, layouts: bool = False):
+    """fixes_of without waiting for it: a function that returns the fixes, at once from the cache, else from a
+    worker process started now. The search takes 0.2-0.8 s on a plan that does not fit (Gemma-3-27B, DeepSeek-V3):
+    the page draws the verdict, the view and the sidebar meanwhile, and the fixes into the place kept for them."""
+    key = (_key(resolved), layouts)
+    hit, value = _fixes.cached(key)
+    r, stage = resolved, resolved.state["stage"]
+    if hit or r.workload is None or report["peak"][stage]["fits"]:
+        return lambda: value if hit else []
+    with _fixes.lock:              # a run stopped by the next one (a click meanwhile) left its search running
+        task = _SEARCHING.get(key)
+        if task is None:
+            search = layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS
+            task = _SEARCHING[key] = worker.submit("answer", advice, r.scenario, r.workload, stage, search)
+            while len(_SEARCHING) > 64:
+                _SEARCHING.popitem(last=False)
+
+    def wait() -> list:
+        try:
+            found = worker.result(task)
+        finally:                   # answered or failed: the next run asks again from the cache or anew
+            with _fixes.lock:
+                if _SEARCHING.get(key) is task:
+                    del _SEARCHING[key]
+        _fixes.store(key, found)
+        return found
+    return wait
+
+
+_SEARCHING = OrderedDict()          # state key -> its fixes' search in a worker, until a run reads its answer
 
 
 def sweep_of(resolved, field: str) -> dict:

@@ -25,6 +25,7 @@ from zerocalc.scenario import FieldError
 from zerocalc.values import Given
 
 from . import plain, worker
+from .panels import EXPORTS as EXPORT_SECTIONS, lazy
 from .tasks import config_name, read_config
 from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
                     format_value, parse_value, resolve)
@@ -424,7 +425,9 @@ def exports_tab(resolved) -> None:
             continue
         st.download_button(f"Download {filename}", text.encode("utf-8"), file_name=filename, mime=mime,
                            key=f"export_{fmt}", on_click="ignore")
-        with st.expander(f"{filename}: contents and what it cannot express ({len(caveats)})"):
-            st.code(text, language=language, wrap_lines=True)
-            if caveats:
-                plain.alert("info", "What it cannot express:", caveats)
+        # drawn when opened: three highlighted code blocks cost the browser more than the rest of the view
+        if box := lazy(f"{filename}: contents and what it cannot express ({len(caveats)})", EXPORT_SECTIONS[fmt]):
+            with box:
+                st.code(text, language=language, wrap_lines=True)
+                if caveats:
+                    plain.alert("info", "What it cannot express:", caveats)

@@ -18,6 +18,8 @@ from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 # The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.output.report.ANSWER_KEYS);
 # with another view open the page asks the core for the bytes, peaks and fit alone.
 ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
+# A view whose answers are read only in sections drawn when opened (ui/panels.py lazy): asked for while one is open.
+LAZY_ANSWERS = {"Model states": (panels.SCALING, panels.DEEPSPEED)}
 
 
 def render() -> None:
@@ -33,7 +35,9 @@ def render() -> None:
     resolved = resolve(state)
     stage, unit = resolved.state["stage"], resolved.state["units"]
     layouts = st.session_state.get("show_layouts", False)
-    answers = st.session_state.get("tab", TABS[0]) in ANSWER_TABS
+    tab = st.session_state.get("tab", TABS[0])
+    lazy_answers = LAZY_ANSWERS.get(tab)
+    answers = tab in ANSWER_TABS and (lazy_answers is None or any(st.session_state.get(k) for k in lazy_answers))
     stopped = []
     try:
         report = compute.report_of(resolved, layouts, answers)
@@ -63,14 +67,10 @@ def render() -> None:
                    "the link does not carry it.")
     panels.import_message()
     finetune.qlora_line(report, stage, unit)
-    try:
-        found = compute.fixes_of(resolved, report, layouts)
-    except worker.WorkerError as exc:
-        found = []
-        stopped.append(worker.failure_text(exc, "what would make it fit", verb="search"))
     for text in stopped:
         plain.alert("warning", text)
-    panels.fixes(found, resolved, stage, unit)
+    fixes = compute.fixes_later(resolved, report, layouts)     # searched in a worker while the view is drawn
+    fixes_slot = st.empty()
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
                                 label_visibility="collapsed")
@@ -82,8 +82,8 @@ def render() -> None:
     elif view == "Model states":
         views.model_states_tab(report, unit, stage, imported)
     elif view == "Peak and step":
-        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, compute.formulas_of(resolved), resolved,
-                       compute.sweep_of, compute.longest_of(resolved))
+        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, lambda: compute.formulas_of(resolved),
+                       resolved, compute.sweep_of, compute.longest_of(resolved))
     elif view == "Layouts and ranks":
         views.ranks_tab(report, unit, stage, resolved)
     elif view == "Compare":
@@ -97,4 +97,11 @@ def render() -> None:
     elif view == "How to read it":
         views.about_tab(report, unit)
 
-    widgets.sidebar(imports.loaders, rl_import.loader)      # last: the sidebar's deltas follow the page's
+    widgets.sidebar(imports.loaders, rl_import.loader)      # the sidebar's deltas follow the page's
+    with fixes_slot.container():                            # last: the one answer this run may wait for
+        try:
+            found = fixes()
+        except worker.WorkerError as exc:
+            found = []
+            plain.alert("warning", worker.failure_text(exc, "what would make it fit", verb="search"))
+        panels.fixes(found, resolved, stage, unit)

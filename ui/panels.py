@@ -50,6 +50,22 @@ def table_with_csv(df, name: str, report) -> None:
                        key=f"csv_{name}", on_click="ignore")   # built on click, not on every rerun
 
 
+# The keys of the views' sections drawn only while open (lazy); the tests open them through LAZY_SECTIONS.
+PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON = (
+    "open_timeline", "open_ranges", "open_activations", "open_fits_on")
+DEEPSPEED, CATALOGUE, PROBE, SCALING = "open_deepspeed", "open_catalogue", "open_probe", "open_scaling"
+EXPORTS = {fmt: f"open_export_{fmt}" for fmt in ("deepspeed", "accelerate", "torchtitan")}
+LAZY_SECTIONS = (PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED, CATALOGUE, PROBE, SCALING,
+                 *EXPORTS.values())
+
+
+def lazy(label: str, key: str):
+    """An expander whose content runs only while it is open (on_change="rerun" and .open, Streamlit 1.67): the
+    expander when open, else None. Closed, it costs the browser one row instead of the chart or table inside."""
+    box = st.expander(label, key=key, on_change="rerun")
+    return box if box.open else None
+
+
 def chart(fig, key: str) -> None:
     st.plotly_chart(fig, key=key, config=PLOTLY_CONFIG, theme=None)
 

@@ -19,7 +19,8 @@ from zerocalc.units import format_bytes
 
 from . import figures, finetune, plain, tables
 from .figures import STAGE_LABELS
-from .panels import chart, escape_markdown, table_with_csv
+from .panels import (CATALOGUE, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_TIMELINE, SCALING,
+                     chart, escape_markdown, lazy, table_with_csv)
 from .state_stages import ui_value
 from .widgets import set_fields
 from .worker import WorkerError, failure_text
@@ -50,13 +51,16 @@ def ledger(report: dict, unit: str, stage: int) -> None:
 
 
 def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
-    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas,
-    the scaling sweep and DeepSpeed's own estimator."""
+    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas;
+    the scaling sweep and DeepSpeed's own estimator each drawn when opened (the page asks the core for them only
+    then: page.LAZY_ANSWERS)."""
     left, right = st.columns(2)
     with left:
         chart(figures.cluster(report, unit), "fig_cluster")
     with right:
-        chart(figures.scaling(report, unit), "fig_scaling")
+        if box := lazy("Scaling: model states per worker as the cluster grows", SCALING):
+            with box:
+                chart(figures.scaling(report, unit), "fig_scaling")
     s = report["stages"][stage]
     st.caption(f"{STAGE_LABELS[stage]}: {format_bytes(s['cluster_redundant_bytes'], unit)} of the cluster's "
                f"{format_bytes(s['cluster_total_bytes'], unit)} is redundant ({tables.redundancy_share(s)} of it; "
@@ -67,8 +71,9 @@ def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) 
     if heading:
         st.markdown(heading)
         table_with_csv(finetune.group_ledger_table(report), "group_ledgers", report)
-    with st.expander("DeepSpeed's own estimator for the same inputs, and why it differs"):
-        deepspeed_tab(report, unit)
+    if box := lazy("DeepSpeed's own estimator for the same inputs, and why it differs", DEEPSPEED):
+        with box:
+            deepspeed_tab(report, unit)
 
 
 @st.fragment
@@ -102,8 +107,12 @@ def sweep_panel(resolved, report: dict, unit: str, sweep_of) -> None:
                "with that value set; the edge is the solver's exact answer.")
 
 
-def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict = None, resolved=None,
+def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas=None, resolved=None,
              sweep_of=None, longest: dict = None) -> None:
+    """The peak chart, its table, the solvers' answers and the sweep; the step timeline, the ranges, the activation
+    terms and the GPUs it fits on each in a section drawn (and computed) only while it is open: a chart costs the
+    browser about 0.35 s of CPU here, a table 0.13 s, and the view drew three charts and five tables (issue 36).
+    `formulas`: a function returning the activation terms' formulas (computed when their section opens)."""
     if "peak" not in report:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
         return
@@ -113,28 +122,34 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas: dict =
     table_with_csv(tables.peak_terms_table(report, unit, stage), "peak-terms", report)
     for sentence in tables.solver_sentences(report, longest):
         st.markdown(f"- {sentence}")
-    if resolved is not None and sweep_of is not None:
+    if resolved is not None and sweep_of is not None:      # a shared link opens on it (issue 22)
         sweep_panel(resolved, report, unit, sweep_of)
-    step_timeline(report, unit, stage)
     if "comm_buffers" in report:
         st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ". Gradients live "
                    + escape_markdown(report["grad_lifetime"]["why"]) + ".")
-    if ranges:
-        st.markdown("**Assumption ranges** (each alone, the others at their point values):")
-        table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)
-        for note in ranges.get("notes", []):
-            st.caption(escape_markdown(note))
-    st.markdown(f"**Activation terms** saved for backward ({report['activation_bits']}-bit activations; "
-                f"{tables.per_layer_text(report, unit)}, "
-                f"{format_bytes(report['activation_bytes'], tables.SYSTEM[unit])} in flight on "
-                f"{escape_markdown(report['activation_rank'])}). Each formula in bits, then with the values "
-                f"plugged in, as the core computes it: {escape_markdown(LEGEND)}.")
-    table_with_csv(tables.activation_table(report, unit, formulas or {}), "activations", report)
     host = tables.host_memory_sentence(report, unit, stage)
     if host:
         st.caption(host)
-    st.markdown("**Fits on** (the same job on each catalogued GPU):")
-    table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
+    if box := lazy("Step timeline: memory through one step, phase by phase", PEAK_TIMELINE):
+        with box:
+            step_timeline(report, unit, stage)
+    if ranges and (box := lazy("Assumption ranges: the peak with each assumption at its ends", PEAK_RANGES)):
+        with box:
+            st.markdown("**Assumption ranges** (each alone, the others at their point values):")
+            table_with_csv(tables.ranges_table(ranges, unit), "ranges", report)
+            for note in ranges.get("notes", []):
+                st.caption(escape_markdown(note))
+    if box := lazy("Activation terms saved for backward, each with its formula", PEAK_ACTIVATIONS):
+        with box:
+            st.markdown(f"**Activation terms** saved for backward ({report['activation_bits']}-bit activations; "
+                        f"{tables.per_layer_text(report, unit)}, "
+                        f"{format_bytes(report['activation_bytes'], tables.SYSTEM[unit])} in flight on "
+                        f"{escape_markdown(report['activation_rank'])}). Each formula in bits, then with the values "
+                        f"plugged in, as the core computes it: {escape_markdown(LEGEND)}.")
+            table_with_csv(tables.activation_table(report, unit, (formulas or dict)()), "activations", report)
+    if box := lazy("Fits on: the same job on each catalogued GPU", PEAK_FITS_ON):
+        with box:
+            table_with_csv(tables.fits_on_table(report, unit), "fits-on", report)
 
 
 def layout_fields(plan: dict, resolved) -> dict:
@@ -242,8 +257,8 @@ Still estimated: """ + ", ".join(estimated_names()) + """. Never the marketing "
 def about_tab(report: dict, unit: str = "GB") -> None:
     if "gpu" in report:                       # a peak, so a GPU to hold it (not for a bare parameter count)
         st.markdown(escape_markdown(tables.capacity_sentence(report)))
-    with st.expander("The GPU catalogue: both capacities of every card, each with its source"):
-        st.dataframe(tables.catalog_table(catalog_rows(), unit), hide_index=True, key="catalog_table")
+    if box := lazy("The GPU catalogue: both capacities of every card, each with its source", CATALOGUE):
+        box.dataframe(tables.catalog_table(catalog_rows(), unit), hide_index=True, key="catalog_table")
     st.markdown(tables.validation_sentence(validation_summary()))
     st.markdown("**One colour per memory term**, the same in every chart and every view:")
     st.dataframe(tables.colour_table(), hide_index=True, key="colours_table",

@@ -151,12 +151,13 @@ def serve(fd: int) -> None:
 # --- the scheduler ---------------------------------------------------------------------------------------------
 
 class _Task:
-    __slots__ = ("fn", "args", "kind", "seconds", "session", "started", "done", "value", "error", "release")
+    __slots__ = ("fn", "args", "kind", "seconds", "session", "started", "done", "value", "error", "release", "pool")
 
     def __init__(self, kind: str, fn, args: tuple, session: str):
         self.fn, self.args, self.kind, self.session = fn, args, kind, session
         self.seconds = DEADLINES[kind]
         self.started, self.done, self.value, self.error, self.release = None, threading.Event(), None, None, None
+        self.pool = None
 
     def finish(self, value=None, error: BaseException = None, release: bool = True) -> None:
         self.value, self.error = value, error
@@ -373,13 +374,28 @@ def call(kind: str, fn, *args):
     name and its arguments and result picklable (the core's inputs and plain-data answers are). Its exceptions come
     back as they were raised (the worker's trace in their notes); WorkerTimeout past the deadline, WorkerError when
     the process died meanwhile (it is replaced)."""
-    if not POSIX:
-        return fn(*args)
+    return result(submit(kind, fn, *args))
+
+
+def submit(kind: str, fn, *args) -> _Task:
+    """Start fn(*args) as call() does and return at once: result(task) waits for its answer, so the page draws
+    what it has meanwhile. Outside POSIX, fn runs here and now."""
     task = _Task(kind, fn, args, session_key())
-    pool = _pool()
-    pool.put(task)
-    if not task.done.wait(QUEUE_S) and pool.cancel(task):
-        raise WorkerTimeout(kind, QUEUE_S, queued=True)
+    if not POSIX:
+        try:
+            task.finish(fn(*args), release=False)
+        except Exception as exc:  # noqa: BLE001 - raised by result(), as a worker's would be
+            task.finish(error=exc, release=False)
+        return task
+    task.pool = _pool()
+    task.pool.put(task)
+    return task
+
+
+def result(task: _Task):
+    """A submitted task's answer (its exception raised here): WorkerTimeout when it waited QUEUE_S for a worker."""
+    if not task.done.wait(QUEUE_S) and task.pool.cancel(task):
+        raise WorkerTimeout(task.kind, QUEUE_S, queued=True)
     if not task.done.wait(task.seconds + START_S + 10):     # started: its worker ends it by its deadline
         raise WorkerError("the worker did not answer")
     if task.error is not None:

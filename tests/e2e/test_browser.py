@@ -54,8 +54,8 @@ def view_button(page, name):
     return page.locator("[data-testid=stMain]").get_by_role("radio", name=name, exact=True)
 
 
-def open_tab(page, name):
-    view_button(page, name).click()
+def open_tab(page, name, section=None):        # with `section`: open the lazy section (ui/panels.py) named `name`
+    (page.locator(section, has_text=name) if section else view_button(page, name)).click()
     wait_ready(page)
 
 
@@ -145,7 +145,8 @@ def test_each_term_keeps_its_colour_across_charts_and_views(page, server):
         open_app(page, server, query)
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(1)
         charts = page.evaluate(CHART_DATA)
-        open_tab(page, "Peak and step")          # the peak, the sweep and the step timeline
+        open_tab(page, "Peak and step")          # the peak, the sweep and (its section opened) the step timeline
+        open_tab(page, "Step timeline: memory through one step, phase by phase", "[data-testid=stExpander] summary")
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(3)
         charts += page.evaluate(CHART_DATA)
         for chart in charts:

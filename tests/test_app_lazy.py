@@ -1,0 +1,105 @@
+"""Issue 36: what a view draws at once and what waits for a click. The Peak view draws its chart, tables, solver
+sentences and sweep; the step timeline, the assumption ranges, the activation terms and the fits-on table each live
+in a section drawn (and computed) only while open; so do Model states' scaling chart and DeepSpeed's estimator (the
+report's answers asked for only then), the GPU catalogue, the exported configs and the probe. The fixes are
+searched in a worker while the view is drawn and land in the place kept for them, above the view switcher."""
+
+from streamlit.testing.v1 import AppTest
+
+from tests.app_helpers import APP, has_figure, open_lazy, table
+from ui import compute
+from ui.state import from_query, resolve
+from ui.panels import (CATALOGUE, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
+                       PEAK_TIMELINE, EXPORTS, PROBE, SCALING)
+
+
+def app(query: dict, tab: str) -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    for key, value in query.items():
+        at.query_params[key] = value
+    at.run()
+    at.session_state["tab"] = tab
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_the_peak_view_draws_its_secondary_sections_only_when_opened():
+    at = app({"model": "llama-3-8b"}, "Peak and step")
+    assert has_figure(at, "fig_peak") and has_figure(at, "fig_sweep")
+    assert not has_figure(at, "fig_timeline")
+    assert "GPU" not in {c for df in at.dataframe for c in df.value.columns}        # the fits-on table is not drawn
+    assert {"Step timeline", "Assumption ranges", "Activation terms", "Fits on"} <= {
+        e.label.split(":")[0].split(" saved")[0] for e in at.expander}
+    open_lazy(at, (PEAK_TIMELINE, PEAK_FITS_ON))
+    at.run()
+    assert has_figure(at, "fig_timeline") and len(table(at, "fits_on_table")) > 10
+    assert not any(df.value.columns.tolist()[:1] == ["term"] for df in at.dataframe)   # activations still closed
+    open_lazy(at, (PEAK_RANGES, PEAK_ACTIVATIONS))
+    at.run()
+    assert len(table(at, "activation_table")) > 5
+    at.session_state["tab"] = "Overview"
+    at.run()
+    at.session_state["tab"] = "Peak and step"
+    at.run()
+    assert not has_figure(at, "fig_timeline")                  # a view opened again starts with them closed
+
+
+def test_model_states_asks_for_the_answers_only_with_scaling_or_the_estimator_open():
+    query = {"model": "llama-3-8b", "cuda_context_bytes": "1073742849"}       # a state of its own: cold caches
+    at = app(query, "Model states")
+    key = compute.state_key(resolve(from_query({k: [v] for k, v in query.items()})[0]).state)
+    assert has_figure(at, "fig_cluster") and not has_figure(at, "fig_scaling")
+    assert not any("estimator" in df.value.columns for df in at.dataframe)
+    assert (key, False, False) in compute._report.results and (key, False, True) not in compute._report.results
+    open_lazy(at, (SCALING,))
+    at.run()
+    assert has_figure(at, "fig_scaling") and (key, False, True) in compute._report.results
+    open_lazy(at, (DEEPSPEED,))
+    at.run()
+    assert len(table(at, "deepspeed_table")) == 8
+
+
+def test_deepspeed_estimator_and_catalogue_wait_for_their_click():
+    about = app({}, "How to read it")
+    assert not any("nvidia-smi's figure" in df.value.columns for df in about.dataframe)
+    open_lazy(about, (CATALOGUE,))
+    about.run()
+    assert any("nvidia-smi's figure" in df.value.columns for df in about.dataframe)
+    assert set(LAZY_SECTIONS) >= {CATALOGUE, DEEPSPEED}
+
+
+def test_fixes_from_the_worker_equal_the_servers_own_and_are_drawn_above_the_view():
+    # A plan that does not fit (Gemma-3-27B on 8 x the default GPU at ZeRO-2): fixes_later starts the search in a
+    # worker; its answer is the same list fixes_of computes in the server's process.
+    query = {"model": ["gemma-3-27b"], "workers": ["8"], "cuda_context_bytes": ["1073742848"]}
+    r = resolve(from_query(query)[0])
+    report = compute.report_of(r, False, False)
+    assert not report["peak"][r.state["stage"]]["fits"]
+    searching = len(compute._SEARCHING)
+    first = compute.fixes_later(r, report)
+    assert len(compute._SEARCHING) == searching + 1
+    again = compute.fixes_later(r, report)                  # a second run meanwhile: the same search, not another
+    assert len(compute._SEARCHING) == searching + 1
+    waited = first()
+    assert again() == waited and (compute.state_key(r.state), False) not in compute._SEARCHING   # one search, read
+    compute._fixes.results.clear()
+    assert waited and waited == compute.fixes_of(r, report)
+    at = app({k: v[0] for k, v in query.items()}, "Overview")
+    texts = [m.value for m in at.markdown]
+    assert any(t.startswith("**What would make") or t.startswith("**Nothing zerocalc tries") for t in texts)
+
+
+def test_the_exported_configs_and_the_probe_are_highlighted_only_when_opened():
+    exports = app({"model": "llama-3-8b"}, "Framework configs")
+    labels = {b.proto.label for b in exports.get("download_button")}
+    assert {"Download ds_config.json", "Download accelerate_fsdp.yaml", "Download torchtitan.toml"} <= labels
+    assert len(exports.code) == 0 and len(exports.expander) == 3
+    open_lazy(exports, (EXPORTS["deepspeed"],))
+    exports.run()
+    assert [c.language for c in exports.code] == ["json"]
+    calibrate = app({"model": "llama-3-8b"}, "Calibrate")
+    assert "Download zerocalc_probe.py" not in {b.proto.label for b in calibrate.get("download_button")}
+    open_lazy(calibrate, (PROBE,))
+    calibrate.run()
+    assert "Download zerocalc_probe.py" in {b.proto.label for b in calibrate.get("download_button")}
