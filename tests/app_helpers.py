@@ -166,6 +166,11 @@ def peak_bars(at) -> list:
     return [t for t in figure(at, "fig_overview")["data"] if t.get("offsetgroup") == "peak"]
 
 
+def verdict_html(at) -> str:
+    """The verdict block's HTML: the cards (a ZeRO stage's, or with the RL view open an RL GPU class's)."""
+    return next(h.proto.body for h in at.get("html") if 'data-testid="zc-verdict"' in h.proto.body)
+
+
 def verdict_cards(at) -> list:
     """The verdict cards: (stage, fits, text) from the page's HTML."""
     body = next(h.proto.body for h in at.get("html") if 'data-testid="zc-verdict"' in h.proto.body)

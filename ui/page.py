@@ -10,8 +10,8 @@ import streamlit as st
 
 from zerocalc.model.presets import MODEL_PRESETS
 
-from . import (calibration, compare, compute, finetune, imports, panels, plain, rl_import, rl_view, share, views,
-               widgets, worker)
+from . import (calibration, compare, compute, finetune, imports, panels, plain, rl_import, rl_section, rl_view, share,
+               views, widgets, worker)
 from .share import PLAN_A, TABS
 from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
 
@@ -53,8 +53,11 @@ def render() -> None:
     # the one block with a script (its copy button).
     measured, measured_note = calibration.measured_verdict(resolved)      # measured beats estimated
     panels.warnings(link_warnings + problems + resolved.warnings)   # above the verdict they change (issue 33)
+    # With the RL view open the page's plan is the RL plan (issue 33): its verdict is the answer, its solvers the fixes
+    rl_plan = rl_view.report_of(resolved, rl_section.values())[0] if tab == "RL" else None
     st.html(panels.header_html(report, resolved.state, name)
-            + panels.verdict_html(report, compute.ranges_of(resolved), stage, unit, measured))
+            + (rl_view.verdict_html(rl_plan, unit) if rl_plan is not None else
+               panels.verdict_html(report, compute.ranges_of(resolved), stage, unit, measured)))
     st.html(share.link_html(share.share_link(share.sync_url(resolved.state))), unsafe_allow_javascript=True)
     if measured_note:
         st.caption(measured_note)
@@ -69,7 +72,9 @@ def render() -> None:
     finetune.qlora_line(report, stage, unit)
     for text in stopped:
         plain.alert("warning", text)
-    fixes = compute.fixes_later(resolved, report, layouts)     # searched in a worker while the view is drawn
+    if rl_plan is not None:                                 # the RL plan's own answers, not a ZeRO stage's fixes
+        rl_view.fixes(rl_plan)
+    fixes = compute.fixes_later(resolved, report, layouts) if rl_plan is None else (lambda: None)
     fixes_slot = st.empty()
 
     view = st.segmented_control("View", TABS, key="tab", default=TABS[0], required=True, width="stretch",
@@ -98,6 +103,8 @@ def render() -> None:
         views.about_tab(report, unit)
 
     widgets.sidebar(imports.loaders, rl_import.loader)      # the sidebar's deltas follow the page's
+    if rl_plan is not None:
+        return
     with fixes_slot.container():                            # last: the one answer this run may wait for
         try:
             found = fixes()

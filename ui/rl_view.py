@@ -144,9 +144,18 @@ def verdict_html(report: dict, unit: str) -> str:
     return CARD_CSS + sentence + f'<div class="zc-cards" data-testid="zc-verdict">{"".join(cards)}</div>'
 
 
-def answers_lines(report: dict) -> list:
-    """What would make the RL plan fit: the core's RL solvers (zerocalc/rl/solve.py), as the view lists them."""
-    return _solve_lines(report)
+def fixes(report: dict) -> None:
+    """Under the RL plan's verdict: what would make it fit, from the core's RL solvers (zerocalc/rl/solve.py):
+    the longest response, the largest group, the lowest gpu_memory_utilization and each placement that fits."""
+    if report["verdict"]["fits"]:
+        return
+    st.markdown("**What would make the RL plan fit**")
+    for line in _solve_lines(report):
+        st.markdown(f"- {line}")
+    fitting = [r for r in report["solve"]["placements"] if r.get("fits")]
+    for r in fitting[:3]:
+        st.markdown(f"- {r['placement']}: {r['rollout_gpus']} rollout GPUs and {r['training_gpus']} training GPUs "
+                    "fit.")
 
 
 def panel(resolved, unit: str) -> None:
