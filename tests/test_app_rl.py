@@ -3,6 +3,8 @@ the policy, the chart and tables draw the core's RL report (zerocalc/rl/report.p
 carries the RL settings, and a bad one falls back with a warning naming it."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.app_helpers import (answer_text, dataframe_with, figure, open_sections, run_app, traces, verdict_html,
                                warnings_shown)
@@ -130,3 +132,36 @@ def test_with_the_rl_view_open_the_pages_answer_is_the_rl_plan():
     at.session_state["tab"] = "Overview"
     at.run()
     assert 'data-stage="' in verdict_html(at)                   # another view: the ZeRO stages' cards again
+
+
+RL_PLANS = st.fixed_dictionaries({
+    "model": st.sampled_from(["qwen2.5-0.5b", "qwen2.5-7b", "llama-3.2-1b"]),
+    "gpu": st.sampled_from(["H100-SXM-80GB", "L4-24GB", "A100-40GB"]),
+    "algorithm": st.sampled_from(["grpo", "ppo"]),
+    "reference": st.sampled_from(["none", "same"]),
+    "response_length": st.sampled_from(["512", "4096"]),
+})
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(RL_PLANS)
+def test_the_rl_cli_and_the_pages_rl_cards_give_one_verdict(plan):
+    """Issue 33's property over RL plans: `python -m zerocalc rl --json` and the page's cards with the RL view open
+    give the same verdict and the same peak per GPU class."""
+    import json
+
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.cli.rl import run as rl_run
+
+    critic = ["--critic", "same"] if plan["algorithm"] == "ppo" else []
+    argv = ["--model", plan["model"], "--gpus", "8", "--gpu", plan["gpu"], "--algorithm", plan["algorithm"],
+            "--reference", plan["reference"], "--response-length", plan["response_length"], *critic, "--json"]
+    cli = json.loads(rl_run(argv, lambda rest: _inputs(build_parser().parse_args(rest))))["verdict"]
+    query = {"model": plan["model"], "workers": "8", "gpu": plan["gpu"], "view": "rl",
+             "rl.algorithm": plan["algorithm"], "rl.reference": plan["reference"],
+             "rl.response_length": plan["response_length"], **({"rl.critic": "same"} if critic else {})}
+    at = run_app(query)
+    import re
+    cards = re.findall(r'data-gpu="([^"]+)" data-fits="(true|false)"', verdict_html(at))
+    assert cards == [(c["gpu"], str(c["fits"] and not cli["engine_refused"]).lower()) for c in cli["gpu_classes"]]
+    assert core(query)["verdict"] == cli

@@ -177,6 +177,9 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
     if unknown:
         raise FieldError(unknown[0], settings[unknown[0]], "an RL setting: " + ", ".join(SETTING_KEYS))
     s = {**DEFAULTS, **{k: v for k, v in settings.items() if k != "rollout"}}
+    for role in ("reference", "reward", "critic"):       # "none", as the page and the refusal spell it: no model
+        if s.get(role) == "none":
+            s[role] = None
     algo = ALGORITHMS.get(s["algorithm"])
     if algo is None:
         raise FieldError("algorithm", s["algorithm"], "one of " + ", ".join(ALGORITHMS))
