@@ -115,3 +115,28 @@ def test_bad_nccl_fields_are_refused_by_name():
 def test_three_numbers_are_ordered_and_add_up(parts):
     f = phase_figures(parts)
     assert f["allocated_bytes"] <= f["reserved_bytes"] <= f["device_bytes"] == sum(parts.values())
+
+
+def test_deepep_buffers_from_its_size_hints():
+    """deepseek-ai/DeepEP dd758caf csrc/legacy/config.hpp get_nvl_buffer_size_hint with Buffer.num_sms 20 and the
+    8-rank configs (nvl recv chunk 256 tokens for dispatch and combine); hidden bytes 7168 x 2 (Megatron's
+    fused_a2a.py get_hidden_bytes): 10 channels x 8 peers x (5 counters x 4 bytes + 256 tokens x (14,336 + 8 +
+    128 x 8 + 128 x 4 + 128 x 4)), rounded up to 128 bytes. No RDMA buffer within a node; past 8 ranks one."""
+    from zerocalc.step.deepep import deepep_bytes, nvl_bytes
+
+    arch, params, _ = PRESETS["deepseek-v3"]
+    scenario = Scenario(params=params, workers=32)
+    w = Workload(arch, layout=Layout(ep=8, pp=8, micro_batches=16), moe_dispatcher="deepep")
+    expected = -(-(10 * 8 * 5 * 4 + 10 * 8 * 256 * (14_336 + 8 + 1024 + 512 + 512)) // 128) * 128
+    assert nvl_bytes(14_336, 8, 256) == expected == 335_709_824 == deepep_bytes(w)
+    assert deepep_bytes(replace(w, layout=Layout(ep=16, pp=4, micro_batches=16))) > nvl_bytes(14_336, 16, 288)
+    assert deepep_bytes(replace(w, moe_dispatcher="alltoall")) == 0
+    peak = report_for(scenario, w).peaks[1]
+    parts = peak.phases[peak.peak_phase]
+    assert parts["DeepEP buffers"] == expected
+    assert phase_figures(parts)["reserved_bytes"] == peak.peak_bytes - sum(parts.get(k, 0) for k in OUTSIDE)
+    # DeepEP dispatches the tokens: the expert group's NCCL communicator runs collectives only (ring channels)
+    rows = {r["group"]: r for r in nccl_dict(scenario, w)["rows"]}
+    assert rows["ep"]["pattern"] == "collective"
+    assert {r["group"]: r for r in nccl_dict(scenario, replace(w, moe_dispatcher="alltoall"))["rows"]}["ep"][
+        "pattern"] == "all-to-all"

@@ -59,7 +59,7 @@ LABELS = {
     "float8": "float8 linears (torchao)", "op_policy": "Op-level policy (what it saves)", "op_saves": "Ops your policy saves", "float8_all_gather": "FSDP float8 all-gather", "async_tp": "Async tensor parallel (torchtitan)",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
-    "batch_mode": "Batch: fixed, padded or packed", "batch_lengths": "Sample lengths (percentiles)", "router_loss": "MoE load-balancing loss (output_router_logits)",
+    "moe_dispatcher": "Token dispatcher (expert parallelism)", "batch_mode": "Batch: fixed, padded or packed", "batch_lengths": "Sample lengths (percentiles)", "router_loss": "MoE load-balancing loss (output_router_logits)",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
@@ -264,6 +264,9 @@ HELP = {
     "batch_mode": "fixed: every sample is the sequence length; padded: the micro-batch's samples padded to their "
                   "longest (the sequence length is the longest a sample may be); packed: rows of the sequence "
                   "length filled with samples (flash attention's varlen kernels). The verdict judges the worst step.",
+    "moe_dispatcher": "alltoall: NCCL's all-to-all (its send/recv channels per peer are counted with NCCL's "
+                      "buffers); deepep: DeepEP's NVLink (and past 8 ranks RDMA) buffers, outside PyTorch's "
+                      "allocator, as Megatron's --moe-enable-deepep maps them (zerocalc/step/deepep.py).",
     "batch_lengths": "The samples' lengths as percentile points, p50=512,p90=2048,p99=6000,max=8192 (the last at "
                      "max, the longest sample). A padded micro-batch is as long as its longest sample: the typical "
                      "step is the median longest of micro-batch samples drawn from these; the worst step, the "

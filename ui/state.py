@@ -13,6 +13,7 @@ import functools
 from dataclasses import fields as dc_fields
 from typing import Dict, List, NamedTuple, Optional, Tuple
 
+from zerocalc.step.deepep import DISPATCHERS
 from zerocalc.defaults import TARGETS as POLICY_TARGETS, implied, link_defaults
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.model.architecture import (ACTIVATIONS, KV_EXPANDS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS,
@@ -152,6 +153,7 @@ FIELDS: Tuple[Field, ...] = (
     _i("fragmentation_percent", *_W["fragmentation_percent"], 5),
     _i("moe_imbalance_percent", *_W["moe_imbalance_percent"], 100),
     _i("moe_capacity_percent", *_W["moe_capacity_percent"], 0),
+    _c("moe_dispatcher", DISPATCHERS, "alltoall"),
     _c("gpu", tuple(GPU_CATALOG) + (CUSTOM,), DEFAULT_GPU),
     _i("gpu_memory", *_W["gpu_memory"], 80 * 10**9, kind="bytes"),
     Field("buffer_factor", "factor", 1.5, (), 0.1, 100),
@@ -327,6 +329,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),
         moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"],
+        moe_dispatcher=state["moe_dispatcher"],
         finetune=finetune(state), **step_workload(state),      # the router loss: MoE under Hugging Face only
         router_loss=bool(state["router_loss"]) and arch.moe_layers > 0 and state["implementation"] == "huggingface")
 

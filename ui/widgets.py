@@ -290,8 +290,8 @@ def _parallel(box) -> None:
     for name in ("cp", "loss_parallel", "vocab_divisor"):
         widget(name, box)
     if current("experts"):
-        widget("ep", box)
-        widget("etp", box)
+        for name in ("ep", "etp", "moe_dispatcher"):
+            widget(name, box)
     else:
         box.caption("Expert parallelism (ep, etp) applies to mixture-of-experts models.")
 

@@ -17,6 +17,7 @@ from ..model.presets import MODEL_PRESETS
 from ..step.activations import ATTENTION, IMPLEMENTATIONS
 from ..step.allocator import ALLOCATORS
 from ..step.buffers import COMM_BUFFERS, FSDP_WRAPS
+from ..step.deepep import DISPATCHERS
 from ..step.fsdp1 import FSDP_VERSIONS, ORIG_PARAMS, PREFETCH
 from ..step.grad_lifetime import GRAD_LIFETIMES
 from ..step.host import LOADING_CHOICES
@@ -137,6 +138,9 @@ def _parallel(g) -> None:
     g.add_argument("--vocab-divisor", type=_count, help="pad the vocabulary to a multiple of this x tp "
                                                        "(default: 128 for megatron kernels, 1 otherwise)")
     g.add_argument("--ep", type=_count, help="expert parallel: routed experts split over ep ranks (default 1)")
+    g.add_argument("--moe-dispatcher", choices=DISPATCHERS, help="expert parallelism's token dispatcher: alltoall "
+                   "(NCCL's, default) or deepep (DeepEP's NVLink / RDMA buffers too, outside the allocator: "
+                   "Megatron's --moe-enable-deepep)")
     g.add_argument("--etp", type=_count, help="expert tensor parallel: each expert's FFN over etp ranks "
                                               "(default 1; Megatron's default is tp)")
 

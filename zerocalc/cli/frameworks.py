@@ -215,9 +215,9 @@ EXPLICIT_FLAGS = ("workers", "shard_group", "convention", "param_dtype", "grad_d
                   "prefetch_bucket_size", "max_live_parameters", "param_persistence_threshold", "overlap_comm",
                   "comm_buffers", "grad_lifetime", "fsdp_wrap", "fsdp_version", "fsdp_use_orig_params",
                   "fsdp_backward_prefetch",
-                  "cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "workspace_bytes",
-                  "fragmentation_percent", "allocator", "allocator_units", "gpu", "gpu_memory", "tp", "pp", "vpp", "cp", "ep",
-                  "etp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel", "vocab_divisor")
+                  "cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "moe_dispatcher",
+                  "workspace_bytes", "fragmentation_percent", "allocator", "allocator_units", "gpu", "gpu_memory",
+                  "tp", "pp", "vpp", "cp", "ep", "etp", "sequence_parallel", "micro_batches", "schedule", "loss_parallel", "vocab_divisor")
 
 
 # FineTune field -> the CLI dest that sets it, where the two differ (cli/workload.py FINETUNE_FLAGS)

@@ -26,7 +26,8 @@ WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "re
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "grad_lifetime", "fsdp_wrap",
                   "reshard_after_forward", "reduce_dtype", "fsdp_version", "fsdp_use_orig_params",
                   "fsdp_backward_prefetch",
-                  "cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "workspace_bytes",
+                  "cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "moe_dispatcher",
+                  "workspace_bytes",
                   "fragmentation_percent",
                   "allocator", "allocator_units", "gpu", "gpu_memory", "moe_imbalance_percent", "moe_capacity_percent",
                   "host_memory_bytes", "model_loading")

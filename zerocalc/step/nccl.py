@@ -80,15 +80,18 @@ class Group(NamedTuple):
     pattern: str       # collective | all-to-all | pipeline
 
 
-def plan_groups(scenario, layout) -> Tuple[Group, ...]:
+def plan_groups(scenario, layout, dispatcher: str = "alltoall") -> Tuple[Group, ...]:
     """The process groups of a plan with more than one member, in Megatron's order tp, cp, ep, dp, pp (tp
-    innermost): under hybrid sharding the data-parallel group is a shard group and a replicate group."""
+    innermost): under hybrid sharding the data-parallel group is a shard group and a replicate group. With DeepEP
+    dispatching the tokens (deepep.py) the expert group's NCCL communicator runs collectives only: NCCL connects its
+    send/recv channels at a first all-to-all, which never comes."""
     tp, cp, ep, n, group = layout.tp, layout.cp, layout.ep, scenario.workers, scenario.group
     inner = tp * cp
     dp = ((("dp", n, inner),) if group >= n else (("dp shard", group, inner), ("dp replicate", n // group,
                                                                               inner * group)))
     rows = [Group("tp", tp, 1, "collective"), Group("cp", cp, tp, "collective"),
-            Group("ep", ep, inner, "all-to-all"), *(Group(a, b, c, "collective") for a, b, c in dp),
+            Group("ep", ep, inner, "collective" if dispatcher == "deepep" else "all-to-all"),
+            *(Group(a, b, c, "collective") for a, b, c in dp),
             Group("pp", layout.pp, inner * n, "pipeline")]
     return tuple(g for g in rows if g.size > 1)
 
@@ -122,7 +125,7 @@ def nccl_rows(scenario, workload) -> Tuple[Tuple[str, int], ...]:
     gpu = None if workload.gpu_memory is not None else workload.gpu
     return tuple((f"NCCL {g.name} ({g.size} ranks)", group_bytes(g, gpu, scenario.gpus_per_node,
                                                                  workload.nccl_buffsize, workload.nccl_nvls))
-                 for g in plan_groups(scenario, workload.layout))
+                 for g in plan_groups(scenario, workload.layout, workload.moe_dispatcher))
 
 
 def nccl_bytes(scenario, workload) -> int:
@@ -134,7 +137,7 @@ def nccl_dict(scenario, workload) -> dict:
     """The report's NCCL rows: one per communicator, each with its bytes at the point and how it is counted."""
     gpu = None if workload.gpu_memory is not None else workload.gpu
     rows = []
-    for g in plan_groups(scenario, workload.layout):
+    for g in plan_groups(scenario, workload.layout, workload.moe_dispatcher):
         link, _, ch = _setting(g, gpu, scenario.gpus_per_node)
         b = group_bytes(g, gpu, scenario.gpus_per_node, workload.nccl_buffsize, workload.nccl_nvls)
         rows.append({"group": g.name, "ranks": g.size, "pattern": g.pattern, "link": link,

@@ -36,6 +36,7 @@ from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
 from .losses import loss_transients
+from .deepep import deepep_bytes
 from .nccl import nccl_bytes
 from .router_loss import router_loss_bytes
 from .grad_lifetime import first_block_bytes, lifetime
@@ -84,7 +85,8 @@ def with_overheads(tensors: int, context: int, percent, units: int = 0, unit_byt
 
 
 RESERVE = "allocator reserve"
-OUTSIDE = ("CUDA context", "NCCL buffers")       # outside PyTorch's allocator: nvidia-smi shows them, reserved not
+OUTSIDE = ("CUDA context", "NCCL buffers", "DeepEP buffers")   # outside PyTorch's allocator: nvidia-smi shows
+                                                              # them, max_memory_reserved does not
 
 
 def phase_figures(parts: Dict[str, int]) -> Dict[str, int]:
@@ -136,12 +138,13 @@ def _stored_bits(group: str) -> int:
 
 def outside_parts(workload, shape: StepShape, context: int = None, nccl_percent: int = None) -> Dict[str, int]:
     """Memory outside PyTorch's caching allocator: the "CUDA context" part (the context assumption and async TP's
-    symmetric-memory workspace, async_tp.py) and NCCL's buffers (nccl.py, at nccl_percent of the modelled bytes).
+    symmetric-memory workspace, async_tp.py), NCCL's buffers (nccl.py, at nccl_percent of the modelled bytes) and
+    DeepEP's (deepep.py, with the DeepEP dispatcher).
     `context` / `nccl_percent` replace the workload's (answers/ranges.py moves them)."""
     context = workload.cuda_context_bytes if context is None else context
     percent = workload.nccl_percent if nccl_percent is None else nccl_percent
     return {"CUDA context": context + async_tp_workspace(workload, shape.act_bits),
-            "NCCL buffers": shape.nccl * percent // 100}
+            "NCCL buffers": shape.nccl * percent // 100, "DeepEP buffers": deepep_bytes(workload)}
 
 
 def outside_allocator_bytes(workload, shape: StepShape) -> int:
@@ -169,8 +172,7 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
             tensors = sum(parts.values())
             parts[RESERVE] = reserve_bytes(tensors, percent, units, unit, sim)
             parts["CUDA context"] = outside["CUDA context"]
-            if outside["NCCL buffers"]:
-                parts["NCCL buffers"] = outside["NCCL buffers"]
+            parts.update((k, v) for k, v in outside.items() if v and k != "CUDA context")   # NCCL, DeepEP
             phases[name], totals[name] = parts, with_overheads(tensors, context, percent, units, unit, sim)
         peaks.append(StagePeak(s, phases, capacity, totals, unit, sim))
     return tuple(peaks)

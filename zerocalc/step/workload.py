@@ -33,6 +33,7 @@ from .megatron_recompute import DEFAULT_MODULES, FULL_METHODS, check_modules, mo
 from .op_checkpoint import op_rule
 from .losses import LOSS_CHOICES
 from .batches import check_batch
+from .deepep import DISPATCHERS
 from .moe import Routing
 
 WORKLOAD_LIMITS = {
@@ -122,6 +123,9 @@ class Workload:
     nccl_buffsize: int = 4 * 2**20
     nccl_nvls: bool = True
     nccl_percent: int = 100
+    # Expert parallelism's token dispatcher: alltoall (NCCL's, counted in nccl.py) or deepep (DeepEP's own buffers
+    # beside it, deepep.py: Megatron's flex dispatcher with --moe-enable-deepep).
+    moe_dispatcher: str = "alltoall"
     # The GEMM workspaces libraries take from PyTorch's allocator and keep (step/workspaces.py: PyTorch's cuBLAS
     # per thread, Transformer Engine's under Megatron); None: that table's, by the card's compute capability.
     workspace_bytes: Optional[int] = None
@@ -203,7 +207,8 @@ class Workload:
                                ("implementation", IMPLEMENTATIONS), ("overlap_comm", OVERLAP_CHOICES),
                                ("reshard_after_forward", RESHARD_CHOICES), ("comm_buffers", COMM_BUFFERS),
                                ("fsdp_wrap", FSDP_WRAPS), ("allocator", ALLOCATORS), ("loss", LOSS_CHOICES),
-                               ("grad_lifetime", GRAD_LIFETIMES), ("model_loading", LOADING_CHOICES)):
+                               ("grad_lifetime", GRAD_LIFETIMES), ("model_loading", LOADING_CHOICES),
+                               ("moe_dispatcher", DISPATCHERS)):
             require_choice(field, getattr(self, field), options)
         if self.recompute_every > 1 and self.recompute != "full":
             raise FieldError("recompute_every", self.recompute_every, "1 unless recompute is full")

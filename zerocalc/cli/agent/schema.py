@@ -9,6 +9,7 @@ the command line it stands for.
 from __future__ import annotations
 
 import argparse
+import difflib
 from typing import Dict, Iterable, List
 
 from ...scenario import FieldError
@@ -62,7 +63,9 @@ def to_argv(actions: List[argparse.Action], arguments: dict, files) -> List[str]
     for name, value in arguments.items():
         action = by_name.get(name)
         if action is None:
-            raise FieldError(name, value, "one of the tool's fields: " + ", ".join(sorted(by_name)))
+            near = difflib.get_close_matches(str(name), list(by_name), n=3)     # the likely typo's fields first
+            raise FieldError(name, value, (f"did you mean {' or '.join(near)}? " if near else "")
+                             + "one of the tool's fields: " + ", ".join(sorted(by_name)))
         flag = max(action.option_strings, key=len)
         if action.nargs == 0:
             if not isinstance(value, bool):
