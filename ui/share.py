@@ -21,7 +21,7 @@ from .rl_state import RL_PREFIX, from_query as rl_from_query, to_query as rl_to_
 from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
 from .state_stages import LIST_HINT, layers_from_text, layers_text
 from .state_step import LENGTHS_HINT, lengths_from_text, lengths_text
-from .widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed, set_fields
+from .widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
@@ -60,27 +60,13 @@ def plan_from_query(plan: dict):
     return resolved.state, [f"Plan A: {w}" for w in warnings + resolved.warnings]
 
 
-SYNCED = "_synced_query"     # session key: the link parameters this session last wrote to the address bar
-
-
 def start_session() -> list:
     """On a session's first run, seed every widget (and plan A) from the link; return the link's warnings (once).
-    Later, an address bar that no longer holds what the session last wrote is Back or Forward (Streamlit reruns
-    with that URL on popstate, and every change the page writes pushes a history entry): the page follows it."""
+    Later runs keep the session's own state: the browser can rerun with an address bar a change has not reached yet
+    (a tab clicked while the last link is on its way), which the server cannot tell from Back (issue 33: tried, and
+    reverted when the browser test caught a tab click undone)."""
     if VALUES in st.session_state:                       # seeded: not the session's first run
-        synced = st.session_state.get(SYNCED)
-        if synced is None or _query() == synced or _widget_changed():
-            return []                                    # a widget's change wins: its run writes the new link
-        tab, values, plan_a, rl_values_, warnings = _read_link()
-        set_fields(values)                               # each field, and its live widget, as the link says
-        st.session_state["tab"] = tab
-        st.session_state[PLAN_A] = plan_a
-        rl_seed(rl_values_)
-        for name, value in rl_values_.items():           # the RL section's live widgets too
-            if f"rl_{name}" in st.session_state:
-                st.session_state[f"rl_{name}"] = value
-        st.session_state[SYNCED] = _query()
-        return warnings
+        return []
     tab, values, plan_a, rl_values_, warnings = _read_link()
     if tab != TABS[0]:
         st.session_state["tab"] = tab
@@ -89,16 +75,6 @@ def start_session() -> list:
         st.session_state[PLAN_A] = plan_a
     rl_seed(rl_values_)
     return warnings
-
-
-def _widget_changed() -> bool:
-    """Whether this run brings a widget's new value (live, not yet in the store): then a stale address bar is the
-    browser's rerun racing the link's update, not Back."""
-    store, live = st.session_state[VALUES], st.session_state.to_dict()
-
-    def same(a, b) -> bool:
-        return (tuple(a) if isinstance(a, list) else a) == (tuple(b) if isinstance(b, list) else b)
-    return any(not same(live[name], store[name]) for name in live.keys() & store.keys())
 
 
 def _read_link():
@@ -181,10 +157,8 @@ def link_params(state: dict, plan_a: dict = None) -> dict:
 def sync_url(state: dict) -> dict:
     """Write the state's link parameters to the address bar (only when they changed); return them."""
     params = link_params(state, st.session_state.get(PLAN_A))
-    written = {k: [v] for k, v in params.items()}
-    if _query() != written:
-        st.query_params.from_dict(params)             # Streamlit pushes it as a history entry: Back returns
-    st.session_state[SYNCED] = written
+    if _query() != {k: [v] for k, v in params.items()}:
+        st.query_params.from_dict(params)
     return params
 
 

@@ -154,8 +154,9 @@ TOOLS = (
     Tool("check_plan", "Does this training job fit? The peak memory per GPU for each ZeRO stage (FSDP: 0/2/3), the "
          "phase that decides it, the verdict against the GPU, and the cheapest fixes as CLI flag sets. Fields are "
          "python -m zerocalc's flags (model, gpu, workers, micro-batch, seq-len, tp, pp, ...); a framework config "
-         "(ds-config, accelerate-config, torchtitan-config) or a Hugging Face config.json (config) is given as the "
-         "file's text. Bytes are exact integers.", _plan_actions, DETAIL, check_answer),
+         "(ds-config, accelerate-config, torchtitan-config), a launcher's (llamafactory-config, hf-trainer-config, "
+         "axolotl-config, torchtune-config, litgpt-config, swift-config) or a Hugging Face config.json (config) is "
+         "given as the file's text. Bytes are exact integers.", _plan_actions, DETAIL, check_answer),
     Tool("solve", "Planning answers for a job: the largest micro-batch, the longest sequence, the fewest workers / "
          "GPUs and the lowest ZeRO stage that fit, per stage, and every tp x pp x cp x dp layout that fits (with "
          "layouts); sweep FIELD gives every stage's peak along one input.", _solve_actions, DETAIL, solve_answer),
