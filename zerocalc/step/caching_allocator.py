@@ -360,10 +360,14 @@ class _Allocator:
         self._insert(b)
 
 
-def simulate(events: Iterable[tuple], config: Config = Config()) -> Result:
+def simulate(events: Iterable[tuple], config: Config = Config(), fast: bool = True) -> Result:
     """Replays (MALLOC, tensor id, bytes, stream) and (FREE, tensor id) events (a later malloc may reuse a freed
     id) and returns what torch.cuda's memory stats would report. A malloc that fails even after the release of
-    cached blocks is counted (oom) and skipped, and so is the free of its tensor."""
+    cached blocks is counted (oom) and skipped, and so is the free of its tensor. Fixed segments with no capacity
+    take caching_fast.py's path (the same results; fast=False forces this one)."""
+    if fast and not config.expandable_segments and config.capacity is None:
+        from .caching_fast import State
+        return State(config).run(events).result()
     a = _Allocator(config)
     live: Dict[object, Tuple[_Block, int]] = {}
     for event in events:
