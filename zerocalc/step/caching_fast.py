@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 
-from .caching_allocator import (FREE, K_LARGE_BUFFER, K_MIN_BLOCK, K_SMALL_SIZE, MALLOC, Config, Result,
-                                allocation_size, round_size)
+from .caching_rules import (FREE, K_LARGE_BUFFER, K_MIN_BLOCK, K_SMALL_SIZE, MALLOC, Config, Result,
+                            allocation_size, round_size)
 
 _LOW = (1 << 64) - 1
 
@@ -51,9 +51,9 @@ class State:
 
     def run(self, events) -> "State":
         mss, divisions = self.c.max_split_size, self.c.roundup_power2_divisions
-        pools, starts, ends, live, peaks, pool_reserved = (self.pools, self.starts, self.ends, self.live,
-                                                           self.peaks, self.pool_reserved)
+        pools, starts, ends, live, pool_reserved = self.pools, self.starts, self.ends, self.live, self.pool_reserved
         allocated, reserved, requested = self.allocated, self.reserved, self.requested
+        peak_alloc, reserved_at, peak_reserved, alloc_at, peak_requested = self.peaks[:5]
         for event in events:
             if event[0] == MALLOC:
                 _, tid, orig, stream = event
@@ -64,13 +64,14 @@ class State:
                 if lst is None:
                     lst = pools[key] = []
                 i = bisect_left(lst, size << 64)
-                found = i < len(lst)
-                if found:
+                if i < len(lst):
                     v = lst[i]
                     bsize = v >> 64
                     if size < mss <= bsize or (size >= mss and bsize >= size + K_LARGE_BUFFER):
-                        found = False
-                if found:
+                        v = None
+                else:
+                    v = None
+                if v is not None:
                     del lst[i]
                     ptr = v & _LOW
                     del starts[ptr], ends[ptr + bsize]
@@ -81,8 +82,8 @@ class State:
                     self.segments += 1
                     reserved += bsize
                     pool_reserved[small] += bsize
-                    if pool_reserved[small] > peaks[5 + small]:
-                        peaks[5 + small] = pool_reserved[small]
+                    if pool_reserved[small] > self.peaks[5 + small]:
+                        self.peaks[5 + small] = pool_reserved[small]
                 rest = bsize - size
                 if rest >= K_MIN_BLOCK if small else (size < mss and rest > K_SMALL_SIZE):
                     insort(lst, rest << 64 | (ptr + size))
@@ -92,20 +93,20 @@ class State:
                 live[tid] = (ptr, bsize, orig, key)
                 allocated += bsize
                 requested += orig
-                if allocated > peaks[0]:
-                    peaks[0], peaks[1] = allocated, reserved
-                if reserved > peaks[2]:
-                    peaks[2], peaks[3] = reserved, allocated
-                if requested > peaks[4]:
-                    peaks[4] = requested
+                if allocated > peak_alloc:
+                    peak_alloc, reserved_at = allocated, reserved
+                if reserved > peak_reserved:
+                    peak_reserved, alloc_at = reserved, allocated
+                if requested > peak_requested:
+                    peak_requested = requested
             elif event[0] == FREE:
                 got = live.pop(event[1], None)
                 if got is None:
                     continue
                 ptr, bsize, orig, key = got
+                lst = pools[key]
                 allocated -= bsize
                 requested -= orig
-                lst = pools[key]
                 end = ptr + bsize
                 nsize = starts.pop(end, None)              # try_merge_blocks: the free block after it
                 if nsize is not None:
@@ -122,6 +123,7 @@ class State:
             else:
                 raise ValueError(f"unknown allocator event {event[0]!r}")
         self.allocated, self.reserved, self.requested = allocated, reserved, requested
+        self.peaks[:5] = peak_alloc, reserved_at, peak_reserved, alloc_at, peak_requested
         return self
 
     def result(self) -> Result:

@@ -30,7 +30,7 @@ from functools import lru_cache
 from typing import Dict, List, NamedTuple, Tuple
 
 from .caching_allocator import FREE, MALLOC, Config, Result, simulate
-from .caching_fast import State
+from .caching_fast import State, eligible
 
 COMPUTE, ALL_GATHER, REDUCE_SCATTER = 0, "all-gather", "reduce-scatter"
 STATE_COPIES = 4              # parameter, gradient and two moments: a holding's share of the states, split in four
@@ -212,7 +212,7 @@ def _run_linears(dequantized, outputs, malloc, free) -> list:
 def replay(plan: Plan, blocks: int, config: Config = Config()) -> Result:
     """simulate(events(plan, blocks), config); on the fast path the persistent tensors' state is replayed once per
     (their sizes, config) and each replay goes on from a copy of it (solve() varies the step, not the states)."""
-    if not config.expandable_segments and config.capacity is None:
+    if eligible(config):
         state = _persistent_state(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra, config)
         return state.copy().run(step_events(plan, blocks)).result()
     return simulate(events(plan, blocks), config)
