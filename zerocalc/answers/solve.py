@@ -182,15 +182,17 @@ def max_seq_len(scenario, workload) -> Dict[int, int]:
     """Longest sequence (tokens, a multiple of seq_len_step) for which each stage fits, everything else held."""
     step = seq_len_step(workload)
     base = layout_report(scenario, workload)
-    cache: Dict[int, tuple] = {workload.seq_len // step: base.peaks}
+    # one stage per candidate: each stage's search has its own candidates (under the allocator's model each
+    # stage's peak replays a step)
+    cache: Dict[tuple, int] = {(workload.seq_len // step, p.stage): p.peak_bytes for p in base.peaks}
 
-    def peaks(k: int):
-        if k not in cache:
-            cache[k] = peaks_at_seq_len(base, k * step)
-        return cache[k]
+    def peak(k: int, s: int) -> int:
+        if (k, s) not in cache:
+            cache[k, s] = peaks_at_seq_len(base, k * step, s).peak_bytes
+        return cache[k, s]
 
     hi = WORKLOAD_LIMITS["seq_len"][1] // step
-    return {s: step * interpolated_largest(lambda k, s=s: peaks(k)[s].peak_bytes, workload.capacity_bytes, 1, hi,
+    return {s: step * interpolated_largest(lambda k, s=s: peak(k, s), workload.capacity_bytes, 1, hi,
                                            workload.seq_len // step) for s in STAGES}
 
 
