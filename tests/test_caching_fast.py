@@ -56,6 +56,15 @@ def test_real_steps_and_a_forked_prefix_give_the_reference_result():
         assert prefix.result() == simulate(ev[:cut], Config(), fast=False)
 
 
+def test_addresses_beyond_2_to_the_64_give_the_reference_result():
+    """A solver's probe at a 10^8-token sequence makes tensors of ~10^17 bytes: addresses pass 2^64 (the first
+    encoding, size << 64 | ptr, lost the address's high bits there and failed with a KeyError)."""
+    huge = 3 * 10**17 + 12345
+    ev = [(MALLOC, i, huge + i * MIB, 0) for i in range(120)] + [(FREE, i) for i in range(0, 120, 3)] + \
+        [(MALLOC, 1000 + j, huge + (100 + j) * MIB, 0) for j in range(10)] + [(FREE, i) for i in range(1, 120, 3)]
+    assert simulate(ev, Config()) == simulate(ev, Config(), fast=False)
+
+
 def test_expandable_and_capacity_keep_the_reference_path():
     ev = random_events(1, 400)
     for config in (Config(expandable_segments=True), Config(capacity=300 * MIB)):

@@ -1,8 +1,9 @@
 """caching_allocator.simulate's fast path (issue 32): the same rules for the configuration every report replays,
 fixed segments (no expandable segments) with no capacity (nothing is ever released), at a fraction of the cost.
 
-Blocks are plain ints, not objects: a free list holds size << 64 | ptr, so best fit (the first block at or above
-the request, by size then address) is one bisect over ints; the free blocks are two dicts, by start (-> size) and
+Blocks are plain ints, not objects: a free list holds size << 128 | ptr (addresses pass 2^64 when a search
+probes a 10^8-token sequence), so best fit (the first block at or above the request, by size then address) is one
+bisect over ints; the free blocks are two dicts, by start (-> size) and
 by end (-> start), which is all free_block's merge needs (a block's neighbour in its segment starts at its end or
 ends at its start; segments lie K_LARGE_BUFFER apart, so no neighbour crosses a segment). Allocated blocks are the
 live tensors' (ptr, size). Results equal caching_allocator._Allocator's (tests/test_caching_fast.py replays both).
@@ -18,7 +19,7 @@ from bisect import bisect_left, insort
 from .caching_rules import (FREE, K_LARGE_BUFFER, K_MIN_BLOCK, K_SMALL_SIZE, MALLOC, Config, Result,
                             allocation_size, round_size)
 
-_LOW = (1 << 64) - 1
+_LOW = (1 << 128) - 1
 
 
 def eligible(config: Config) -> bool:
@@ -31,7 +32,7 @@ class State:
 
     def __init__(self, config: Config = Config()):
         self.c = config
-        self.pools = {}             # (stream, small) -> sorted [size << 64 | ptr] of free blocks
+        self.pools = {}             # (stream, small) -> sorted [size << 128 | ptr] of free blocks
         self.starts = {}            # free block ptr -> size
         self.ends = {}              # free block end -> ptr
         self.live = {}              # tensor id -> (ptr, block size, requested bytes, pool key)
@@ -63,10 +64,10 @@ class State:
                 lst = pools.get(key)
                 if lst is None:
                     lst = pools[key] = []
-                i = bisect_left(lst, size << 64)
+                i = bisect_left(lst, size << 128)
                 if i < len(lst):
                     v = lst[i]
-                    bsize = v >> 64
+                    bsize = v >> 128
                     if size < mss <= bsize or (size >= mss and bsize >= size + K_LARGE_BUFFER):
                         v = None
                 else:
@@ -79,6 +80,8 @@ class State:
                     bsize = allocation_size(size)
                     ptr = self.next_ptr
                     self.next_ptr += bsize + K_LARGE_BUFFER
+                    if self.next_ptr > _LOW:
+                        raise OverflowError("the replayed step reserves 2^128 bytes or more")
                     self.segments += 1
                     reserved += bsize
                     pool_reserved[small] += bsize
@@ -86,7 +89,7 @@ class State:
                         self.peaks[5 + small] = pool_reserved[small]
                 rest = bsize - size
                 if rest >= K_MIN_BLOCK if small else (size < mss and rest > K_SMALL_SIZE):
-                    insort(lst, rest << 64 | (ptr + size))
+                    insort(lst, rest << 128 | (ptr + size))
                     starts[ptr + size] = rest
                     ends[ptr + bsize] = ptr + size
                     bsize = size
@@ -110,14 +113,14 @@ class State:
                 end = ptr + bsize
                 nsize = starts.pop(end, None)              # try_merge_blocks: the free block after it
                 if nsize is not None:
-                    del lst[bisect_left(lst, nsize << 64 | end)]
+                    del lst[bisect_left(lst, nsize << 128 | end)]
                     del ends[end + nsize]
                     end += nsize
                 prev = ends.pop(ptr, None)                 # and the free block before it
                 if prev is not None:
-                    del lst[bisect_left(lst, starts.pop(prev) << 64 | prev)]
+                    del lst[bisect_left(lst, starts.pop(prev) << 128 | prev)]
                     ptr = prev
-                insort(lst, (end - ptr) << 64 | ptr)
+                insort(lst, (end - ptr) << 128 | ptr)
                 starts[ptr] = end - ptr
                 ends[end] = ptr
             else:
