@@ -12,7 +12,7 @@ from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.parallel.ranks import layout_report
 from zerocalc.step.caching_allocator import FREE, MALLOC, Config, simulate
 from zerocalc.step.caching_fast import State
-from zerocalc.step.timeline import ALL_GATHER, events, plan_of
+from zerocalc.step.timeline import ALL_GATHER, events, plan_of, replay
 from zerocalc.step.workload import Workload
 
 MIB = 2**20
@@ -54,6 +54,8 @@ def test_real_steps_and_a_forked_prefix_give_the_reference_result():
         fork = prefix.copy()
         assert fork.run(ev[cut:]).result() == simulate(ev, Config(), fast=False)
         assert prefix.result() == simulate(ev[:cut], Config(), fast=False)
+        for _ in range(2):                       # timeline.replay: the cached states' copy, twice
+            assert replay(plan, 6) == simulate(ev, Config(), fast=False)
 
 
 def test_addresses_beyond_2_to_the_64_give_the_reference_result():
