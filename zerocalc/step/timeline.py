@@ -147,7 +147,8 @@ def _persistent(layer_states, blocks, other_states, workspaces, extra) -> list:
 
 
 def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
-    """The events of the steps alone (ids from 1 << 40, apart from the persistent tensors')."""
+    """The events of the steps alone (ids from 1 << 40, apart from the persistent tensors'). A step frees every
+    tensor it allocates, so each step is the same list of events, ids included (built once)."""
     out: list = []
     ids = iter(range(1 << 40, 1 << 62))
 
@@ -162,7 +163,7 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
         out.extend((FREE, t) for t in tids if t is not None)
 
     biggest = max(plan.saved, default=0)
-    for _ in range(steps):
+    if steps > 0:                                                 # one step, repeated below
         saved, units = [], []
         in_flight = malloc(plan.in_flight)
         for _b in range(blocks):                                  # forward
@@ -193,7 +194,7 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
         free(*pending, buckets, in_flight)
         temps = [malloc(t) for t in plan.step_temps]              # optimizer step
         free(*temps, *grads)
-    return out
+    return out * steps
 
 
 def _run_linears(dequantized, outputs, malloc, free) -> list:
