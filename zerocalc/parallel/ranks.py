@@ -173,11 +173,15 @@ def _worst(candidates) -> Tuple[StagePeak, ...]:
     return tuple(max((c[s] for c in candidates), key=lambda p: p.peak_bytes) for s in STAGES)
 
 
-def _peaks_with_step(report: LayoutReport, **step) -> Tuple[StagePeak, ...]:
+def _peaks_with_step(report: LayoutReport, stage: int = None, **step):
     """The worst rank's peaks with other step fields (micro-batch, sequence length): model states do not depend
     on them, so only each rank's step is recomputed (the numbers layout_report gives for that workload; the
-    Workload re-checks the layout)."""
+    Workload re-checks the layout). With `stage`, that stage's peak alone (a search that asks one stage at a time
+    then replays one step per candidate, not four, under the allocator's model)."""
     s, w = report.scenario, replace(report.workload, **step)
+    if stage is not None:
+        return max((stage_peaks(s, w, (v.stages[stage],), rank_shape(s, w, v.rank))[0] for v in report.ranks),
+                   key=lambda p: p.peak_bytes)
     return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
 
 
@@ -185,8 +189,9 @@ def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StageP
     return _peaks_with_step(report, micro_batch=micro_batch)
 
 
-def peaks_at_seq_len(report: LayoutReport, seq_len: int) -> Tuple[StagePeak, ...]:
-    return _peaks_with_step(report, seq_len=seq_len)
+def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None):
+    """The worst rank's peaks at another sequence length; with `stage`, that stage's StagePeak alone."""
+    return _peaks_with_step(report, stage, seq_len=seq_len)
 
 
 def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...]:

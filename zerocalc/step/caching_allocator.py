@@ -30,71 +30,12 @@ Standard library only, no state outside one call of simulate().
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Dict, Iterable, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, Optional, Tuple
 
-K_MIN_BLOCK = 512                 # kMinBlockSize
-K_SMALL_SIZE = 1 << 20            # kSmallSize: the largest small-pool request
-K_SMALL_BUFFER = 2 << 20          # kSmallBuffer: a small-pool segment (and expandable page)
-K_LARGE_BUFFER = 20 << 20         # kLargeBuffer: a segment for 1-10 MiB requests (and a large expandable page)
-K_MIN_LARGE_ALLOC = 10 << 20      # kMinLargeAlloc
-K_ROUND_LARGE = 2 << 20           # kRoundLarge
-UNLIMITED = (1 << 64) - 1         # max_split_size's default (std::numeric_limits<size_t>::max())
-MALLOC, FREE = "malloc", "free"
-
-
-class Config(NamedTuple):
-    max_split_size: int = UNLIMITED
-    roundup_power2_divisions: int = 0
-    expandable_segments: bool = False
-    capacity: Optional[int] = None        # bytes the allocator may reserve (None: unlimited, nothing released)
-
-
-class Result(NamedTuple):
-    peak_allocated: int                   # max_memory_allocated: the rounded blocks in use
-    peak_reserved: int                    # max_memory_reserved
-    allocated_at_peak_reserved: int
-    reserved_at_peak_allocated: int
-    peak_reserved_by_pool: Dict[str, int]     # "small" / "large" -> its own high-water mark
-    peak_requested: int                   # the sizes asked for, unrounded
-    segments: int                         # cudaMalloc calls (expandable: page maps)
-    retries: int                          # out-of-memory releases and retries
-    oom: bool                             # an allocation failed even after the release
-    reserved_end: int
-    allocated_end: int
-
-
-def roundup_power2_next_division(size: int, divisions: int) -> int:
-    if size <= 4 or divisions <= 1 or size & (size - 1) == 0:
-        return size
-    floor = 1 << (size.bit_length() - 1)
-    step = floor >> (divisions.bit_length() - 1)
-    if step == 0:
-        return floor << 1
-    low = size & ~(step - 1)
-    return size if low == size else low + step
-
-
-def round_size(size: int, divisions: int = 0) -> int:
-    if size < K_MIN_BLOCK:
-        return K_MIN_BLOCK
-    if divisions > 0 and size > K_MIN_BLOCK * divisions:
-        return roundup_power2_next_division(size, divisions)
-    return K_MIN_BLOCK * -(-size // K_MIN_BLOCK)
-
-
-def allocation_size(size: int) -> int:
-    if size <= K_SMALL_SIZE:
-        return K_SMALL_BUFFER
-    if size < K_MIN_LARGE_ALLOC:
-        return K_LARGE_BUFFER
-    return K_ROUND_LARGE * -(-size // K_ROUND_LARGE)
-
-
-def should_split(block_size: int, size: int, small: bool, config: Config) -> bool:
-    remaining = block_size - size
-    if small or config.expandable_segments:
-        return remaining >= K_MIN_BLOCK
-    return size < config.max_split_size and remaining > K_SMALL_SIZE
+from .caching_fast import State, eligible
+from .caching_rules import (FREE, K_LARGE_BUFFER, K_MIN_BLOCK, K_MIN_LARGE_ALLOC, K_ROUND_LARGE,  # noqa: F401
+                            K_SMALL_BUFFER, K_SMALL_SIZE, MALLOC, UNLIMITED, Config, Result, allocation_size,
+                            round_size, roundup_power2_next_division, should_split)
 
 
 class _Block:
@@ -360,10 +301,13 @@ class _Allocator:
         self._insert(b)
 
 
-def simulate(events: Iterable[tuple], config: Config = Config()) -> Result:
+def simulate(events: Iterable[tuple], config: Config = Config(), fast: bool = True) -> Result:
     """Replays (MALLOC, tensor id, bytes, stream) and (FREE, tensor id) events (a later malloc may reuse a freed
     id) and returns what torch.cuda's memory stats would report. A malloc that fails even after the release of
-    cached blocks is counted (oom) and skipped, and so is the free of its tensor."""
+    cached blocks is counted (oom) and skipped, and so is the free of its tensor. Fixed segments with no capacity
+    take caching_fast.py's path (the same results; fast=False forces this one)."""
+    if fast and eligible(config):
+        return State(config).run(events).result()
     a = _Allocator(config)
     live: Dict[object, Tuple[_Block, int]] = {}
     for event in events:

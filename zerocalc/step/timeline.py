@@ -30,6 +30,7 @@ from functools import lru_cache
 from typing import Dict, List, NamedTuple, Tuple
 
 from .caching_allocator import FREE, MALLOC, Config, Result, simulate
+from .caching_fast import State, eligible
 
 COMPUTE, ALL_GATHER, REDUCE_SCATTER = 0, "all-gather", "reduce-scatter"
 STATE_COPIES = 4              # parameter, gradient and two moments: a holding's share of the states, split in four
@@ -134,8 +135,22 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
     """The allocation events of `steps` training steps over `blocks` blocks (tensor ids are unique per step)."""
+    return _persistent(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra) + \
+        step_events(plan, blocks, steps)
+
+
+def _persistent(layer_states, blocks, other_states, workspaces, extra) -> list:
+    """The persistent tensors, allocated once into the empty allocator: the model states, the two library
+    workspaces and what calibration measured beyond the estimate (ids from 0)."""
+    sizes = [s for s in layer_states * blocks + other_states + (workspaces // 2, workspaces // 2, extra) if s > 0]
+    return [(MALLOC, i, size, COMPUTE) for i, size in enumerate(sizes)]
+
+
+def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
+    """The events of the steps alone (ids from 1 << 40, apart from the persistent tensors'). A step frees every
+    tensor it allocates, so each step is the same list of events, ids included (built once)."""
     out: list = []
-    ids = iter(range(1 << 62))
+    ids = iter(range(1 << 40, 1 << 62))
 
     def malloc(size, stream=COMPUTE):
         if size <= 0:
@@ -147,13 +162,8 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
     def free(*tids):
         out.extend((FREE, t) for t in tids if t is not None)
 
-    for size in plan.layer_states * blocks + plan.other_states:
-        malloc(size)
-    for _ in range(2):
-        malloc(plan.workspaces // 2)
-    malloc(plan.extra)
     biggest = max(plan.saved, default=0)
-    for _ in range(steps):
+    if steps > 0:                                                 # one step, repeated below
         saved, units = [], []
         in_flight = malloc(plan.in_flight)
         for _b in range(blocks):                                  # forward
@@ -184,7 +194,7 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
         free(*pending, buckets, in_flight)
         temps = [malloc(t) for t in plan.step_temps]              # optimizer step
         free(*temps, *grads)
-    return out
+    return out * steps
 
 
 def _run_linears(dequantized, outputs, malloc, free) -> list:
@@ -201,7 +211,17 @@ def _run_linears(dequantized, outputs, malloc, free) -> list:
 
 
 def replay(plan: Plan, blocks: int, config: Config = Config()) -> Result:
+    """simulate(events(plan, blocks), config); on the fast path the persistent tensors' state is replayed once per
+    (their sizes, config) and each replay goes on from a copy of it (solve() varies the step, not the states)."""
+    if eligible(config):
+        state = _persistent_state(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra, config)
+        return state.copy().run(step_events(plan, blocks)).result()
     return simulate(events(plan, blocks), config)
+
+
+@lru_cache(maxsize=64)
+def _persistent_state(layer_states, blocks, other_states, workspaces, extra, config):
+    return State(config).run(_persistent(layer_states, blocks, other_states, workspaces, extra))
 
 
 @lru_cache(maxsize=512)
