@@ -111,9 +111,9 @@ def pick_rank(report: dict, case: dict) -> tuple:
 
 
 def _outside(parts: dict) -> int:
-    """What a phase holds outside PyTorch's allocator (zerocalc.step.peak.OUTSIDE: CUDA context, NCCL buffers)."""
-    from zerocalc.step.peak import OUTSIDE
-    return sum(parts.get(k, 0) for k in OUTSIDE)
+    """What a phase holds outside PyTorch's allocator: its device figure beyond its reserved one."""
+    f = phase_figures(parts)
+    return f["device"] - f["max_memory_reserved"]
 
 
 def reserve_band(scenario, workload, stage: int, tensors: int, outside: int, rank_is_worst: bool):

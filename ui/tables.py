@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from zerocalc.output.vision import answer_words
 from zerocalc.step.activations import recompute_name
 from zerocalc.units import format_bytes, in_unit, percent_text
 
@@ -246,14 +247,8 @@ def vision_sentences(v) -> list:
     budget per image that fit, each stage, the text and everything else held."""
     if not v:
         return []
-    out = []
-    for stage in range(4):
-        n, b = v["max_images_per_sample"][str(stage)], v["max_pixel_budget"][str(stage)]
-        images = "not even the text alone fits" if n is None else f"most images per sample that fit: {n:,}"
-        budget = "" if b is None else f"; largest pixel budget per image: {b:,} px" if b else \
-            "; not even the smallest pixel budget fits"
-        out.append(f"**{STAGE_LABELS[stage]}**, {v['text_tokens']:,} text tokens per sample: {images}{budget}.")
-    return out
+    return [f"**{STAGE_LABELS[stage]}**, {v['text_tokens']:,} text tokens per sample: {answer_words(v, stage)}."
+            for stage in range(4)]
 
 
 def deepspeed_table(report: dict, unit: str) -> "pandas.DataFrame":

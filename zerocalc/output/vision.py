@@ -49,10 +49,14 @@ def vision_text(d: Optional[dict], units: str = "decimal") -> str:
              + (f"; cross-attention over {d['cross_attention_tokens']:,}" if d["cross_attention_tokens"] else ""),
              f"  vision activations per micro-batch: {format_bytes(d['activation_bytes'], unit)} (in the first "
              "stage's activations above)"]
-    for s in range(4):
-        n, b = d["max_images_per_sample"][str(s)], d["max_pixel_budget"][str(s)]
-        images = "not even the text alone" if n is None else f"{n:,}"
-        budget = "" if b is None else f"; largest pixel budget per image: {b:,} px" if b else \
-            "; largest pixel budget per image: none (not even the smallest)"
-        lines.append(f"  stage {s}: most images per sample that fit: {images}{budget}")
+    lines += [f"  stage {s}: {answer_words(d, s)}" for s in range(4)]
     return "\n".join(lines) + "\n"
+
+
+def answer_words(d: dict, stage: int) -> str:
+    """One stage's vision answers in words, as the CLI's text and the page's sentences say them."""
+    n, b = d["max_images_per_sample"][str(stage)], d["max_pixel_budget"][str(stage)]
+    images = "not even the text alone fits" if n is None else f"most images per sample that fit: {n:,}"
+    budget = "" if b is None else f"; largest pixel budget per image: {b:,} px" if b else \
+        "; not even the smallest pixel budget fits"
+    return images + budget

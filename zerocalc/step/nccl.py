@@ -120,22 +120,21 @@ def group_bytes(group: Group, gpu: str | None, per_node: int, buffsize: int, nvl
     return peers * ch.per_peer * p2p_connection_bytes(link, buffsize)
 
 
-def nccl_rows(scenario, workload) -> Tuple[Tuple[str, int], ...]:
-    """(row name, bytes) per communicator of the plan, at the point (before Workload.nccl_percent)."""
-    gpu = None if workload.gpu_memory is not None else workload.gpu
-    return tuple((f"NCCL {g.name} ({g.size} ranks)", group_bytes(g, gpu, scenario.gpus_per_node,
-                                                                 workload.nccl_buffsize, workload.nccl_nvls))
-                 for g in plan_groups(scenario, workload.layout, workload.moe_dispatcher))
+def _card(workload):
+    """The catalogued card, or None for a custom capacity (taken as an NVLink Hopper node: _setting)."""
+    return None if workload.gpu_memory is not None else workload.gpu
 
 
 def nccl_bytes(scenario, workload) -> int:
-    """Every communicator's buffers on one rank, at the point."""
-    return sum(b for _, b in nccl_rows(scenario, workload))
+    """Every communicator's buffers on one rank, at the point (before Workload.nccl_percent)."""
+    gpu = _card(workload)
+    return sum(group_bytes(g, gpu, scenario.gpus_per_node, workload.nccl_buffsize, workload.nccl_nvls)
+               for g in plan_groups(scenario, workload.layout, workload.moe_dispatcher))
 
 
 def nccl_dict(scenario, workload) -> dict:
     """The report's NCCL rows: one per communicator, each with its bytes at the point and how it is counted."""
-    gpu = None if workload.gpu_memory is not None else workload.gpu
+    gpu = _card(workload)
     rows = []
     for g in plan_groups(scenario, workload.layout, workload.moe_dispatcher):
         link, _, ch = _setting(g, gpu, scenario.gpus_per_node)
