@@ -31,3 +31,8 @@ def die():
 
 def repeat(text: str, times: int) -> str:
     return text * times
+
+
+def slow_paste(*args):
+    """A paste reader that takes far longer than the deadline a test gives it (whatever the machine's speed)."""
+    time.sleep(30)
