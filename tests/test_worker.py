@@ -136,7 +136,9 @@ def test_a_task_that_waited_too_long_for_a_worker_is_dropped(monkeypatch):
                 for i in range(len(worker.pids()))]                # every worker busy, each with another session
     for t in blockers:
         t.start()
-    time.sleep(0.2)
+    deadline = time.monotonic() + 10
+    while len(worker._pool().running) < len(blockers) and time.monotonic() < deadline:
+        time.sleep(0.02)                                     # every blocker taken (not a fixed sleep: CI is slow)
     with pytest.raises(worker.WorkerTimeout) as caught:
         worker.call("answer", worker_tasks.sleep, 0)
     assert caught.value.queued and "busy with other visitors' work" in worker.timeout_text(caught.value)
