@@ -110,16 +110,23 @@ def test_the_hot_experts_rank_holds_more_expert_activations():
                                                                           moe_imbalance_percent=200)).peaks
 
 
-def test_the_imbalance_band_is_opt_in_and_moves_the_hot_rank_only():
-    """answers/ranges.py "moe_imbalance": 100 % to 125 % (or the capacity factor); not in the default band."""
-    from zerocalc.answers.ranges import DEFAULT_VARY, ranges
+def test_the_imbalance_band_is_in_the_default_band_under_expert_parallelism():
+    """answers/ranges.py "moe_imbalance": 100 % to 125 % (or the capacity factor), in the default band of a MoE
+    model with ep > 1 (default_vary), the point balanced; the band's notes say which assumption decides it."""
+    from zerocalc.answers.ranges import DEFAULT_VARY, default_vary, ranges
 
     assert "moe_imbalance" not in DEFAULT_VARY
     a = replace(MODEL_PRESETS["mixtral-8x7b"][0], layers=2)
     s = Scenario(params=param_count(a), workers=8)
     w = Workload(a, seq_len=4096, gpu_memory=10**12, layout=Layout(ep=8))
-    r = ranges(s, w, vary=("moe_imbalance",))
-    assert (r.low["moe_imbalance_percent"], r.high["moe_imbalance_percent"]) == (100, 125)
-    assert all(b.low_bytes == b.point_bytes < b.high_bytes for b in r.bands)
-    capped = ranges(s, replace(w, moe_capacity_percent=110), vary=("moe_imbalance",))
-    assert capped.high["moe_imbalance_percent"] == 110
+    assert default_vary(w) == DEFAULT_VARY + ("moe_imbalance",)
+    assert default_vary(replace(w, layout=Layout())) == DEFAULT_VARY          # without ep it moves nothing
+    r = ranges(s, w)
+    assert (r.low["moe_imbalance_percent"], r.point["moe_imbalance_percent"], r.high["moe_imbalance_percent"]) \
+        == (100, 100, 125)
+    alone = ranges(s, w, vary=("moe_imbalance",))
+    assert all(b.low_bytes == b.point_bytes < b.high_bytes for b in alone.bands)
+    assert all(b.swing["moe_imbalance"][0] < b.swing["moe_imbalance"][1] for b in r.bands)
+    assert any("dropless" in n for n in r.notes)
+    capped = ranges(s, replace(w, moe_capacity_percent=110))
+    assert capped.high["moe_imbalance_percent"] == 110 and any("capacity factor 1.1" in n for n in capped.notes)

@@ -20,6 +20,7 @@ from dataclasses import fields as dc_fields
 import streamlit as st
 
 from zerocalc.model.inventory import counts, param_count
+from zerocalc.model.vision import TOWERS
 from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture_from_config
 from zerocalc.scenario import FieldError
 from zerocalc.values import Given
@@ -242,6 +243,9 @@ def framework_fields(imported, applied, state: dict) -> dict:
             out["gpu"] = CUSTOM
     for name in imported.finetune:        # FineTune fields: the page's field is the CLI's dest (mode -> finetune)
         page = "finetune" if name == "mode" else name
+        if page == "vision_training" and (w is None or w.arch is None or w.arch.vision is None) and \
+                {**state, **out}.get("model") not in TOWERS:
+            continue                          # a launcher's tower keys: no tower on a language model alone
         if page in FIELD and w is not None:
             out[page] = _check(page, _ui_value(page, getattr(w.finetune, name)),
                                imported.sources.get(f"finetune.{name}", name))

@@ -348,6 +348,7 @@ HELP = {
     "images_per_sample": "Images in each sample, through the family's processor rule; their tokens join the "
                          "language model's sequence (the sequence length above is the text).",
     "pixel_budget": "Qwen: max_pixels per image (smart_resize); InternVL: the pixels of the 448 px tiles allowed.",
-    "vision_training": "trained; frozen (its blocks and embeddings: the projector still trains); or LoRA on every "
-                       "linear of its blocks.",
+    "vision_training": "follow (default: trained under full fine-tuning; tower and projector frozen under freeze, "
+                       "LoRA and QLoRA, as LLaMA-Factory, ms-swift and peft do); trained; frozen (its blocks and "
+                       "embeddings: the projector still trains); frozen-all; or LoRA on every linear of its blocks.",
 }

@@ -26,7 +26,7 @@ def vision_fields(field) -> tuple:
             field("image_width", "int", 448, (), *lim["width"]), field("image_height", "int", 448, (), *lim["height"]),
             field("pixel_budget", "count", 0, (), *lim["pixel_budget"]),
             field("video_frames", "int", 0, (), *lim["video_frames"]), field("pan_and_scan", "bool", False),
-            field("vision_training", "choice", "trained", TRAINING), field("vision_lora_rank", "int", 8, (), 1, 4096))
+            field("vision_training", "choice", "follow", TRAINING), field("vision_lora_rank", "int", 8, (), 1, 4096))
 
 
 def _given(state: dict, defaults: dict) -> bool:

@@ -11,6 +11,8 @@ The changes tried, each from the view as given (one setting changed, or one sett
 - offload: the optimizer state to the CPU (stages 1-3), then the parameters too (stage 3);
 - more GPUs: the fewest data-parallel workers that fit (solve.min_workers; shard group = all of them);
 - a bigger GPU: the catalogued GPU with the least memory that holds the peak;
+- packing a padded batch with the lengths given (answers/pack_fix.py): one row of the typical padded micro-batch's
+  tokens;
 - a shorter sequence: the longest power of two below the current length that fits (it changes what is trained);
 - a layout of the same GPUs (layouts=True): the cheapest plan layout_search.search_layouts finds for the stage.
 
@@ -40,6 +42,7 @@ from ..step.peak import peak_on_gpu
 from ..units import format_bytes, percent_text
 from .recompute_fixes import change_text, compute_share, fewest_block_layers, module_changes
 from .effect import change_effect, effect_dict  # noqa: F401 - the compare view's import
+from .pack_fix import COST as PACK_COST, pack_change, pack_text
 from .solve import max_micro_batch, min_workers
 
 # kind -> cost rank (lower is cheaper) and what the change costs besides memory
@@ -49,6 +52,7 @@ COSTS = {
     "recipe": (1, "a recipe change: no extra step time (compile takes minutes once; the loss and the fused "
                   "optimizer step change no FLOPs)"),
     "activation_offload": (7, "the blocks' inputs copied to the CPU and back over PCIe every step"),
+    "pack": PACK_COST,
     "micro_batch": (2, "the same sequences per step in more, smaller micro-batches (lower GPU efficiency)"),
     "stage_3": (3, "ZeRO-3 gathers the parameters in forward and backward: 1.5x the data-parallel traffic"),
     "recompute_op": (4, "op-level checkpointing re-runs every second matmul and the cheap ops in backward: about "
@@ -242,6 +246,9 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
             yield kind, stage, {}, change, {}, peak
+    packed = pack_change(scenario, workload, stage, _peak)          # a padded batch packed (answers/pack_fix.py)
+    if packed:
+        yield "pack", stage, {}, packed[0], {}, packed[1]
     largest = max_micro_batch(scenario, workload)[stage]             # micro-batch
     found = _micro_batch_change(scenario, workload, stage, largest) if largest else None
     if found:
@@ -379,6 +386,8 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
         return GPU_CATALOG[w["gpu"]].name
     if fix.kind == "seq_len":
         return f"sequence {w['seq_len']:,}"
+    if fix.kind == "pack":
+        return pack_text(w)
     if fix.kind == "layout":
         dp = s.get("workers", scenario.workers)
         full = {f: lay.get(f, getattr(workload.layout, f)) for f in ("tp", "pp", "cp", "ep")}

@@ -36,7 +36,8 @@ The ranges and where their figures come from:
   config fills in from the hidden size h (reduce_bucket_size = h * h, stage3_prefetch_bucket_size = 0.9 * h * h:
   accelerate's Accelerator._prepare_deepspeed and transformers' HfTrainerDeepSpeedConfig) and DeepSpeed's own
   defaults (5e8 and 5e7 elements, deepspeed/runtime/zero/config.py).
-- moe_imbalance (moe_imbalance_percent), opt-in (issue 37): the pairs the busiest expert-parallel rank receives,
+- moe_imbalance (moe_imbalance_percent), in the default band of a mixture-of-experts model under expert parallelism
+  (default_vary; issue 37), the point staying balanced unless the user sets a factor: the pairs the busiest expert-parallel rank receives,
   from balanced routing (100 %) to the capacity factor where the router drops tokens above it (a rank cannot
   receive more), else 125 %: an assumption, Switch Transformer's capacity factor 1.25 (Fedus et al. 2021, the
   drop threshold its balanced training ran at); a rank averages E / ep experts, so it swings less than one hot
@@ -116,6 +117,24 @@ ASSUMPTIONS["moe_imbalance"] = Assumption(
     "100 % (balanced routing) to the capacity factor where tokens are dropped, else 125 %: an assumption from "
     "Switch Transformer's capacity factor 1.25 (Fedus et al. 2021); the busiest expert-parallel rank only")
 DEFAULT_VARY = ("cuda_context", "allocator_reserve", "nccl")
+
+
+def default_vary(workload) -> Tuple[str, ...]:
+    """The assumptions a band varies unless told: DEFAULT_VARY, and the MoE imbalance where it moves anything (a
+    mixture-of-experts model under expert parallelism: the busiest rank's expert MLP activations, the dispatched
+    tokens the all-to-all delivers among them)."""
+    moe = workload.arch is not None and workload.arch.moe_layers > 0 and workload.layout.ep > 1
+    return DEFAULT_VARY + (("moe_imbalance",) if moe else ())
+
+
+def _imbalance_note(workload) -> str:
+    """Which assumption decides the imbalance band's high end, in words."""
+    if workload.moe_capacity_percent:
+        return (f"MoE imbalance: the high end is the capacity factor {workload.moe_capacity_percent / 100:g} "
+                "(moe_capacity_percent): the router drops the tokens above it, so no rank receives more")
+    return ("MoE imbalance: dropless routing (no capacity factor), so the high end is an assumption, 125 % of a "
+            "balanced share on the busiest expert-parallel rank (Switch Transformer's capacity factor 1.25); the "
+            "point is balanced unless moe_imbalance_percent is set")
 # Fields that change only a phase's overheads, not its tensors (peak.with_overheads): moved without a new report.
 OVERHEAD_FIELDS = frozenset({"cuda_context_bytes", "fragmentation_percent", "allocator_units", "nccl_percent"})
 
@@ -181,11 +200,12 @@ def _ends(workload, names, bounds) -> Tuple[Dict[str, int], Dict[str, int], Dict
     return low, point, high, notes
 
 
-def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tuple[int, int]]] = None) -> Ranges:
+def ranges(scenario, workload, vary=None, bounds: Optional[Dict[str, Tuple[int, int]]] = None) -> Ranges:
     """Per ZeRO stage: the peak with every varied assumption at its low end, at the point, at its high end, the
     swing of each alone, and the verdict. `vary` names ASSUMPTIONS entries; `bounds` replaces the range of a
-    varied field ({"cuda_context_bytes": (lo, hi)}), clipped to the field's WORKLOAD_LIMITS."""
-    vary = tuple(vary)
+    varied field ({"cuda_context_bytes": (lo, hi)}), clipped to the field's WORKLOAD_LIMITS. vary None:
+    default_vary(workload)."""
+    vary = default_vary(workload) if vary is None else tuple(vary)
     unknown = [n for n in vary if n not in ASSUMPTIONS]
     if unknown or len(set(vary)) != len(vary):
         raise FieldError("vary", list(vary), "distinct names from " + ", ".join(ASSUMPTIONS))
@@ -197,6 +217,8 @@ def ranges(scenario, workload, vary=DEFAULT_VARY, bounds: Optional[Dict[str, Tup
             raise FieldError("bounds", {f: pair}, "a varied field (" + ", ".join(varied) + ") -> (low, high) "
                              "integers")
     low, point, high, notes = _ends(workload, vary, bounds)
+    if "moe_imbalance" in vary:
+        notes.append(_imbalance_note(workload))
 
     point_report = layout_report(scenario, workload)
     # Every rank class's (tensors, cycle unit) per stage: the worst rank is the largest total at each setting.

@@ -44,8 +44,10 @@ def add_vision_flags(p):
     v.add_argument("--video-frames", type=_whole, help="Qwen: one video of this many frames per sample, at "
                    "--image-size")
     v.add_argument("--pan-and-scan", choices=("yes", "no"), help="Gemma 3: crops of an elongated image (default no)")
-    v.add_argument("--vision-training", choices=TRAINING, help="the tower: trained, frozen (the projector trains) "
-                   "or lora (default trained)")
+    v.add_argument("--vision-training", choices=TRAINING, help="the tower: follow (default: trained under full "
+                   "fine-tuning, tower and projector frozen under freeze / LoRA / QLoRA, as LLaMA-Factory, ms-swift "
+                   "and peft do; an imported launcher's freeze keys decide), trained, frozen (the projector trains), "
+                   "frozen-all or lora")
     v.add_argument("--vision-lora-rank", type=_whole, help="with --vision-training lora: the adapters' rank (8)")
 
 

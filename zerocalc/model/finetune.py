@@ -31,6 +31,7 @@ from ..scenario import FieldError, require_choice, require_int, require_probabil
 from ..tables import DTYPE_BITS
 from ..versions import applies, check as check_versions
 from .tensor import VISION_ROLES
+from .vision import TRAINING as VISION_TRAINING
 
 MODES = ("full", "freeze", "lora", "dora", "qlora")
 TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -74,6 +75,9 @@ class FineTune:
     # The library releases the run used, beyond the defaults (versions.py: sorted (library, version) pairs; only
     # those differing from versions.DEFAULTS, so equal plans compare equal): older releases keep other bytes
     versions: Tuple[Tuple[str, str], ...] = ()
+    # A vision tower's mode as the launcher's file says (its freeze keys: model/vision.py launcher_mode), or
+    # "follow"; the tower's own explicit mode wins over it (model/vision.py tower_mode)
+    vision_training: str = "follow"
 
     def __post_init__(self):
         require_choice("finetune", self.mode, MODES)
@@ -95,6 +99,7 @@ class FineTune:
         require_choice("quant_type", self.quant_type, QUANT_TYPES)
         require_choice("quant_block_size", self.quant_block_size, QUANT_BLOCKS)
         check_versions(self.versions)
+        require_choice("vision_training", self.vision_training, VISION_TRAINING)
         for field in ("double_quant", "kbit_prepare"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")

@@ -13,6 +13,7 @@ and ends. Every tensor- and context-parallel rank and every data-parallel replic
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from typing import Dict, NamedTuple, Tuple
 
@@ -20,6 +21,7 @@ from ..layout import Layout, padded_vocab, stage_sizes
 from .architecture import Architecture, layer_counts
 from .finetune import FULL, FineTune, expert_rule, finetuned
 from .inventory import ParamTensor, tensors
+from .vision import resolved
 
 
 class Blocks(NamedTuple):
@@ -196,7 +198,10 @@ def chunk_blocks(arch: Architecture, pp: int, vpp: int, sizes=None) -> Tuple[Tup
 
 
 def inventory(arch: Architecture, finetune: FineTune = FULL, param_dtype: str = "bf16") -> Tuple[ParamTensor, ...]:
-    """The parameter tensors, with the fine-tuning mode applied (frozen flags, adapters, quantized storage)."""
+    """The parameter tensors, with the fine-tuning mode applied (frozen flags, adapters, quantized storage; a vision
+    tower's mode resolved under it: model/vision.py tower_mode)."""
+    if arch.vision is not None:
+        arch = replace(arch, vision=resolved(arch.vision, finetune))
     return finetuned(tensors(arch), finetune, arch.layers, param_dtype, expert_rule(arch, finetune))
 
 

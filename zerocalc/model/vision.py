@@ -12,7 +12,7 @@ against those classes built on the meta device (tests/test_vision_towers.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from types import MappingProxyType
 from typing import Tuple
@@ -28,10 +28,29 @@ TOWER_LIMITS = {"lora_rank": (1, 4096), "depth": (1, 1_000), "width": (1, 10**5)
                 "cross_layers": (0, 1_000), "cross_head_dim": (0, 10**5), "extra_vocab": (0, 10**6)}
 PROJECTORS = ("qwen2.5-vl", "qwen3-vl", "gemma3", "internvl", "mllama")
 TOWER_NORMS = ("layernorm", "rmsnorm")
-# The tower's training mode (the language model's is FineTune's): trained, frozen (its blocks and embeddings; the
-# projector trains, as LLaMA-Factory's freeze_vision_tower leaves it), or LoRA on every linear of its blocks
-# (peft LoraConfig's default rank 8; the projector trains).
-TRAINING = ("trained", "frozen", "lora")
+# The tower's training mode (the language model's is FineTune's): follow (the default: what the launchers do, resolved
+# by tower_mode from the fine-tuning), trained, frozen (its blocks and embeddings; the projector trains),
+# frozen-all (the tower and the projector), or LoRA on every linear of its blocks (peft LoraConfig's default rank 8;
+# the projector trains).
+TRAINING = ("follow", "trained", "frozen", "frozen-all", "lora")
+# What the launchers do by default, read at pinned commits (docs/vision.md, "The tower follows the fine-tuning"):
+# - LLaMA-Factory ff6d4d12 (hparams/finetuning_args.py): freeze_vision_tower True and freeze_multi_modal_projector
+#   True for every finetuning_type; under LoRA, lora_target "all" leaves both out (model_utils/misc.py
+#   find_all_linear_modules) and peft freezes the rest;
+# - ms-swift 3602360a (swift/arguments/tuner_args.py): freeze_vit True, freeze_aligner True, in full training and
+#   for all-linear LoRA targets;
+# - peft 0.21.2 get_peft_model: everything but the adapters (and modules_to_save) is frozen, so under LoRA the
+#   projector is frozen too; its "all-linear" does reach the tower's and the merger's linears (measured,
+#   tests/test_vision_follow.py): that is an explicit choice here ("lora"), not the default;
+# - a plain full fine-tune (the Trainer, TRL, axolotl without a freeze key) trains every parameter.
+# So "follow" is: trained under full fine-tuning, frozen-all under freeze / LoRA / DoRA / QLoRA; a launcher's own
+# keys (FineTune.vision_training, set by its importer) and an explicit tower mode win over it.
+FOLLOW = {"full": "trained", "freeze": "frozen-all", "lora": "frozen-all", "dora": "frozen-all",
+          "qlora": "frozen-all"}
+# (tower frozen, projector frozen) as a launcher's keys say -> the tower's mode, for a full / freeze fine-tune and
+# for LoRA (whose all-linear targets then reach the tower: LLaMA-Factory's lora_target all, ms-swift's all-linear)
+LAUNCHER_MODES = {(True, True): ("frozen-all", "frozen-all"), (True, False): ("frozen", "frozen"),
+                  (False, False): ("trained", "lora"), (False, True): ("trained", "lora")}
 
 
 @dataclass(frozen=True)
@@ -68,7 +87,7 @@ class VisionTower:
     cross_layers: int = 0     # the text model's cross-attention layers (each adds q/k norms and two gates)
     cross_head_dim: int = 0
     extra_vocab: int = 0      # embedding rows beyond the vocabulary (mllama: 8, its image and special tokens)
-    training: str = "trained"  # TRAINING
+    training: str = "follow"  # TRAINING
     lora_rank: int = 8
 
     def __post_init__(self):
@@ -193,17 +212,42 @@ def _adapters(rows: list, r: int) -> list:
 def tower_tensors(t: VisionTower) -> Tuple[ParamTensor, ...]:
     """Every parameter tensor of the tower, its projector and the cross-attention extras, one row per tensor
     (block rows named "blocks.i." for every block: a tower is small enough to list whole); a frozen or LoRA tower's
-    own rows are frozen (the projector still trains), a LoRA tower adds its adapters."""
+    own rows are frozen (the projector still trains), a LoRA tower adds its adapters, frozen-all freezes the
+    projector too. An unresolved "follow" lists the tower as trained (only counts read it: tower_mode resolves it
+    wherever training matters)."""
     rows = _ends(t)
     for i in range(t.depth):
         rows += _block(f"blocks.{i}.", t)
     for i in range(t.global_depth):           # mllama's global blocks: tanh gates on attention and MLP
         p = f"global_blocks.{i}."
         rows += _block(p, t) + [_param(f"{p}gate_attn", f"{p}layer", (1,)), _param(f"{p}gate_ffn", f"{p}layer", (1,))]
-    if t.training != "trained":
+    projector = _projector(t)
+    if t.training not in ("trained", "follow"):
         adapters = _adapters(rows, t.lora_rank) if t.training == "lora" else []
         rows = [p._replace(trainable=False) for p in rows] + adapters
-    return tuple(rows + _projector(t) + _cross_attention(t))
+    if t.training == "frozen-all":
+        projector = [p._replace(trainable=False) for p in projector]
+    return tuple(rows + projector + _cross_attention(t))
+
+
+def tower_mode(t: VisionTower, ft) -> str:
+    """The tower's mode under the fine-tuning `ft` (a FineTune): its own when set, else the launcher's
+    (ft.vision_training, from an importer), else what the launchers do by default (FOLLOW)."""
+    if t.training != "follow":
+        return t.training
+    return ft.vision_training if ft.vision_training != "follow" else FOLLOW[ft.mode]
+
+
+def resolved(t: VisionTower, ft) -> VisionTower:
+    """The tower with its mode resolved under `ft` (tower_mode)."""
+    mode = tower_mode(t, ft)
+    return t if mode == t.training else replace(t, training=mode)
+
+
+def launcher_mode(tower_frozen: bool, projector_frozen: bool, ft_mode: str) -> str:
+    """The tower's mode a launcher's freeze keys give (LAUNCHER_MODES), under the fine-tuning mode it runs."""
+    full, lora = LAUNCHER_MODES[(bool(tower_frozen), bool(projector_frozen))]
+    return lora if ft_mode in ("lora", "dora", "qlora") else full
 
 
 def _sum(t: VisionTower, roles) -> int:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..answers.vision import max_images, max_pixel_budget, pixel_step
-from ..model.vision import tower_counts
+from ..model.vision import resolved, tower_counts
 from ..parallel.ranks import layout_report
 from ..units import format_bytes
 
@@ -18,6 +18,7 @@ def vision_dict(scenario, workload) -> Optional[dict]:
     t = workload.arch.vision if workload is not None else None
     if t is None:
         return None
+    t = resolved(t, workload.finetune)           # "follow" as the fine-tuning resolves it
     x, v = workload.images, workload.vision_tokens
     first = layout_report(scenario, workload).ranks[0].shape.act       # the first stage's: the tower runs there
     terms = {k[len("vision: "):]: n for k, n in first.embed.items() if k.startswith("vision: ")}

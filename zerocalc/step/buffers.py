@@ -69,6 +69,20 @@ class FsdpUnits(NamedTuple):
     tied: bool = False # no separate head on the rank (tied embeddings): torchtitan wraps the ends as one unit
     prefetch: int | None = None   # elements the next block's prefetch gathers; None: the block's (FSDP1's
                                   # leaf-wrapped adapters: the frozen flat unit only, step/fsdp1.py)
+    tower: Unit = Unit()          # a vision tower's largest block: its own unit, outside the root (tower_block)
+
+
+def tower_block(t) -> bool:
+    """A vision tower's block tensor (model/vision.py rows "blocks.i." / "global_blocks.i."): FSDP wraps each block
+    as its own unit. transformers 5.24 lists the blocks in _no_split_modules (an instance's set gathers its
+    sub-models': Qwen2_5_VLVisionBlock, Qwen3VLVisionBlock, SiglipEncoderLayer for Gemma 3, InternVLVisionLayer,
+    MllamaVisionEncoderLayer; modeling_utils.py post_init), which accelerate 1.15's TRANSFORMER_BASED_WRAP wraps
+    (utils/dataclasses.py FullyShardedDataParallelPlugin.set_auto_wrap_policy), as torchtitan-style fully_shard per
+    block does. Such a unit is gathered only while the tower runs (before the first decoder block, and at the end
+    of backward), so it is never in the root that stays gathered; the merger / projector and the patch and position
+    embeddings stay in the root (Gemma 3's SiglipVisionEmbeddings is a unit of its own too: 5.4M parameters, left
+    in the root here)."""
+    return t.role in ("vision", "vision adapter") and t.name.startswith(("blocks.", "global_blocks."))
 
 
 def framework(scenario, workload, shape) -> str:
@@ -125,7 +139,7 @@ def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False
         return _flat_units(rank, groups, compute_bits, orig_params, rbits or compute_bits)
     shard = {g.name: g.shard for g in groups}
     kinds = {"all": Unit(), "dense": Unit(), "moe": Unit()}
-    seen, first, last = {}, Unit(), Unit()
+    seen, first, last, tower = {}, Unit(), Unit(), {}
     for h in rank.holdings:
         n = shard.get(h.group, 1)
         padded = -(-h.rows // n) * n * (h.local_elements // h.rows if h.rows else 0)
@@ -142,6 +156,9 @@ def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False
                 seen[key] = Unit(*map(max, seen[key], u))
             else:
                 seen[key] = u
+        elif tower_block(t):
+            block = t.name.split(".", 2)[:2]
+            tower[tuple(block)] = tower.get(tuple(block), Unit()) + u
         elif t.place == "first":
             first += u
         else:
@@ -149,7 +166,8 @@ def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False
     for (kind, _), u in seen.items():
         kinds[kind] += u
     dense, moe = kinds["all"] + kinds["dense"], kinds["all"] + kinds["moe"]
-    return FsdpUnits(dense if dense.params >= moe.params else moe, rank.layers, first, last, _tied(rank))
+    return FsdpUnits(dense if dense.params >= moe.params else moe, rank.layers, first, last, _tied(rank),
+                     tower=max(tower.values(), key=lambda u: u.params, default=Unit()))
 
 
 def _tied(rank) -> bool:
@@ -173,6 +191,8 @@ def _flat_units(rank, groups, compute_bits: int, orig_params: str, rbits: int) -
         if t.place == "layer":
             key = (t.kind, t.name, t.role)
             seen[key] = max(seen.get(key, piece), piece)
+        elif tower_block(t):                   # a tower block: its own flat unit, never the root's
+            continue
         else:
             ends["first" if t.place == "first" else "last"].append(piece)
     kinds = {"all": [], "dense": [], "moe": []}

@@ -19,6 +19,7 @@ from .losses import loss_row
 from .nccl import nccl_bytes
 from .offload import offloaded_inputs
 from .trainable import training_for
+from ..model.vision import resolved
 from .vision_activations import cross_attention_delta, one_block_bytes, tower_activations
 
 
@@ -115,14 +116,14 @@ def _with_tower(act: ActivationReport, workload, bits: int) -> ActivationReport:
     """The tower's saved activations join the first stage's ends, per micro-batch; under full recompute its
     checkpointed blocks keep their inputs and backward rebuilds one block at a time (the larger of it and the
     decoder's block is the rebuilt working set)."""
-    t, x, e = workload.arch.vision, workload.images, bits // 8
+    t, x, e = resolved(workload.arch.vision, workload.finetune), workload.images, bits // 8
     recompute = "full" if workload.recompute == "full" else "none"
     terms = tower_activations(t, x, workload.micro_batch, e, training=t.training, recompute=recompute)
     if t.cross_layers:       # Llama 3.2 Vision: its cross-attention layers, in place of self-attention blocks
         terms["cross-attention layers (beyond self-attention ones)"] = cross_attention_delta(
             workload, sum(act.per_layer.values()), e, recompute)
     act = act._replace(embed={**act.embed, **{f"vision: {k}": v for k, v in terms.items() if v}})
-    if recompute == "full" and t.training != "frozen":
+    if recompute == "full" and t.training not in ("frozen", "frozen-all"):
         act = act._replace(recompute_working=max(act.recompute_working,
                                                  one_block_bytes(t, x, workload.micro_batch, e)))
     return act

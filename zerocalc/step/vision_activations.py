@@ -27,7 +27,8 @@ per activation, s bytes per norm statistic (fp32 on CUDA):
 Under full recompute every block keeps its input (e w per token); the small integer tensors some towers pass to
 their blocks (Qwen's cu_seqlens, a few bytes) are not counted.
 A frozen tower saves nothing in its blocks (no parameter there needs a gradient and the pixels need none): only
-the merger / projector, which trains, saves its terms. A LoRA-targeted tower saves what a trained one does (the
+the merger / projector, which trains, saves its terms; with the projector frozen too (frozen-all, the launchers'
+default under LoRA) nothing before the language model needs a gradient and the tower saves nothing at all. A LoRA-targeted tower saves what a trained one does (the
 adapters' rank-wide intermediates are not counted: r / w of a linear's input).
 """
 
@@ -107,6 +108,8 @@ def tower_activations(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_
     GradientCheckpointingLayer) a block keeps only its input, e w per token; one_block_bytes is what backward
     rebuilds at once."""
     require_choice("vision_training", training, TRAINING)
+    if training == "follow":
+        raise ValueError("resolve the tower's mode first (model/vision.py tower_mode)")
     v = vision_tokens(t, x)
     e, s = act_bytes, stat_bytes
     if t.projector == "mllama":
@@ -123,9 +126,10 @@ def tower_activations(t: VisionTower, x: ImageInputs, micro_batch: int = 1, act_
         if t.global_depth:
             terms["global blocks"] = t.global_depth * ((_block(t, e, s) + 2 * e * t.width) * global_tokens + 2 * e)
     terms.update(_tower_ends(t, x, v.passes, v.tower_tokens, e, s))
-    if training == "frozen":
+    if training in ("frozen", "frozen-all"):
         terms = {k: 0 for k in terms}
-    terms.update(_projector(t, unpadded, v.passes, e, s))
+    projector = _projector(t, unpadded, v.passes, e, s)
+    terms.update({k: 0 for k in projector} if training == "frozen-all" else projector)
     return {k: micro_batch * n for k, n in terms.items()}
 
 

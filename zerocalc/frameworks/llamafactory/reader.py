@@ -7,6 +7,8 @@ hiyouga/LLaMA-Factory commit ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30 (src/llama
 - finetuning_args.py: stage "sft", finetuning_type "lora" (lora / oft / freeze / full), lora_rank 8, lora_target
   "all" (every linear layer: all-linear), lora_dropout 0, use_dora False, additional_target None,
   freeze_trainable_layers 2 (the last two), freeze_extra_modules None, pure_bf16 False;
+- finetuning_args.py: freeze_vision_tower True, freeze_multi_modal_projector True (a vision-language model's tower
+  and projector stay frozen in every finetuning_type: model/vision.py launcher_mode);
 - data_args.py: cutoff_len 2048; packing None, on for stage pt (parser.py: packing = packing if set else stage ==
   "pt"), neat_packing implies packing;
 - parser.py: bf16 (or pure_bf16) makes bf16 the compute dtype, fp16 fp16; model/adapter.py casts the trainable
@@ -18,6 +20,7 @@ hiyouga/LLaMA-Factory commit ff6d4d12eeb035d6ce06805a5733dd7b29f2ac30 (src/llama
 from __future__ import annotations
 
 from ...model.finetune import ALL_LINEAR
+from ...model.vision import TOWERS, launcher_mode
 from ..accelerate.document import load_mapping
 from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, boolean, count, number,
                       one_of, text)
@@ -46,8 +49,7 @@ IGNORED = {
     "use_reentrant_gc": "the checkpoint implementation: the same saved inputs either way",
     "lora_alpha": "a scale: no effect on bytes", "enable_thinking": DATA, "train_on_prompt": DATA,
     "mask_history": DATA, "image_max_pixels": "multimodal inputs are not modelled",
-    "video_max_pixels": "multimodal inputs are not modelled", "freeze_vision_tower": "multimodal towers are not "
-    "modelled", "freeze_multi_modal_projector": "multimodal towers are not modelled",
+    "video_max_pixels": "multimodal inputs are not modelled",
     "adapter_name_or_path": "a starting adapter: its weights are the same size as a fresh one",
 }
 
@@ -81,6 +83,7 @@ class _Reader:
         hf.read_optim(doc, b)
         quant = self.quantization()
         mode = self.method(quant, compute)
+        self.tower(mode)
         self.stage(stage, micro, mode)
         self.lengths(stage)
         self.kernels()
@@ -99,6 +102,19 @@ class _Reader:
         return b.build()
 
     # --- the method ---------------------------------------------------------------------------------------------
+    def tower(self, mode) -> None:
+        """A vision-language model's tower and projector: freeze_vision_tower and freeze_multi_modal_projector,
+        both True by default for every finetuning_type (finetuning_args.py; model_utils/visual.py
+        get_forbidden_modules, misc.py find_all_linear_modules). Said where they differ from zerocalc's "follow"
+        (a key given, or a full or freeze run of a vision-language preset)."""
+        keys = ("freeze_vision_tower", "freeze_multi_modal_projector")
+        given = any(self.doc.has(k) for k in keys)
+        if mode is None or not (given or mode in ("full", "freeze") and self.b.model in TOWERS):
+            return
+        tower, projector = (boolean(k, self.doc.get(k, default=True)) for k in keys)
+        self.b.set("finetune", "vision_training", launcher_mode(tower, projector, mode),
+                   " / ".join(self.src(k, "true") for k in keys))
+
     def quantization(self):
         bits = self.doc.get("quantization_bit", default=None)
         if bits is None:

@@ -5,7 +5,7 @@ lora ...`: script.py). The defaults are swift/arguments/ at that commit:
 - base_args.py tuner_type "lora" (full / lora; the legacy name train_type), packing False; model_args.py
   torch_dtype None (the checkpoint's config.json dtype: assumed bf16, a note), attn_impl None (SDPA);
   _init_mixed_precision: bf16 / fp16 follow torch_dtype unless given;
-- tuner_args.py lora_rank 8, lora_dropout 0.05, target_modules ["all-linear"], modules_to_save [], use_dora False,
+- tuner_args.py freeze_vit True, freeze_aligner True (model/vision.py launcher_mode), lora_rank 8, lora_dropout 0.05, target_modules ["all-linear"], modules_to_save [], use_dora False,
   lora_dtype None (peft's fp32 adapters); quant_args.py quant_method None, quant_bits None (bnb 4 or 8),
   bnb_4bit_quant_type nf4, bnb_4bit_use_double_quant True; template_args.py max_length None (the model's own),
   padding_free False;
@@ -23,6 +23,7 @@ import math
 import re
 
 from ...model.finetune import ALL_LINEAR
+from ...model.vision import TOWERS, launcher_mode
 from ..accelerate.document import load_mapping
 from ..common import (Builder, Doc, FrameworkConfigError, ImportContext, ImportedConfig, boolean, count,
                       decode_text, number, one_of, text)
@@ -80,6 +81,7 @@ class _Reader:
         micro = self.batch(world)
         hf.read_optim(doc, b)
         mode = self.method(dtype)
+        self.tower(mode)
         self.lengths()
         self.kernels()
         self.rlhf(micro)
@@ -137,6 +139,18 @@ class _Reader:
             b.set("layout", "micro_batches", count("gradient_accumulation_steps", gas, 1, 100_000),
                   "gradient_accumulation_steps")
         return micro
+
+    def tower(self, mode) -> None:
+        """A vision-language model's ViT and aligner: freeze_vit True and freeze_aligner True (tuner_args.py: in
+        full training they are frozen, under all-linear LoRA they get no adapters). Said where they differ from
+        zerocalc's "follow" (a key given, or a full run of a vision-language preset)."""
+        keys = ("freeze_vit", "freeze_aligner")
+        given = any(self.doc.data.get(k) is not None for k in keys)
+        if mode is None or not (given or mode == "full" and self.b.model in TOWERS):
+            return
+        vit, aligner = (boolean(k, self.get(k, True)) for k in keys)
+        self.b.set("finetune", "vision_training", launcher_mode(vit, aligner, mode),
+                   " / ".join(self.src(k, "true") for k in keys))
 
     def method(self, dtype: str):
         doc, b = self.doc, self.b
