@@ -82,7 +82,10 @@ def test_largest_pixel_budget_applied_gives_the_promised_verdict(model, size, gp
      "--pixel-budget: got 1000000; allowed: 0 for Gemma 3"),
     (["--model", "internvl3-8b", "--video-frames", "8"], "--video-frames: got 8; allowed: 0 for this family"),
     (["--model", "qwen2.5-vl-7b", "--images-per-sample", "1", "--pixel-budget", "100"], "--pixel-budget: got 100"),
-    (["--model", "qwen2.5-vl-7b", "--vision-training", "lora", "--vision-lora-rank", "0"], "--vision-lora-rank"),
+    (["--model", "qwen2.5-vl-7b", "--images-per-sample", "1", "--vision-training", "lora", "--vision-lora-rank",
+      "0"], "--vision-lora-rank"),
+    (["--model", "qwen2.5-vl-7b", "--vision-training", "trained"], "--vision-training: got 'trained'; allowed: with "
+                                                                    "an image flag (--images-per-sample, "),
 ])
 def test_refusals_name_the_flag(argv, words, capsys):
     from zerocalc.cli.main import main

@@ -118,3 +118,23 @@ def test_peft_all_linear_reaches_the_tower_and_the_merger():
     blocks = sum(n for k, n in adapters.items() if ".visual.blocks." in k)
     assert blocks == tower_counts(replace(ours, training="lora"))["adapters"]
     assert any(".visual.merger." in k for k in adapters)
+
+
+def test_an_imported_launchers_freeze_keys_alone_add_no_tower_on_the_page_as_in_the_cli(tmp_path):
+    """A LLaMA-Factory full fine-tune of Qwen2.5-VL names no images: its freeze keys set the tower's mode, but the
+    plan, as the CLI reads the same file, is the language model alone (cli/vision.py INPUT_FLAGS; the page's
+    VISION_INPUTS), on both surfaces."""
+    from tests.app_helpers import header_text, run_app
+    from tests.test_app_imports import uploader
+    text = b"model_name_or_path: Qwen/Qwen2.5-VL-7B-Instruct\nfinetuning_type: full\nstage: sft\n"
+    path = tmp_path / "qwen_vl_full.yaml"
+    path.write_bytes(text)
+    cli = json.loads(run(["--llamafactory-config", str(path), "--json"]))
+    at = run_app(sections=["sec_load"])
+    uploader(at, "Training config").upload(path.name, text, "application/x-yaml")
+    at.run()
+    assert not at.exception
+    link = dict(at.query_params)
+    assert link["model"] == "qwen2.5-vl-7b" and link["vision_training"] == "frozen-all"      # the freeze keys, kept
+    assert "vision" not in cli and cli["params"] == 7_615_616_512
+    assert "7,615,616,512 parameters" in header_text(at)

@@ -1,6 +1,6 @@
 """The page's vision fields (issue 37), kept apart from ui/state.py: images per sample and their resolution, a pixel
 budget, a video's frames, Gemma 3's pan-and-scan and the tower's training mode. A vision-language preset's tower
-joins the plan when any of them differs from its default, as a vision flag does on the CLI (cli/vision.py); the
+joins the plan when an image field differs from its default, as an image flag does on the CLI (cli/vision.py); the
 sequence field is the text, the language model's sequence grows by the images' tokens (lm_seq_len)."""
 
 from __future__ import annotations
@@ -29,8 +29,13 @@ def vision_fields(field) -> tuple:
             field("vision_training", "choice", "follow", TRAINING), field("vision_lora_rank", "int", 8, (), 1, 4096))
 
 
+# The fields that give the tower something to see: only they put it in the plan, as on the CLI (cli/vision.py
+# INPUT_FLAGS); the training mode (an import's freeze keys write it) shapes a tower that is there.
+VISION_INPUTS = VISION_FIELDS[:6]
+
+
 def _given(state: dict, defaults: dict) -> bool:
-    return any(state.get(n, defaults[n]) != defaults[n] for n in VISION_FIELDS)
+    return any(state.get(n, defaults[n]) != defaults[n] for n in VISION_INPUTS)
 
 
 def _renamed(exc: FieldError) -> FieldError:

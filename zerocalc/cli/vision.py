@@ -51,8 +51,13 @@ def add_vision_flags(p):
     v.add_argument("--vision-lora-rank", type=_whole, help="with --vision-training lora: the adapters' rank (8)")
 
 
-def vision_given(args) -> list:
-    return [f"--{f.replace('_', '-')}" for f in VISION_FLAGS if getattr(args, f, None) is not None]
+# The flags that give the tower something to see: only they put it in the plan. The training-mode flags shape a
+# tower that is there (the page's fields follow the same rule: an imported launcher's freeze keys alone add none).
+INPUT_FLAGS = VISION_FLAGS[:5]
+
+
+def vision_given(args, flags=VISION_FLAGS) -> list:
+    return [f"--{f.replace('_', '-')}" for f in flags if getattr(args, f, None) is not None]
 
 
 def _refuse(exc: FieldError):
@@ -64,6 +69,11 @@ def with_tower(args, arch):
     given = vision_given(args)
     if not given or arch is None:
         return arch
+    if not vision_given(args, INPUT_FLAGS):
+        raise FieldError(given[0][2:].replace("-", "_"), getattr(args, given[0][2:].replace("-", "_")),
+                         "with an image flag (" + ", ".join(vision_given(args, INPUT_FLAGS) or
+                                                            [f"--{f.replace('_', '-')}" for f in INPUT_FLAGS]) +
+                         "): without one the plan is the language model alone, and has no tower to train")
     model = getattr(args, "model", None)
     tower = TOWERS.get(model or "")
     config = getattr(getattr(args, "_hub", None), "config", None) or (
