@@ -99,8 +99,12 @@ def test_activations_grow_with_batch_and_length_and_shrink_with_recompute(name, 
         selective = activations(a, b, s, bits, attention, "selective", impl).total
         full = activations(a, b, s, bits, attention, "full", impl).total
         assert base >= selective >= full
-    if a.kv_expand != "broadcast":     # Falcon's one broadcast K/V head: SDPA's fused kernels refuse it and the
-        # math kernel runs in fp32 with K and V expanded to every head (tests/test_families_activations.py)
+    # Falcon's one broadcast K/V head: SDPA's fused kernels refuse it and the math kernel runs in fp32 with K and V
+    # expanded to every head (tests/test_families_activations.py). A fused, rotated q/k/v projection under Hugging
+    # Face (Phi-3, Pythia): flash's V is a view that keeps the whole fused output alive, where eager's matmul copies
+    # V alone (activations._qkv, measured there), so flash saves more until the s x s scores outweigh it.
+    fused_view = a.fused_qkv and a.positions == "rotary" and impl == "huggingface"
+    if a.kv_expand != "broadcast" and not fused_view:
         assert activations(a, b, s, bits, "flash", "none", impl).total <= activations(a, b, s, bits, "eager", "none",
                                                                                        impl).total
 
