@@ -54,7 +54,7 @@ def query(plan: dict) -> dict:
     if plan["offload_params"] != "none" and plan["stage"] == 3:
         q["offload_params"] = plan["offload_params"]
     if plan["host_ram_gb"]:
-        q["host_memory_bytes"] = str(plan["host_ram_gb"] * 10**9)
+        q["host_ram_gb"] = str(plan["host_ram_gb"])                     # the page takes a node's RAM in GB
     return q
 
 
