@@ -1,20 +1,23 @@
 """Issue 33's property, "same verdict on every surface", over random plans with offload, host RAM, a pasted
 measurement (an out-of-memory message or a measured peak, read by Calibrate at the checked stage) and Compare: the
-page's headline, its cards and Compare's lines, `python -m zerocalc` as text and as JSON give the same verdict and
-peak per ZeRO stage. The one rule is zerocalc/answers/verdict.py; tests/test_app_rl.py holds the RL plans' property.
+page's headline, its cards and Compare's lines, `python -m zerocalc` as text and as JSON (the paste given with
+--measured) give the same verdict and peak per ZeRO stage. The one rule is zerocalc/answers/verdict.py; tests/test_app_rl.py holds the RL plans' property.
 The out-of-memory message has PyTorch's form (c10/cuda/CUDACachingAllocator.cpp, torch >= 2.1), as in
 tests/fixtures/calibration/torch_oom.txt."""
 
 import json
 import re
+import tempfile
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.app_helpers import answer_text, run_app, verdict_cards
+from ui.state import from_query, resolve
 from zerocalc.answers.calibrate.parse import parse
 from zerocalc.answers.calibrate.verdict import measured_fit
-from zerocalc.answers.verdict import headline, stage_verdicts
+from zerocalc.answers.verdict import headline
 from zerocalc.cli.main import run as cli_run
 from zerocalc.units import format_bytes
 
@@ -33,7 +36,7 @@ PLANS = st.fixed_dictionaries({
 })
 
 # The CLI text's peak table: stage, peak, phase, capacity, headroom, used, verdict (output/text.py peak_text)
-ROW = re.compile(r"^(\d)\s+(\S+ GB)\s+(\S+)\s+\S+ GB\s+\S+ GB\s+[\d.]+%\s+(yes|NO(?: \([^)]*\))?)\s", re.M)
+ROW = re.compile(r"^(\d)\s+(\S+ GB)\s+(\S+)\s+\S+ GB\s+\S+ GB\s+[\d.]+%\s+(yes|NO(?: \(.+?\))?)(?=\s{2,})", re.M)
 
 
 def flags(plan: dict) -> list:
@@ -86,10 +89,16 @@ def cell(v: dict) -> str:
           phases=(Phase.explicit, Phase.reuse, Phase.generate))     # no shrinking: each example runs the page
 @given(PLANS)
 def test_every_surface_gives_the_plans_one_verdict_and_peak(plan):
+    stage, q = plan["stage"], query(plan)
+    capacity = resolve(from_query(q)[0]).workload.capacity_bytes
+    pasted = "" if plan["paste"] == "none" else paste_text(plan["paste"], capacity)
     argv = flags(plan)
-    report = json.loads(cli_run(argv + ["--json"]))
-    text = cli_run(argv)
-    stage = plan["stage"]
+    with tempfile.TemporaryDirectory() as folder:          # the CLI reads the paste from a file (--measured)
+        if pasted:
+            (Path(folder) / "run.txt").write_text(pasted)
+            argv += ["--measured", str(Path(folder) / "run.txt")]
+        report = json.loads(cli_run(argv + ["--json"]))
+        text = cli_run(argv)
     verdicts, peaks = report["verdicts"], {p["stage"]: p["peak_bytes"] for p in report["peak"]}
 
     # the CLI's text says what its JSON says, stage by stage
@@ -98,20 +107,14 @@ def test_every_surface_gives_the_plans_one_verdict_and_peak(plan):
     for v in verdicts:
         assert rows[v["stage"]] == (format_bytes(peaks[v["stage"]], "GB"), cell(v)), (v, rows[v["stage"]])
 
-    # a paste, read by Calibrate at the checked stage, decides that stage's GPU term (measured beats estimated)
-    q = query(plan)
+    # the same paste, read by Calibrate at the checked stage, decides that stage's GPU term on the page as the
+    # CLI's --measured does (measured beats estimated)
     at = run_app(q, tab="Calibrate")
-    capacity = report["peak"][stage]["capacity_bytes"]
-    if plan["paste"] != "none":
-        text_pasted = paste_text(plan["paste"], capacity)
-        at.text_area(key="calib_text").set_value(text_pasted).run()
+    if pasted:
+        at.text_area(key="calib_text").set_value(pasted).run()
         assert not at.exception, at.exception
-        m = measured_fit(parse(text_pasted), capacity, "decimal")
-        if m["fits"] is not None:
-            measured = {stage: {**m, "stage": stage}}
-            verdicts = verdicts[:stage] + stage_verdicts([report["peak"][stage]], report["host_memory"], (),
-                                                         measured)[:1] + verdicts[stage + 1:]
-            assert verdicts[stage]["measured"]
+        decides = measured_fit(parse(pasted), capacity, "decimal")["fits"] is not None
+        assert verdicts[stage]["measured"] == decides == (report["measured"]["fits"] is not None)
         if plan["paste"] == "oom":
             assert not verdicts[stage]["fits"]                       # an OOM on this card never reads green
 
