@@ -91,3 +91,19 @@ def test_what_the_link_does_not_carry_comes_back_with_its_entry(monkeypatch):
 
 def test_the_ctx_flag_is_read_outside_a_run():
     assert history.navigated() is False                  # no script-run context: never a history navigation
+
+
+def test_the_streamlit_in_use_sends_and_keeps_the_mark():
+    """The mark ui/history.py reads: Streamlit 1.67's frontend sends it on popstate (App.tsx onHistoryChange ->
+    rerunScript.isHistoryNavigation) and the server keeps it in the script-run context. An upgrade that drops either
+    would silently turn Back into a no-op; this fails first (tests/e2e/test_history_browser.py presses Back)."""
+    import dataclasses
+    from pathlib import Path
+
+    import streamlit
+    from streamlit.runtime.scriptrunner_utils.script_run_context import ScriptRunContext
+
+    assert "is_history_navigation" in {f.name for f in dataclasses.fields(ScriptRunContext)}
+    bundle = Path(streamlit.__file__).parent / "static" / "static" / "js"
+    js = "".join(p.read_text(errors="ignore") for p in bundle.glob("index.*.js"))
+    assert "popstate" in js and "isHistoryNavigation" in js
