@@ -168,9 +168,13 @@ def rl_one_verdict(page, base):
     shown = cards(page)
     assert shown and all(not k.isdigit() for k in shown), f"cards {list(shown)} are not the RL plan's"
     text = page.locator("[data-testid=stMain]").inner_text()
-    assert "0.00" not in re.findall(r"gpu_memory_utilization\s*\S+", text), "engine utilization shown as 0.00"
-    assert "highest" in text.lower(), "no highest utilization that fits"
-    return f"cards: {list(shown)}; the view names the engine's utilization range"
+    low = re.search(r"Lowest gpu_memory_utilization[^:]*: ([\d.]*\d)", text)
+    high = re.search(r"Highest gpu_memory_utilization[^:]*: ([\d.]*\d)", text)
+    assert low and high, "the engine's utilization range is not shown"
+    section(page, "RL")
+    used = page.locator("[data-testid=stSidebar]").get_by_text("In use:", exact=False).first.inner_text()
+    assert "gpu_memory_utilization 0.5" in used and "engine TP 2" in used, used
+    return f"cards: {list(shown)}; range {low.group(1)}-{high.group(1)}; sidebar: {used}"
 
 
 # --- 5. the CLI and the page: pipelines fill, QLoRA checkpoints -----------------------------------------------
