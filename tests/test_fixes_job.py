@@ -6,7 +6,7 @@ layout fix knows when its tensor-parallel group talks over PCIe (the catalogue's
 import json
 
 from zerocalc.answers.combined import advice
-from zerocalc.answers.fixes import JOB_CHANGES, fixes
+from zerocalc.answers.fixes import JOB_CHANGES, fixes, sentence
 from zerocalc.cli.main import run
 from zerocalc.gpus import GPU_CATALOG, INTERCONNECT, fast_links
 from ui.state import from_query, resolve
@@ -46,6 +46,7 @@ def test_a_layout_fix_over_pcie_says_so_and_costs_more():
         for f in layout:
             group = f.layout.get("tp", 1) * f.layout.get("cp", 1)
             assert ("over PCIe" in f.cost_note) == (slow and group > 1), (gpu, f.layout, f.cost_note)
+            assert ("over PCIe" in sentence(f, s, w)) == (slow and group > 1), sentence(f, s, w)   # the page's line
 
 
 def test_advice_orders_combined_changes_the_same_way():

@@ -54,3 +54,20 @@ def test_placements_of_the_same_gpus():
     # fewer training GPUs shard the policy over fewer workers: its update grows
     updates = [r["worst"]["training GPU"]["peak_bytes"] for r in rows[1:]]
     assert updates == sorted(updates)
+
+
+def test_highest_utilization_is_the_edge_of_the_plans_that_fit():
+    """Issue 33: the engine's range, the lowest for one wave up to the highest at which every phase fits and the
+    engine starts (rl_phases' own fits, the start-up refusal included)."""
+    from zerocalc.rl.solve import max_gpu_memory_utilization
+
+    plan = _plan()
+    low = min_gpu_memory_utilization(plan)
+    top = max_gpu_memory_utilization(plan, low)
+
+    def fits(fraction):
+        return rl_phases(replace(plan, rollout=replace(plan.rollout, gpu_memory_utilization=fraction))).fits
+
+    assert top is not None and low <= top
+    assert fits(top) and (top == 1.0 or not fits(round(top + 0.01, 2)))
+    assert all(fits(round(h / 100, 2)) for h in range(round(low * 100), round(top * 100) + 1, 7))

@@ -114,3 +114,17 @@ def test_no_fix_offloads_more_than_the_host_ram_holds():
         applied = json.loads(run(flags + ["--host-ram", "64GB"] + f["flags"] + ["--json"]))
         assert applied["verdicts"][f["stage"]]["fits"] == f["fits"], f["flags"]
     assert not any("--offload-optimizer" in f["flags"] and f["fits"] for f in tight["fixes"])
+
+
+def test_the_lowest_stage_that_fits_is_the_verdicts():
+    """The solvers' "lowest stage that fits" reads the same terms as the verdict (issue 33's newcomer rerun: the CLI
+    said "lowest stage that fits: 1" under a verdict failing every stage on the node's host RAM)."""
+    import json
+
+    from zerocalc.cli.main import run
+
+    flags = ["--model", "llama-3-8b", "--workers", "8", "--offload-optimizer", "cpu", "--json"]
+    for ram in ("40GB", "200GB", None):
+        report = json.loads(run(flags + (["--host-ram", ram] if ram else [])))
+        fitting = [v["stage"] for v in report["verdicts"] if v["fits"]]
+        assert report["solve"]["lowest_stage"] == (min(fitting) if fitting else None), ram

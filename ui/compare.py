@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from zerocalc.answers.verdict import stage_verdicts
 from zerocalc.units import format_bytes, percent_text
 
 from . import figures, plain, tables, worker
@@ -46,12 +47,16 @@ def differences_of(a: dict, b: dict) -> list:
     return _differences(state_key(a), state_key(b), (a, b))
 
 
-def _line(label: str, report: dict, stage: int, unit: str) -> str:
+def _line(label: str, report: dict, stage: int, unit: str, measured=None) -> str:
+    """A plan's checked stage: the one verdict the headline and the cards give it (zerocalc/answers/verdict.py: the
+    GPU, the host RAM, the assumptions' band, and a paste of this plan at this stage), and its peak."""
     if "peak" not in report:
         s = report["stages"][stage]
         return f"**{label}**: {STAGE_LABELS[stage]} model states {format_bytes(s['per_worker_total_bytes'], unit)}"
     p = report["peak"][stage]
-    verdict = "fits" if p["fits"] else "does not fit"
+    verdict = report["verdicts"][stage]["answer"]
+    if measured is not None and measured["stage"] == stage:         # measured beats estimated, as on the card
+        verdict = stage_verdicts([p], report.get("host_memory", ()), (), {stage: measured})[0]["answer"]
     return (f"**{label}**: {STAGE_LABELS[stage]} {verdict} on {report['gpu']['name']}, peak "
             f"{format_bytes(p['peak_bytes'], unit)} ({percent_text(p['peak_bytes'], p['capacity_bytes'], 0)})")
 
@@ -71,8 +76,9 @@ def panel(state: dict, report_of, unit: str) -> None:
     cols[2].button("Unpin plan A", key="unpin_a", on_click=_unpin)
     ra, rb = resolve(plan), resolve(state)
     a, b = report_of(ra), report_of(rb)
-    st.markdown(_line("Plan A", a, ra.state["stage"], unit) + "  \n" + _line("Plan B (this view)", b,
-                                                                             rb.state["stage"], unit))
+    from .calibration import measured_verdict          # a paste belongs to the plan it was pasted on: A, B or both
+    st.markdown(_line("Plan A", a, ra.state["stage"], unit, measured_verdict(ra)[0]) + "  \n"
+                + _line("Plan B (this view)", b, rb.state["stage"], unit, measured_verdict(rb)[0]))
     left, right = st.columns(2)
     with left:
         st.plotly_chart(figures.compare_states(a, b, unit), key="fig_compare_states", config=figures.PLOTLY_CONFIG,

@@ -43,7 +43,7 @@ LABELS = {
     "cuda_context_bytes": "CUDA context + framework (bytes)", "nccl_buffsize": "NCCL_BUFFSIZE (bytes)",
     "nccl_nvls": "NCCL NVLS buffers (NVSwitch, Hopper on)", "nccl_percent": "NCCL buffers counted (%)", "fragmentation_percent": "Allocator reserve (%)",
     "measured_extra_bytes": "Measured beyond the estimate (bytes)",
-    "host_memory_bytes": "Host RAM per node (bytes; 0: not checked)",
+    "host_ram_gb": "Host RAM per node (GB; 0: not checked)",
     "model_loading": "Model loading at start-up",
     "transformers_version": "transformers release", "bitsandbytes_version": "bitsandbytes release",
     "workspace_bytes": "Library workspaces (bytes; -1: by GPU)",
@@ -185,7 +185,7 @@ HELP = {
                             "One release stands for each range (docs/peak-memory.md).",
     "bitsandbytes_version": "The bitsandbytes release the run used: before 0.43.2 every 4-bit linear kept its input "
                             "for backward (PR #1270); named in the report, not counted.",
-    "host_memory_bytes": "One node's RAM the offloads may use (2T = 2 x 10^12 bytes; a DGX H100 has 2 TiB): the "
+    "host_ram_gb": "One node's RAM the offloads may use, in GB of 10^9 bytes (a DGX H100 has 2 TiB, 2,199 GB): the "
                          "offloaded optimizer state and parameters and the offloaded activations of the node's GPUs "
                          "are checked against it.",
     "measured_extra_bytes": "Live tensors a measurement of this plan showed beyond the estimate, held in every "

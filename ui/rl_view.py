@@ -110,6 +110,9 @@ def _solve_lines(report: dict) -> list:
     if s["min_gpu_memory_utilization"] is not None:
         lines.append(f"Lowest gpu_memory_utilization holding one engine's share of a step at once: "
                      f"{s['min_gpu_memory_utilization']}.")
+    if s.get("max_gpu_memory_utilization") is not None:
+        lines.append(f"Highest gpu_memory_utilization at which every phase fits and the engine starts: "
+                     f"{s['max_gpu_memory_utilization']}.")
     return lines
 
 

@@ -15,13 +15,14 @@ import streamlit as st
 
 from zerocalc.units import capacity_text, parse_capacity, parse_count
 
+from . import history
 from .labels import LABELS
 from .rl_section import seed as rl_seed, values as rl_values
 from .rl_state import RL_PREFIX, from_query as rl_from_query, to_query as rl_to_query
 from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
 from .state_stages import LIST_HINT, layers_from_text, layers_text
 from .state_step import LENGTHS_HINT, lengths_from_text, lengths_text
-from .widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed
+from .widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed, set_fields
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."
@@ -62,11 +63,10 @@ def plan_from_query(plan: dict):
 
 def start_session() -> list:
     """On a session's first run, seed every widget (and plan A) from the link; return the link's warnings (once).
-    Later runs keep the session's own state: the browser can rerun with an address bar a change has not reached yet
-    (a tab clicked while the last link is on its way), which the server cannot tell from Back (issue 33: tried, and
-    reverted when the browser test caught a tab click undone)."""
+    Later runs keep the session's own state, except a run the browser marks as Back or Forward (ui/history.py):
+    then the page follows the address bar, as a fresh page reads it."""
     if VALUES in st.session_state:                       # seeded: not the session's first run
-        return []
+        return _follow_link() if history.navigated() else []
     tab, values, plan_a, rl_values_, warnings = _read_link()
     if tab != TABS[0]:
         st.session_state["tab"] = tab
@@ -74,6 +74,21 @@ def start_session() -> list:
     if plan_a is not None:
         st.session_state[PLAN_A] = plan_a
     rl_seed(rl_values_)
+    return warnings
+
+
+def _follow_link() -> list:
+    """Back or Forward: every field, the open view, plan A and the RL settings as the entry's link says (each live
+    widget too), and what the session held beside that link when it wrote it; return the link's warnings."""
+    tab, values, plan_a, rl_values_, warnings = _read_link()
+    set_fields(values)
+    st.session_state["tab"] = tab
+    st.session_state[PLAN_A] = plan_a
+    rl_seed(rl_values_)
+    for name, value in rl_values_.items():               # the RL section's live widgets too
+        if f"rl_{name}" in st.session_state:
+            st.session_state[f"rl_{name}"] = value
+    history.restore(_query())
     return warnings
 
 
@@ -157,8 +172,10 @@ def link_params(state: dict, plan_a: dict = None) -> dict:
 def sync_url(state: dict) -> dict:
     """Write the state's link parameters to the address bar (only when they changed); return them."""
     params = link_params(state, st.session_state.get(PLAN_A))
-    if _query() != {k: [v] for k, v in params.items()}:
-        st.query_params.from_dict(params)
+    written = {k: [v] for k, v in params.items()}
+    if _query() != written:
+        st.query_params.from_dict(params)             # a new history entry (ui/history.py): Back returns here
+    history.remember(written)
     return params
 
 

@@ -31,6 +31,7 @@ from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import INT_LIMITS
 from zerocalc.tables import CONVENTIONS, DEFAULT_CONVENTION, DTYPE_BITS, OFFLOAD_TARGETS, OPTIMIZER_NAMES
 from zerocalc.step.workload import OVERLAP_CHOICES, WORKLOAD_LIMITS, Workload
+from zerocalc.units import parse_count
 
 PARAMS_ONLY = "params-only"
 CUSTOM = "custom"
@@ -249,11 +250,20 @@ def unknown_keys_warnings(keys) -> List[str]:
     return out
 
 
+# Links written before a field was renamed: (old name, new name, the old text as the new field's text)
+RENAMED = {"host_memory_bytes": ("host_ram_gb", lambda text: repr(parse_count(text) / 10**9))}   # bytes -> GB
+
+
 def from_query(query) -> Tuple[dict, List[str]]:
     """(state, warnings) from URL parameters (a mapping of str -> str or list of str)."""
     warnings, raw, unknown = [], {}, []
     for key in query:
         values = query[key] if isinstance(query[key], (list, tuple)) else [query[key]]
+        if key in RENAMED and RENAMED[key][0] not in query:
+            try:
+                key, values = RENAMED[key][0], [RENAMED[key][1](v) for v in values]
+            except ValueError:                # refused below, named by the new field with its allowed range
+                key = RENAMED[key][0]
         if key not in FIELD:
             unknown.append(key)
             continue

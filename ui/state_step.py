@@ -51,7 +51,8 @@ def step_fields(field) -> tuple:
             field("recompute_num_layers", "int", 1, (), *WORKLOAD_LIMITS["recompute_num_layers"]),
             # Calibrate's Set: live tensors a measurement showed beyond the estimate (issue 22)
             field("measured_extra_bytes", "count", 0, (), *WORKLOAD_LIMITS["measured_extra_bytes"]),
-            field("host_memory_bytes", "count", 0, (), *WORKLOAD_LIMITS["host_memory_bytes"]),
+            # a node's RAM, typed in GB (issue 33: it was typed in bytes); the core counts bytes
+            field("host_ram_gb", "factor", 0.0, (), 0.0, WORKLOAD_LIMITS["host_memory_bytes"][1] // 10**9),
             field("model_loading", "choice", "auto", LOADING_CHOICES),
             # the batch as it really is (issue 37, zerocalc/step/batches.py) and Hugging Face's router loss
             field("batch_mode", "choice", "fixed", BATCH_MODES), field("router_loss", "bool", False),
@@ -100,7 +101,7 @@ def step_workload(state: dict) -> dict:
             and bool(state["sequence_parallel"]) and state["implementation"] == "huggingface",
             "op_policy": op_policy(state), **megatron_recompute(state),
             "measured_extra_bytes": state["measured_extra_bytes"],
-            "host_memory_bytes": state["host_memory_bytes"], "model_loading": state["model_loading"],
+            "host_memory_bytes": round(state["host_ram_gb"] * 10**9), "model_loading": state["model_loading"],
             # packing needs varlen attention (the core refuses it with eager)
             "batch_mode": batch_mode(state),
             "batch_lengths": tuple(state["batch_lengths"]) if batch_mode(state) == "padded" else ()}

@@ -32,7 +32,7 @@ CHOICE_BUTTONS = {"units", "attention", "breakdown", "recompute"}     # a few sh
 SLIDERS = {"attn_dropout", "resid_dropout", "embd_dropout"}
 # The fields of each lazy section (drawn only while it is open; values kept in the state). The fine-tuning section
 # draws the training mode and then only the fields that mode reads (state.FINETUNE_MODE_FIELDS).
-CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params", "host_memory_bytes",
+CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_params", "host_ram_gb",
                   "model_loading", "comm_buffers", "fsdp_wrap", "fsdp_version", "fsdp_use_orig_params",
                   "fsdp_backward_prefetch",
                   "reshard_after_forward", "reduce_dtype")

@@ -416,10 +416,12 @@ def sentence(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) 
     kept = [held[n] for n in fix.held if n in held and (n != "micro_batches" or workload.layout.micro_batches > 1)]
     change = _change_text(fix, scenario, workload, stage)
     changes = f" Changes the job: {fix.job_change}." if fix.job_change else ""
+    pcie = next((p for p in fix.cost_note.split("; ") if "over PCIe" in p), "") if fix.kind == "layout" else ""
+    slow = f" {pcie[:1].upper()}{pcie[1:]}." if pcie else ""        # not offered as if it were NVLink (issue 33)
     return (f"{change[:1].upper()}{change[1:]}: "
             f"{STAGE_NAMES[fix.stage]} peak {format_bytes(fix.peak_bytes, unit)}, "
             f"{percent_text(fix.peak_bytes, fix.capacity_bytes)} of {format_bytes(fix.capacity_bytes, unit)}. "
-            f"Held: {', '.join(kept)}.{changes}")
+            f"Held: {', '.join(kept)}.{slow}{changes}")
 
 
 def fix_dict(fix: Fix, scenario, workload, unit: str = "GB", stage: int = None) -> dict:

@@ -19,6 +19,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers
 from ..scenario import INT_LIMITS
 from ..step.allocator import DEFAULT_PERCENT
+from ..step.host import host_rows
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
 
@@ -271,7 +272,11 @@ def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
 
 
 def lowest_stage(scenario, workload) -> Optional[int]:
-    fitting = [p.stage for p in layout_report(scenario, workload).peaks if p.fits]
+    """The lowest stage whose verdict is "fits" (answers/verdict.py): its GPU peak and, where the plan gives it, the
+    node's host RAM (issue 33: the CLI said "lowest stage that fits: 1" beside a verdict failing every stage on it)."""
+    report = layout_report(scenario, workload)
+    host = {r["stage"]: r.get("fits_host") for r in host_rows(report)}
+    fitting = [p.stage for p in report.peaks if p.fits and host.get(p.stage) is not False]
     return min(fitting) if fitting else None
 
 

@@ -65,6 +65,9 @@ def _job(g) -> None:
     g.add_argument("--check-stage", type=int, choices=range(4), metavar="{0,1,2,3}",
                    help="the ZeRO stage the plan runs at, for what would make it fit (default: 3 across "
                         "workers, 0 on one GPU)")
+    g.add_argument("--measured", metavar="FILE", help="what a run of this plan printed at --check-stage (an out-of-"
+                   "memory message, max_memory_allocated / reserved lines, memory_stats JSON, nvidia-smi CSV, the "
+                   "probe's line: the page's Calibrate formats): measured beats estimated for that stage's verdict")
     g.add_argument("--list-models", action="store_true", help="list the model presets and exit")
     g.add_argument("--list-gpus", action="store_true", help="list the GPU catalog and exit")
 

@@ -27,6 +27,7 @@ from .flags import build_parser as flags_parser
 from .frameworks import (FlagError, export_from_args, export_notes, framework_error_message,
                          import_given, import_view, imported_flag,
                          model_from_import)
+from .measured import measured_for, measured_text
 from .sources import sources_dict, sources_text
 from ..output.vision import vision_dict, vision_text
 from .workload import (FLAG_NAMES, ModelFlagError, architecture_from_args, list_gpus, list_models,
@@ -183,6 +184,7 @@ def _render(args, scenario, arch, workload, imported) -> str:
             print(f"zerocalc: note: {note}", file=sys.stderr)
         return export_from_args(args, scenario, workload, _layout_dict(workload), stage, found)
     report = report_for(scenario, workload)
+    measured, measured_line = measured_for(args, workload, scenario)       # a run's paste, at the checked stage
     mp = 1 if workload is None else workload.layout.model_parallel
     view = _deepspeed(args, scenario.params, arch, report, mp) if args.deepspeed_estimate else None
     sources = sources_dict(args, imported)
@@ -191,9 +193,9 @@ def _render(args, scenario, arch, workload, imported) -> str:
     if args.json:
         extra = ({} if advised is None else {"check_stage": advised["stage"], "fixes": advised["fixes"]}) | (
             {"sweep": swept} if swept else {})
-        return json.dumps({**report_dict(report, view, layouts=workload is not None, sequences=True), **extra,
-                           **sources}, indent=2)
-    return render_text(report, view, args.units) + vision_text(vision_dict(scenario, workload), args.units) + \
+        return json.dumps({**report_dict(report, view, layouts=workload is not None, sequences=True,
+                                         measured=measured), **extra, **sources, **measured_line}, indent=2)
+    return render_text(report, view, args.units, measured) + measured_text(measured_line) + vision_text(vision_dict(scenario, workload), args.units) + \
         (advice_text(advised) if advised else "") + sweep_text(swept, args.units) + sources_text(sources, args.units)
 
 

@@ -44,6 +44,9 @@ def _solve_lines(report: dict, units: str) -> list:
         u = s["min_gpu_memory_utilization"]
         lines.append(f"Lowest {report['engine']['fraction_field']} holding one engine's share of a step at once: "
                      + (f"{u}" if u else "none up to 1.0"))
+        top = s.get("max_gpu_memory_utilization")
+        lines.append(f"Highest {report['engine']['fraction_field']} at which every phase fits and the engine starts: "
+                     + (f"{top}" if top else "none (the plan does not fit at the lowest either)"))
     rows = s["placements"]
     if len(rows) > 1:
         lines.append("The same GPUs, colocated or split (rollout + training GPUs):")

@@ -263,7 +263,8 @@ def _architecture_record(a) -> tuple:
     return a, plain(a)
 
 
-def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True, sequences: bool = False) -> dict:
+def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True, sequences: bool = False,
+              measured: dict = None) -> dict:
     """The peak-memory half of the report: architecture, layout, activations, per-rank and worst-rank live sets,
     fit, and with `answers` the solvers and the fits-on table (and, when asked, every layout of the same GPUs that
     fits)."""
@@ -302,7 +303,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
         "peak": [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)],
         "ranks": rank_rows(report),
     }
-    out["verdicts"] = verdicts_of(report)
+    out["verdicts"] = verdicts_of(report, measured)
     solution = solve(s, workload, sequences) if answers or layouts else None
     if workload.batch_mode != "fixed":                    # the typical and the worst step (output/batch.py)
         out["batch"] = batch_dict(report, answers, solution.max_seq_len if solution else None)
@@ -324,12 +325,12 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
     return out
 
 
-def verdicts_of(report: LayoutReport) -> list:
+def verdicts_of(report: LayoutReport, measured: dict = None) -> list:
     """The one verdict per stage every surface reads (answers/verdict.py): the GPU at each phase, the host RAM per
-    node, the assumptions' band."""
+    node, the assumptions' band, and a measured run of the plan at its stage ({stage: measured_fit's answer})."""
     peaks = [_peak_row(p, report.ranks[i].rank.name) for p, i in zip(report.peaks, report.worst)]
     bands = ranges_dict(ranges(report.scenario, report.workload))["stages"]
-    return stage_verdicts(peaks, host_memory(report), bands, step=worst_step_words(report.workload))
+    return stage_verdicts(peaks, host_memory(report), bands, measured, step=worst_step_words(report.workload))
 
 
 def quantized_vs_plain(report: LayoutReport) -> dict:
@@ -354,7 +355,7 @@ def quantized_vs_plain(report: LayoutReport) -> dict:
 
 
 def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, answers: bool = True,
-                sequences: bool = False) -> dict:
+                sequences: bool = False, measured: dict = None) -> dict:
     """The report as plain data; `sequences` adds solve.max_seq_len (its search costs more than the others)."""
     s = report.scenario
     ledger = ledger_rows(report)
@@ -381,7 +382,7 @@ def report_dict(report, deepspeed: DeepSpeedView = None, layouts: bool = False, 
         out["deepspeed_estimator"] = deepspeed_dict(deepspeed)
     if isinstance(report, LayoutReport):
         out["world_size"] = report.workload.layout.world(s.workers)
-        out.update(peak_dict(report, layouts, answers, sequences))
+        out.update(peak_dict(report, layouts, answers, sequences, measured))
         if report.workload.arch.vision is not None:     # a vision-language model (output/vision.py)
             out["vision"] = vision_dict(s, report.workload)
     return out

@@ -60,7 +60,7 @@ def _bpp(value) -> str:
     return f"{float(value):g}"
 
 
-def render_text(report, deepspeed=None, units: str = "decimal") -> str:
+def render_text(report, deepspeed=None, units: str = "decimal", measured: dict = None) -> str:
     s = report.scenario
     workload = getattr(report, "workload", None)
     auto = units in ("decimal", "binary")
@@ -104,7 +104,7 @@ def render_text(report, deepspeed=None, units: str = "decimal") -> str:
         out += ["", "Not included: activations, gathered parameters, communication buffers, temporaries and "
                     "allocator overhead (the peak working set): give --model, --config or an architecture."]
     else:
-        out += ["", peak_text(report, units)]
+        out += ["", peak_text(report, units, measured)]
     return "\n".join(out)
 
 
@@ -198,14 +198,14 @@ def _verdict_cell(v: dict) -> str:
     return "NO" if v["deciding"].startswith("GPU memory") else f"NO ({v['deciding']})"
 
 
-def peak_text(report, units) -> str:
+def peak_text(report, units, measured: dict = None) -> str:
     s, workload = report.scenario, report.workload
     a = workload.arch
     heaviest = max(report.ranks, key=lambda v: v.shape.activation_bytes)
     shape = heaviest.shape
     unit = resolve_unit(workload.capacity_bytes, units)
     solution = solve(s, workload)
-    verdicts = verdicts_of(report)
+    verdicts = verdicts_of(report, measured)
     lines = [
         layout_line(report),
         f"Peak working set per GPU on {workload.gpu_label} ({capacity_text(workload, unit)}): "

@@ -6,7 +6,8 @@ could drift from the report):
   the updates and scoring passes run fixed micro-batches (verl ppo_micro_batch_size_per_gpu, TRL
   per_device_train_batch_size), so the engine's KV cache is what bounds it;
 - the lowest gpu_memory_utilization (in hundredths, as users write it) whose KV cache still holds one engine's
-  share of a step at the longest length (at most max_num_seqs of them);
+  share of a step at the longest length (at most max_num_seqs of them), and the highest at which every phase still
+  fits and the engine still starts (issue 33: the engine's range, not one end of it);
 - colocated against split for the same GPUs: the splits of them into rollout and training GPUs (all of them on a
   few GPUs, MAX_SPLITS evenly spaced ones on many), each plan's verdict beside the colocated one.
 """
@@ -88,6 +89,28 @@ def min_gpu_memory_utilization(plan: RLPlan) -> Optional[float]:
     return next((h / 100 for h in range(1, 101) if holds(h)), None)
 
 
+def max_gpu_memory_utilization(plan: RLPlan, low: Optional[float] = None) -> Optional[float]:
+    """The highest fraction, in hundredths, at which the whole plan fits and the engine starts: above it the engine's
+    reservation puts a phase over the card, or the engine refuses to start (the fraction asks for more than is free:
+    request_memory). Searched from `low` (the lowest holding one engine's share, else the plan's own fraction) up:
+    a larger fraction only reserves more, so the plans that fit above `low` end at one edge. None when the plan
+    does not fit at `low` either."""
+    if not plan.algo.rollout:
+        return None
+
+    def fits(hundredths: int) -> bool:
+        p = replace(plan, rollout=replace(plan.rollout, gpu_memory_utilization=hundredths / 100,
+                                          kv_cache_memory_bytes=None))
+        try:
+            return rl_phases(p).fits
+        except FieldError:
+            return False
+
+    start = round(100 * (low if low is not None else plan.rollout.gpu_memory_utilization))
+    best = _largest(fits, max(1, start), 100)
+    return None if best is None else best / 100
+
+
 MAX_SPLITS = 15     # splits tried: every one on a few GPUs, else these many evenly spaced (each is a whole plan)
 
 
@@ -144,5 +167,7 @@ def placements(plan: RLPlan) -> list:
 
 
 def solve_dict(plan: RLPlan) -> dict:
+    low = min_gpu_memory_utilization(plan)
     return {"max_response_length": max_response_length(plan), "max_group_size": max_group_size(plan),
-            "min_gpu_memory_utilization": min_gpu_memory_utilization(plan), "placements": placements(plan)}
+            "min_gpu_memory_utilization": low, "max_gpu_memory_utilization": max_gpu_memory_utilization(plan, low),
+            "placements": placements(plan)}

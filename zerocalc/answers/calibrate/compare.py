@@ -179,7 +179,7 @@ def _failed_request_sentence(m: Measurement, parts: Dict[str, int], _gib) -> str
     said = (f"The run ran out of memory in {PHASE_WORDS[m.failed_phase]} (the traceback's frame {m.failed_frame!r}), "
             f"asking for {_gib(ask)} more")
     if match is None:
-        return said + f"; no single term of the estimate's {PHASE_WORDS[m.failed_phase]} is that size."
+        return said + f"; no single term the estimate holds in {PHASE_WORDS[m.failed_phase]} is that size."
     return said + f": {_gib(ask)} = {match[2]} ({_gib(match[1])}) in that phase."
 
 
