@@ -5,7 +5,7 @@ the time from a click that draws COUNT of it to the settled page (matrix.py's se
 of the run spent meanwhile (browser, driver, server: /proc); the "nothing" variant is the click's own cost. Variants
 alternate within each round, so a busy moment of the shared machine falls on all.
 
-Run: python benchmarks/elements.py [--rounds 5] [--count 3]
+Run: python benchmarks/elements.py [--rounds 5] [--count 3] [--kinds plotly,html] [--first-load]
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.matrix import new_page, settle, settled_after  # noqa: E402
+from benchmarks.matrix import DESKTOP, PHONE, first_load, new_page, settle, settled_after  # noqa: E402
 from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, start, stop  # noqa: E402
 
 APP = '''
@@ -32,7 +32,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 kind, count = st.query_params.get("kind", "nothing"), int(st.query_params.get("count", "3"))
-on = st.toggle("draw", key="draw")
+on = st.toggle("draw", key="draw", value=st.query_params.get("on") == "1")     # on=1: drawn on the first page
 st.caption(f"drawn: {on}")       # every click changes the page, also the "nothing" variant's (matrix.py's settle)
 ROWS = [{"stage": f"ZeRO-{i}", "parameters": f"{16.06 * (i + 1):.2f} GB", "gradients": f"{8.1 / (i + 1):.2f} GB",
          "optimizer": f"{96.4 / (i + 1):.2f} GB", "peak": f"{70.2 - i:.2f} GB", "fits": i % 2 == 0}
@@ -125,6 +125,15 @@ async def run(args) -> dict:
         try:
             async with async_playwright() as p:
                 browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                if args.first_load:         # a new browser context per load: each kind's script compiled cold
+                    for r in range(args.rounds):
+                        for kind in args.kinds:
+                            for device, size in (("desktop", DESKTOP), ("phone", PHONE)):
+                                ms = await first_load(browser, f"{base}/?kind={kind}&count=1&on=1", size)
+                                out.setdefault(f"{kind}, first load, {device}", []).append((ms, 0.0))
+                        print(f"round {r}: " + ", ".join(f"{k} {v[-1][0]:.0f} ms" for k, v in out.items() if v),
+                              file=sys.stderr)
+                    return {k: v for k, v in out.items() if v}
                 context, page = await new_page(browser)
                 for r in range(args.rounds):
                     for kind in args.kinds:
@@ -143,9 +152,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--count", type=int, default=3)
     parser.add_argument("--kinds", default=",".join(KINDS))
+    parser.add_argument("--first-load", action="store_true",
+                        help="time instead a first load (new context, desktop and phone) of a page with one of each")
     args = parser.parse_args()
     args.kinds = args.kinds.split(",")
     out = asyncio.run(run(args))
+    if args.first_load:
+        print("| page with one | first load, median ms | samples |\n|---|---:|---|")
+        for kind, xs in out.items():
+            print(f"| {kind} | {statistics.median(x[0] for x in xs):.0f} | {', '.join(f'{x[0]:.0f}' for x in xs)} |")
+        return
     ms0, cpu0 = (statistics.median(x[i] for x in out.get("nothing", [(0, 0)])) for i in (0, 1))
     print(f"| drawn ({args.count} of each) | median ms | each, over nothing | median CPU ms | each, over nothing |\n"
           "|---|---:|---:|---:|---:|")
