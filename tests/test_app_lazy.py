@@ -12,8 +12,8 @@ from ui import compute
 from ui.state import from_query, resolve
 from zerocalc.units import format_bytes
 from ui.figures import STAGE_LABELS
-from ui.panels import (CATALOGUE, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_SWEEP,
-                       PEAK_TIMELINE, EXPORTS, OVERVIEW_CHART, PROBE, SCALING)
+from ui.panels import (CATALOGUE, CLUSTER, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
+                       PEAK_SWEEP, PEAK_TIMELINE, EXPORTS, OVERVIEW_CHART, PROBE, SCALING)
 
 
 def app(query: dict, tab: str) -> AppTest:
@@ -52,6 +52,9 @@ def test_model_states_asks_for_the_answers_only_with_scaling_or_the_estimator_op
     query = {"model": "llama-3-8b", "cuda_context_bytes": "1073742849"}       # a state of its own: cold caches
     at = app(query, "Model states")
     key = compute.state_key(resolve(from_query({k: [v] for k, v in query.items()})[0]).state)
+    assert not at.get("plotly_chart")                          # no chart until asked: tables and words first
+    open_lazy(at, (CLUSTER,))
+    at.run()
     assert has_figure(at, "fig_cluster") and not has_figure(at, "fig_scaling")
     assert not any("estimator" in df.columns for df in all_tables(at))
     assert (key, False, False) in compute._report.results and (key, False, True) not in compute._report.results

@@ -58,10 +58,10 @@ def table_with_csv(df, name: str, report) -> None:
 PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON = (
     "open_timeline", "open_ranges", "open_activations", "open_fits_on")
 DEEPSPEED, CATALOGUE, PROBE, SCALING = "open_deepspeed", "open_catalogue", "open_probe", "open_scaling"
-PEAK_SWEEP, OVERVIEW_CHART = "open_sweep", "open_overview_chart"
+PEAK_SWEEP, OVERVIEW_CHART, CLUSTER = "open_sweep", "open_overview_chart", "open_cluster"
 EXPORTS = {fmt: f"open_export_{fmt}" for fmt in ("deepspeed", "accelerate", "torchtitan")}
 LAZY_SECTIONS = (OVERVIEW_CHART, PEAK_SWEEP, PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED,
-                 CATALOGUE, PROBE, SCALING, *EXPORTS.values())
+                 CATALOGUE, PROBE, SCALING, CLUSTER, *EXPORTS.values())
 
 
 def lazy(label: str, key: str):

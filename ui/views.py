@@ -19,8 +19,8 @@ from zerocalc.units import format_bytes
 
 from . import figures, finetune, plain, static_table, tables
 from .figures import STAGE_LABELS
-from .panels import (CATALOGUE, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_SWEEP, PEAK_TIMELINE,
-                     SCALING, chart, escape_markdown, lazy, table_with_csv)
+from .panels import (CATALOGUE, CLUSTER, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_SWEEP,
+                     PEAK_TIMELINE, SCALING, chart, escape_markdown, lazy, table_with_csv)
 from .state_stages import ui_value
 from .widgets import set_fields
 from .worker import WorkerError, failure_text
@@ -51,12 +51,14 @@ def ledger(report: dict, unit: str, stage: int) -> None:
 
 
 def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
-    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas;
-    the scaling sweep and DeepSpeed's own estimator each drawn when opened (the page asks the core for them only
-    then: page.LAZY_ANSWERS)."""
+    """Model states: the stage table, the ledger's worked formulas; the cluster's one copy vs redundant copies, the
+    scaling sweep and DeepSpeed's own estimator each drawn when opened (no chart unless asked: issue 36; the page
+    asks the core for the scaling and the estimator only then: page.LAZY_ANSWERS)."""
     left, right = st.columns(2)
-    with left:
-        chart(figures.cluster(report, unit), "fig_cluster")
+    with left:        # the caption and the stage table's redundant share say it in words: the chart when opened
+        if box := lazy("Cluster: one copy against redundant copies, by stage", CLUSTER):
+            with box:
+                chart(figures.cluster(report, unit), "fig_cluster")
     with right:
         if box := lazy("Scaling: model states per worker as the cluster grows", SCALING):
             with box:
