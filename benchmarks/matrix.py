@@ -16,8 +16,9 @@ every action of the app, so a busy moment of this shared machine falls on both; 
 bare change's median (a first load's: over the bare app's first load on the same device, loads alternated).
 
 Run: python benchmarks/matrix.py [--repeats 3] [--plans dsv3,405b] [--views "Peak and step,RL"] [--root DIR]
-(--root: another checkout's app, e.g. `git archive` of the commit before a change, for before/after in one session;
---json FILE keeps the samples, and `--compare BEFORE.json AFTER.json` prints two runs side by side).
+[--against DIR] (--root: another checkout's app, e.g. `git archive` of the commit before a change; --against: a
+second checkout measured alternately with it in the same run, the fair before/after on a shared machine; --json
+FILE keeps the samples, and `--compare BEFORE.json AFTER.json` prints two runs side by side).
 """
 
 from __future__ import annotations
@@ -175,12 +176,15 @@ async def plan_view(page, base: str, plan: str, view: str, bust: int, bare: Bare
 
 
 async def run(args) -> dict:
+    """{root: samples}: the served checkout's, and with --against the other checkout's, measured alternately (each
+    first load and each (plan, view) on one, then on the other) beside one bare app."""
     from playwright.async_api import async_playwright
 
-    out = defaultdict(list)
+    roots = [args.root] + ([args.against] if args.against else [])
+    outs = {root: defaultdict(list) for root in roots}
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "bare_app.py").write_text(BARE)
-        app_proc, app_base = start("app.py", Path(args.root))
+        apps = {root: start("app.py", Path(root)) for root in roots}
         bare_proc, bare_base = start("bare_app.py", Path(tmp))
         try:
             async with async_playwright() as p:
@@ -189,32 +193,42 @@ async def run(args) -> dict:
                 await bare_page.goto(bare_base + "/")
                 await settle(bare_page)
                 bare = Bare(bare_page)
-                await first_load(browser, app_base + "/", DESKTOP)           # the server's imports, once
+                for _, app_base in apps.values():
+                    await first_load(browser, app_base + "/", DESKTOP)       # the server's imports, once
                 for r in range(args.repeats):
                     for name, device in (("desktop", DESKTOP), ("phone", PHONE)):
-                        out[("first load", name, "bare app")].append(await first_load(browser, bare_base + "/", device))
-                        out[("first load", name, "zerocalc")].append(await first_load(browser, app_base + "/", device))
+                        for root, (_, app_base) in apps.items():
+                            out = outs[root]
+                            out[("first load", name, "bare app")].append(
+                                await first_load(browser, bare_base + "/", device))
+                            out[("first load", name, "zerocalc")].append(
+                                await first_load(browser, app_base + "/", device))
                 context, page = await new_page(browser)
                 bust = 0
                 for r in range(args.repeats):
                     for plan in args.plans:
                         for view in args.views:
                             bust += 1
-                            t = time.perf_counter()
-                            try:
-                                await plan_view(page, app_base, plan, view, bust + 1000 * args.offset, bare, out)
-                            except Exception as exc:  # noqa: BLE001 - counted, the matrix goes on
-                                out[(plan, view, "failed")].append(0)
-                                print(f"[{r}] {plan} / {view} failed: {str(exc)[:200]}", file=sys.stderr)
-                            print(f"[{r}] {plan} / {view}: {time.perf_counter() - t:.1f} s", file=sys.stderr)
+                            for root, (_, app_base) in apps.items():
+                                t = time.perf_counter()
+                                try:
+                                    await plan_view(page, app_base, plan, view, bust + 1000 * args.offset, bare,
+                                                    outs[root])
+                                except Exception as exc:  # noqa: BLE001 - counted, the matrix goes on
+                                    outs[root][(plan, view, "failed")].append(0)
+                                    print(f"[{r}] {plan} / {view} failed: {str(exc)[:200]}", file=sys.stderr)
+                                print(f"[{r}] {root}: {plan} / {view}: {time.perf_counter() - t:.1f} s",
+                                      file=sys.stderr)
                 await context.close()
                 await bare_ctx.close()
                 await browser.close()
         finally:
-            stop(app_proc)
+            for proc, _ in apps.values():
+                stop(proc)
             stop(bare_proc)
-    out[("bare app", "slider", "change")] = bare.times
-    return out
+    for out in outs.values():
+        out[("bare app", "slider", "change")] = bare.times
+    return outs
 
 
 def table(out: dict) -> str:
@@ -259,6 +273,8 @@ def main():
     parser.add_argument("--root", default=str(ROOT), help="the checkout whose app.py is served")
     parser.add_argument("--offset", type=int, default=int(time.time()) % 1000,
                         help="spreads the links' cache-busting sizes between runs on one server")
+    parser.add_argument("--against", help="another checkout measured alternately with --root in the same run "
+                        "(before/after under the same load); its samples go to the --json file's .against.json")
     parser.add_argument("--json", help="also write the raw samples to this file")
     parser.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"), help="print two --json files side by side")
     args = parser.parse_args()
@@ -268,12 +284,17 @@ def main():
     args.plans = [SHORT.get(p, p) for p in args.plans.split(",")]
     args.views = [v for v in args.views.split(",") if v]
     print(f"load average before: {os.getloadavg()}", file=sys.stderr)
-    out = asyncio.run(run(args))
+    outs = asyncio.run(run(args))
+    out = outs[args.root]
     print(table(out))
     print(f"\nload average after: {os.getloadavg()}")
     if args.json:
-        Path(args.json).write_text(json.dumps({" / ".join(k): v for k, v in out.items()}, indent=1))
-
+        files = {args.root: args.json, args.against: str(Path(args.json).with_suffix(".against.json"))}
+        for root, samples in outs.items():
+            Path(files[root]).write_text(json.dumps({" / ".join(k): v for k, v in samples.items()}, indent=1))
+        if args.against:
+            print("\n--against (before) and the served root (after), measured alternately:\n")
+            print(compare(files[args.against], files[args.root]))
 
 if __name__ == "__main__":
     main()

@@ -11,7 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from ui.state import from_query, resolve
-from ui.panels import LAZY_SECTIONS
+from ui.panels import LAZY_SECTIONS, OVERVIEW_CHART
 from ui.widgets import SECTIONS as SECTION_ROWS
 from zerocalc.output.report import full_report
 from zerocalc.units import UNIT_BYTES, format_bytes
@@ -38,6 +38,7 @@ def run_app(query=None, tab=None, sections=()):
     at = AppTest.from_file(APP, default_timeout=60)
     for key, value in (query or {}).items():
         at.query_params[key] = value
+    open_lazy(at, (OVERVIEW_CHART,))      # the overview's chart, drawn only while its section is open (issue 36)
     at.run()
     assert not at.exception, at.exception
     if tab or sections:
@@ -145,10 +146,36 @@ def table(at, key):
 
 
 def dataframe_with(at, column):
+    """The data grid or the static HTML table (ui/static_table.py) with this column, as a DataFrame."""
     for df in at.dataframe:
         if column in df.value.columns:
             return df.value
+    for df in html_tables(at):
+        if column in df.columns:
+            return df
     raise AssertionError(f"no table with column {column!r}")
+
+
+def all_tables(at) -> list:
+    """Every table on the page as a DataFrame: the data grids and the static HTML tables."""
+    return [df.value for df in at.dataframe] + html_tables(at)
+
+
+def html_tables(at) -> list:
+    """The page's static HTML tables as DataFrames: a cell's text, or its exact value where it carries one."""
+    import pandas as pd
+
+    def value(attrs, text):
+        exact = re.search(r'data-v="([^"]*)"', attrs)
+        return json.loads(html_lib.unescape(exact.group(1))) if exact else html_lib.unescape(text)
+    found = []
+    for block in at.get("html"):
+        for table in re.findall(r'<table class="zc-table".*?</table>', block.proto.body, flags=re.S):
+            head = [html_lib.unescape(h) for h in re.findall(r"<th>(.*?)</th>", table, flags=re.S)]
+            rows = [[value(a, t) for a, t in re.findall(r"<td([^>]*)>(.*?)</td>", row, flags=re.S)]
+                    for row in re.findall(r"<tr>(.*?)</tr>", table.split("<tbody>", 1)[1], flags=re.S)]
+            found.append(pd.DataFrame(rows, columns=head))
+    return found
 
 
 def traces(fig):

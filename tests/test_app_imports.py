@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_helpers import alerts, core_report, open_tab, run_app, text_of
+from tests.app_helpers import alerts, core_report, dataframe_with, open_tab, run_app, text_of
 from zerocalc.frameworks import import_config
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -205,8 +205,7 @@ def test_a_framework_config_sets_the_view_and_marks_its_stage(name, stage):
     for item in imported.ignored_keys[:3]:
         assert item["key"] in details
     open_tab(at, "Model states")
-    plan = at.dataframe[0].value if "plan" in at.dataframe[0].value.columns else \
-        next(df.value for df in at.dataframe if "plan" in df.value.columns)
+    plan = dataframe_with(at, "plan")
     assert plan["plan"].tolist()[stage] == f"◀ checked (from {name})"
 
 

@@ -6,6 +6,7 @@ import pytest
 from ui.state import from_query, resolve
 from zerocalc.output.report import full_report
 from tests.app_helpers import (
+    all_tables,
     captions,
     core_report,
     dataframe_with,
@@ -68,7 +69,7 @@ def test_the_layout_controls_change_the_link_and_the_numbers():
 def test_layouts_that_fit_are_searched_on_request_and_download_as_csv():
     query = {"model": "llama-3-70b", "workers": "64", "micro_batch": "2", "seq_len": "4096", "micro_batches": "8"}
     at = run_app(query, tab="Layouts and ranks")
-    assert not any("dp x tp x pp x cp" in df.value.columns for df in at.dataframe)   # not computed until asked
+    assert not any("dp x tp x pp x cp" in df.columns for df in all_tables(at))   # not computed until asked
     at.toggle(key="show_layouts").set_value(True).run()
     table = dataframe_with(at, "dp x tp x pp x cp")
     report = core_report(query)

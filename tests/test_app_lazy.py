@@ -1,16 +1,19 @@
-"""Issue 36: what a view draws at once and what waits for a click. The Peak view draws its chart, tables, solver
-sentences and sweep; the step timeline, the assumption ranges, the activation terms and the fits-on table each live
-in a section drawn (and computed) only while open; so do Model states' scaling chart and DeepSpeed's estimator (the
-report's answers asked for only then), the GPU catalogue, the exported configs and the probe. The fixes are
-searched in a worker while the view is drawn and land in the place kept for them, above the view switcher."""
+"""Issue 36: what a view draws at once and what waits for a click. The Peak view draws its one chart, tables and
+solver sentences; the sweep, the step timeline, the assumption ranges, the activation terms and the fits-on table
+each live in a section drawn (and computed) only while open; so do Model states' scaling chart and DeepSpeed's
+estimator (the report's answers asked for only then), the GPU catalogue, the exported configs and the probe. The
+fixes are searched in a worker while the view is drawn and land in the place kept for them, above the view
+switcher."""
 
 from streamlit.testing.v1 import AppTest
 
-from tests.app_helpers import APP, has_figure, open_lazy, table
+from tests.app_helpers import APP, all_tables, core_report, dataframe_with, has_figure, open_lazy, table
 from ui import compute
 from ui.state import from_query, resolve
-from ui.panels import (CATALOGUE, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
-                       PEAK_TIMELINE, EXPORTS, PROBE, SCALING)
+from zerocalc.units import format_bytes
+from ui.figures import STAGE_LABELS
+from ui.panels import (CATALOGUE, CLUSTER, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
+                       PEAK_SWEEP, PEAK_TIMELINE, EXPORTS, OVERVIEW_CHART, PROBE, SCALING)
 
 
 def app(query: dict, tab: str) -> AppTest:
@@ -26,15 +29,15 @@ def app(query: dict, tab: str) -> AppTest:
 
 def test_the_peak_view_draws_its_secondary_sections_only_when_opened():
     at = app({"model": "llama-3-8b"}, "Peak and step")
-    assert has_figure(at, "fig_peak") and has_figure(at, "fig_sweep")
-    assert not has_figure(at, "fig_timeline")
-    assert "GPU" not in {c for df in at.dataframe for c in df.value.columns}        # the fits-on table is not drawn
-    assert {"Step timeline", "Assumption ranges", "Activation terms", "Fits on"} <= {
+    assert has_figure(at, "fig_peak") and len(at.get("plotly_chart")) == 1          # one chart per view
+    assert not has_figure(at, "fig_timeline") and not has_figure(at, "fig_sweep")
+    assert "GPU" not in {c for df in all_tables(at) for c in df.columns}        # the fits-on table is not drawn
+    assert {"Sweep", "Step timeline", "Assumption ranges", "Activation terms", "Fits on"} <= {
         e.label.split(":")[0].split(" saved")[0] for e in at.expander}
-    open_lazy(at, (PEAK_TIMELINE, PEAK_FITS_ON))
+    open_lazy(at, (PEAK_SWEEP, PEAK_TIMELINE, PEAK_FITS_ON))
     at.run()
-    assert has_figure(at, "fig_timeline") and len(table(at, "fits_on_table")) > 10
-    assert not any(df.value.columns.tolist()[:1] == ["term"] for df in at.dataframe)   # activations still closed
+    assert has_figure(at, "fig_sweep") and has_figure(at, "fig_timeline") and len(table(at, "fits_on_table")) > 10
+    assert not any(df.columns.tolist()[:1] == ["term"] for df in all_tables(at))   # activations still closed
     open_lazy(at, (PEAK_RANGES, PEAK_ACTIVATIONS))
     at.run()
     assert len(table(at, "activation_table")) > 5
@@ -42,15 +45,18 @@ def test_the_peak_view_draws_its_secondary_sections_only_when_opened():
     at.run()
     at.session_state["tab"] = "Peak and step"
     at.run()
-    assert not has_figure(at, "fig_timeline")                  # a view opened again starts with them closed
+    assert not has_figure(at, "fig_timeline") and not has_figure(at, "fig_sweep")   # a view opened again: closed
 
 
 def test_model_states_asks_for_the_answers_only_with_scaling_or_the_estimator_open():
     query = {"model": "llama-3-8b", "cuda_context_bytes": "1073742849"}       # a state of its own: cold caches
     at = app(query, "Model states")
     key = compute.state_key(resolve(from_query({k: [v] for k, v in query.items()})[0]).state)
+    assert not at.get("plotly_chart")                          # no chart until asked: tables and words first
+    open_lazy(at, (CLUSTER,))
+    at.run()
     assert has_figure(at, "fig_cluster") and not has_figure(at, "fig_scaling")
-    assert not any("estimator" in df.value.columns for df in at.dataframe)
+    assert not any("estimator" in df.columns for df in all_tables(at))
     assert (key, False, False) in compute._report.results and (key, False, True) not in compute._report.results
     open_lazy(at, (SCALING,))
     at.run()
@@ -62,10 +68,10 @@ def test_model_states_asks_for_the_answers_only_with_scaling_or_the_estimator_op
 
 def test_deepspeed_estimator_and_catalogue_wait_for_their_click():
     about = app({}, "How to read it")
-    assert not any("nvidia-smi's figure" in df.value.columns for df in about.dataframe)
+    assert not any("nvidia-smi's figure" in df.columns for df in all_tables(about))
     open_lazy(about, (CATALOGUE,))
     about.run()
-    assert any("nvidia-smi's figure" in df.value.columns for df in about.dataframe)
+    assert any("nvidia-smi's figure" in df.columns for df in all_tables(about))
     assert set(LAZY_SECTIONS) >= {CATALOGUE, DEEPSPEED}
 
 
@@ -103,3 +109,37 @@ def test_the_exported_configs_and_the_probe_are_highlighted_only_when_opened():
     open_lazy(calibrate, (PROBE,))
     calibrate.run()
     assert "Download zerocalc_probe.py" in {b.proto.label for b in calibrate.get("download_button")}
+
+
+def test_the_overview_is_a_table_of_the_peaks_terms_with_its_chart_drawn_when_opened():
+    """No Plotly on the first page (its script alone compiles in about 2 s here: docs/benchmarks.md); the table
+    shows each stage's peak term by term, every cell one of the core's figures."""
+    query = {"model": "deepseek-v3", "workers": "32", "pp": "8", "ep": "32", "stage": "1"}
+    at = app(query, "Overview")
+    assert not at.get("plotly_chart")
+    report = core_report(query)
+    terms = dataframe_with(at, "memory term")
+    rows = terms["memory term"].tolist()
+    for p in report["peak"]:
+        column = terms[STAGE_LABELS[p["stage"]] + (" (checked)" if p["stage"] == 1 else "")].tolist()
+        top = p["phases"][p["peak_phase"]]
+        for term, nbytes in top.items():
+            if nbytes:
+                assert column[rows.index(term)] == format_bytes(nbytes, "GB"), term
+        assert column[rows.index("peak per GPU")] == format_bytes(p["peak_bytes"], "GB")
+        assert column[rows.index("PyTorch can use")] == format_bytes(p["capacity_bytes"], "GB")
+    states = terms.iloc[rows.index("model states per worker (the ledger)"), 1:].tolist()
+    assert states == [format_bytes(s["per_worker_total_bytes"], "GB") for s in report["stages"]]
+    open_lazy(at, (OVERVIEW_CHART,))
+    at.run()
+    assert has_figure(at, "fig_overview") and len(at.get("plotly_chart")) == 1
+
+
+def test_a_static_table_escapes_its_cells_and_keeps_the_exact_numbers():
+    import pandas as pd
+
+    from ui.static_table import html_table
+    body = html_table(pd.DataFrame([{"name <b>": "<img src=x onerror=alert(1)>\u202e", "GB": 16.060121088,
+                                     "n": 12_345, "fits": True}]), "t")
+    assert "<img" not in body and "<b>" not in body and "\u202e" not in body and "[U+202E]" in body
+    assert 'data-v="16.060121088"' in body and ">16.0601<" in body and ">12,345<" in body and ">yes<" in body

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.app_helpers import alerts, core_report, open_tab, run_app
+from tests.app_helpers import alerts, core_report, dataframe_with, open_tab, run_app
 from tests.test_app_imports import fetch, hub_env, uploader  # noqa: F401  (hub_env: a fixture)
 from tests.hub_server import blocked, server  # noqa: F401  (fixtures)
 from ui import panels, tables
@@ -57,7 +57,7 @@ def test_an_uploaded_file_name_is_marked_in_the_message_the_stage_table_and_its_
     # alerts() strips tags before unescaping: markup that survives was escaped, so it is shown as the text it is
     assert "<b>x</b>[link](http://example.com)" in success
     open_tab(at, "Model states")
-    plan = next(df.value for df in at.dataframe if "plan" in df.value.columns)
+    plan = dataframe_with(at, "plan")
     cell = plan["plan"].tolist()[2]
     assert cell.startswith("◀ checked (from [U+202E]gpj.<b>x</b>") and "\u202e" not in cell
     assert "\u202e" not in panels._csv(plan).decode("utf-8")

@@ -17,7 +17,7 @@ from zerocalc.answers.fixes import sentence as fix_sentence
 from zerocalc.answers.verdict import headline, stage_verdicts
 from zerocalc.units import format_bytes, percent_text
 
-from . import figures, finetune, plain
+from . import finetune, plain, static_table
 from .figures import PHASE_LABELS, PLOTLY_CONFIG, STAGE_LABELS
 from .state import PRECISION_FIELDS, default_for
 from .state_stages import NONE as STAGE_NONE, ui_value
@@ -43,8 +43,12 @@ def _csv(df) -> bytes:
 
 
 def table_with_csv(df, name: str, report) -> None:
-    """A table (scrolling sideways when narrow) and its CSV download, stamped with the version and convention."""
-    st.dataframe(df, hide_index=True, key=f"{name}_table")
+    """A table (scrolling sideways when narrow) and its CSV download, stamped with the version and convention. A
+    small table is one static HTML block (ui/static_table.py), a long one the data grid."""
+    if len(df) <= static_table.MAX_ROWS:
+        st.html(static_table.html_table(df, name))
+    else:
+        st.dataframe(df, hide_index=True, key=f"{name}_table")
     stamp = "zerocalc" if report is None else f"zerocalc-{report['zerocalc_version']}-{report['convention']}"
     st.download_button(f"CSV: {name}", lambda: _csv(df), file_name=f"{stamp}-{name}.csv", mime="text/csv",
                        key=f"csv_{name}", on_click="ignore")   # built on click, not on every rerun
@@ -54,9 +58,10 @@ def table_with_csv(df, name: str, report) -> None:
 PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON = (
     "open_timeline", "open_ranges", "open_activations", "open_fits_on")
 DEEPSPEED, CATALOGUE, PROBE, SCALING = "open_deepspeed", "open_catalogue", "open_probe", "open_scaling"
+PEAK_SWEEP, OVERVIEW_CHART, CLUSTER = "open_sweep", "open_overview_chart", "open_cluster"
 EXPORTS = {fmt: f"open_export_{fmt}" for fmt in ("deepspeed", "accelerate", "torchtitan")}
-LAZY_SECTIONS = (PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED, CATALOGUE, PROBE, SCALING,
-                 *EXPORTS.values())
+LAZY_SECTIONS = (OVERVIEW_CHART, PEAK_SWEEP, PEAK_TIMELINE, PEAK_RANGES, PEAK_ACTIVATIONS, PEAK_FITS_ON, DEEPSPEED,
+                 CATALOGUE, PROBE, SCALING, CLUSTER, *EXPORTS.values())
 
 
 def lazy(label: str, key: str):
@@ -346,17 +351,24 @@ def fix_fields(fix, image_tokens: int = 0) -> dict:
     return values
 
 
+def fix_label(i: int, text: str, stage: int) -> str:
+    """The picker's line for a fix: its number and the change (the sentence before its peak), as the list reads."""
+    return f"{i + 1}. {text.partition(f': {STAGE_LABELS[stage]} peak ')[0]}"
+
+
 def fixes(found: list, resolved, stage: int, unit: str, limit: int = 6) -> None:
-    """What would make the checked stage fit: the core's cheapest changes, each with its peak and what it holds,
-    and a button that applies it."""
+    """What would make the checked stage fit: the core's cheapest changes, each with its peak and what it holds, as
+    one markdown list, and one picker with one Apply button (a row of buttons per fix cost the browser an element
+    each on every rerun: issue 36)."""
     if not found:
         return
     name = STAGE_LABELS[stage]
+    texts = [fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage) for fix in found]
     if not found[0].fits:              # answers/combined.py: nothing tried fits; the closest it came
         fix = found[0]
         st.markdown(f"**Nothing zerocalc tries makes {name} fit**, one change or up to three together. The "
                     f"closest comes to {percent_text(fix.peak_bytes, fix.capacity_bytes)} of the capacity: "
-                    f"{escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))} "
+                    f"{escape_markdown(texts[0])} "
                     "A smaller model, fine-tuning instead of full training, or more GPUs with model parallelism "
                     "(Layouts and ranks) are the next steps.")
         return
@@ -364,17 +376,18 @@ def fixes(found: list, resolved, stage: int, unit: str, limit: int = 6) -> None:
            if all(f.parts for f in found) else "cheapest first; each changes one thing and holds the rest"
            if not any(f.parts for f in found) else "cheapest first: single changes, and changes joined where "
            "together they cost less than any single one")
-    st.markdown(f"**What would make {name} fit** ({how}):")
-    for i, fix in enumerate(found[:limit]):
-        left, right = st.columns([6, 1], vertical_alignment="center")
-        left.markdown(f"{i + 1}. {escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))}")
-        values = fix_fields(fix, resolved.workload.vision_tokens.text_tokens)
-        right.button("Apply", key=f"fix_apply_{i}", on_click=set_fields, args=(values,),
-                     help="Sets these values in the sidebar.")
+    numbered = [f"{i + 1}. {escape_markdown(t)}" for i, t in enumerate(texts)]
+    st.markdown(f"**What would make {name} fit** ({how}):\n\n" + "\n".join(numbered[:limit]))
     if len(found) > limit:
         with st.expander(f"{len(found) - limit} more"):
-            for fix in found[limit:]:
-                st.markdown(f"- {escape_markdown(fix_sentence(fix, resolved.scenario, resolved.workload, unit, stage))}")
+            st.markdown("\n".join(numbered[limit:]))
+    left, right = st.columns([4, 1], vertical_alignment="bottom")
+    pick = left.selectbox("Apply a change", range(len(found)), key="fix_pick",
+                          format_func=lambda i: fix_label(i, texts[i], found[i].stage))
+    pick = pick if pick is not None and pick < len(found) else 0
+    right.button("Apply", key="fix_apply", on_click=set_fields,
+                 args=(fix_fields(found[pick], resolved.workload.vision_tokens.text_tokens),),
+                 help="Sets the chosen change's values in the sidebar.")
 
 
 def import_message() -> None:
@@ -391,40 +404,6 @@ def import_message() -> None:
 # --- overview -------------------------------------------------------------------------------------------------
 
 def overview(report: dict, unit: str, stage: int, breakdown: str) -> None:
-    """The overview chart; the legend and the notes under it are one HTML block. Its "bars by" choice lives in the
-    sidebar's Display section with the units (a control drawn here cost every rerun a widget: benchmarks.md)."""
-    if "peak" not in report:
-        chart(figures.per_worker(report, unit, breakdown, stage), "fig_per_worker")
-        legend = ""
-    else:
-        fig = figures.overview(report, unit, breakdown, stage)
-        chart(fig, "fig_overview")
-        legend = figures.legend_html(fig)
-    st.html(f'{legend}<p class="zc-notes" style="font-size:.875rem;color:rgba(49,51,63,.6);margin:.4rem 0 0 0">'
-            f'{html.escape(" ".join(_overview_notes(report, unit, stage, breakdown)))}</p>')
-
-
-BARS_BY = {"category": "by category (parameters, gradients, optimizer)", "entry": "by ledger entry"}
-
-
-def _overview_notes(report: dict, unit: str, stage: int, breakdown: str) -> list:
-    notes = []
-    states = f"model states per worker {BARS_BY[breakdown]}"
-    if "peak" in report:
-        notes.append(f"Left bar at each stage: the {states} (persistent); right bar: the peak per GPU at its "
-                     "peak phase, model states included, against the dashed capacity. One colour per term (see "
-                     "\"How to read it\"); the assumptions' range is under \"Peak and step\".")
-    else:
-        notes.append(f"Bars: the {states}.")
-    groups = report["stages"][stage].get("per_worker_group_bytes")
-    if groups and len(groups) > 1:
-        labels = figures.group_names(report)
-        hatches = "crossed: frozen; dotted: fp32 adapters or copies" if labels else \
-            "hatched: experts; dotted: fp32 routers"
-        notes.append(f"{STAGE_LABELS[stage]} model states per worker by parameter group: " +
-                     "; ".join(f"{labels.get(g, g)} {format_bytes(b, unit)}" for g, b in groups.items()) +
-                     f" ({hatches}).")
-    elif report.get("architecture", {}).get("expert_params"):
-        notes.append("Hatched: the experts' entries (their ZeRO state lives on the expert-data-parallel group); "
-                     "dotted: routers kept in fp32.")
-    return notes
+    """The overview view (ui/overview.py: a table of the peak's terms; the chart drawn when its section opens)."""
+    from .overview import draw        # it draws with this module's chart and lazy
+    draw(report, unit, stage, breakdown)

@@ -17,10 +17,10 @@ from zerocalc.parallel.search import recompute_variant, split_for
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
 
-from . import figures, finetune, plain, tables
+from . import figures, finetune, plain, static_table, tables
 from .figures import STAGE_LABELS
-from .panels import (CATALOGUE, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_TIMELINE, SCALING,
-                     chart, escape_markdown, lazy, table_with_csv)
+from .panels import (CATALOGUE, CLUSTER, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_SWEEP,
+                     PEAK_TIMELINE, SCALING, chart, escape_markdown, lazy, table_with_csv)
 from .state_stages import ui_value
 from .widgets import set_fields
 from .worker import WorkerError, failure_text
@@ -51,12 +51,14 @@ def ledger(report: dict, unit: str, stage: int) -> None:
 
 
 def model_states_tab(report: dict, unit: str, stage: int, imported: str = None) -> None:
-    """Model states: the cluster's one copy vs redundant copies, the stage table, the ledger's worked formulas;
-    the scaling sweep and DeepSpeed's own estimator each drawn when opened (the page asks the core for them only
-    then: page.LAZY_ANSWERS)."""
+    """Model states: the stage table, the ledger's worked formulas; the cluster's one copy vs redundant copies, the
+    scaling sweep and DeepSpeed's own estimator each drawn when opened (no chart unless asked: issue 36; the page
+    asks the core for the scaling and the estimator only then: page.LAZY_ANSWERS)."""
     left, right = st.columns(2)
-    with left:
-        chart(figures.cluster(report, unit), "fig_cluster")
+    with left:        # the caption and the stage table's redundant share say it in words: the chart when opened
+        if box := lazy("Cluster: one copy against redundant copies, by stage", CLUSTER):
+            with box:
+                chart(figures.cluster(report, unit), "fig_cluster")
     with right:
         if box := lazy("Scaling: model states per worker as the cluster grows", SCALING):
             with box:
@@ -109,9 +111,10 @@ def sweep_panel(resolved, report: dict, unit: str, sweep_of) -> None:
 
 def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas=None, resolved=None,
              sweep_of=None, longest: dict = None) -> None:
-    """The peak chart, its table, the solvers' answers and the sweep; the step timeline, the ranges, the activation
+    """The peak chart, its tables and the solvers' answers; the sweep, the step timeline, the ranges, the activation
     terms and the GPUs it fits on each in a section drawn (and computed) only while it is open: a chart costs the
-    browser about 0.35 s of CPU here, a table 0.13 s, and the view drew three charts and five tables (issue 36).
+    browser about 0.35 s of CPU here, a table 0.13 s, and the view drew three charts and five tables (issue 36: one
+    chart per view).
     `formulas`: a function returning the activation terms' formulas (computed when their section opens)."""
     if "peak" not in report:
         st.info("The peak needs an architecture: pick a model, edit its fields, or load a config.json.")
@@ -122,8 +125,10 @@ def peak_tab(report: dict, ranges: dict, unit: str, stage: int, formulas=None, r
     table_with_csv(tables.peak_terms_table(report, unit, stage), "peak-terms", report)
     for sentence in tables.solver_sentences(report, longest):
         st.markdown(f"- {sentence}")
-    if resolved is not None and sweep_of is not None:      # a shared link opens on it (issue 22)
-        sweep_panel(resolved, report, unit, sweep_of)
+    if resolved is not None and sweep_of is not None and (
+            box := lazy("Sweep: the peak along one input, and where it stops fitting", PEAK_SWEEP)):
+        with box:
+            sweep_panel(resolved, report, unit, sweep_of)
     if "comm_buffers" in report:
         st.caption("Communication buffers: " + escape_markdown(report["comm_buffers"]["why"]) + ". Gradients live "
                    + escape_markdown(report["grad_lifetime"]["why"]) + ".")
@@ -261,8 +266,7 @@ def about_tab(report: dict, unit: str = "GB") -> None:
         box.dataframe(tables.catalog_table(catalog_rows(), unit), hide_index=True, key="catalog_table")
     st.markdown(tables.validation_sentence(validation_summary()))
     st.markdown("**One colour per memory term**, the same in every chart and every view:")
-    st.dataframe(tables.colour_table(), hide_index=True, key="colours_table",
-                 column_config={"colour": st.column_config.TextColumn("colour")})
+    st.html(static_table.html_table(tables.colour_table(), "colours"))
     swatches = "".join(f'<span style="display:inline-block;margin:0 0.5rem 0.3rem 0"><span style="display:inline-'
                        f'block;width:0.9rem;height:0.9rem;background:{c};vertical-align:middle;margin-right:0.25rem">'
                        f'</span>{html.escape(t)}</span>' for t, c in figures.TERM_COLORS.items())

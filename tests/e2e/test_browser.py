@@ -46,6 +46,8 @@ def open_app(page, server, query="", charts=True):
     wait_ready(page)
     page.locator("[data-testid=zc-verdict], [data-testid=stMetric]").first.wait_for()   # the first run is drawn
     if charts:
+        if page.locator("[data-testid=stExpander] summary", has_text="Chart: model states and peak").count():
+            open_tab(page, "Chart: model states and peak", "[data-testid=stExpander] summary")   # issue 36
         page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").first.wait_for()
 
 
@@ -145,8 +147,9 @@ def test_each_term_keeps_its_colour_across_charts_and_views(page, server):
         open_app(page, server, query)
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(1)
         charts = page.evaluate(CHART_DATA)
-        open_tab(page, "Peak and step")          # the peak, the sweep and (its section opened) the step timeline
-        open_tab(page, "Step timeline: memory through one step, phase by phase", "[data-testid=stExpander] summary")
+        open_tab(page, "Peak and step")          # the peak, and (their sections opened) the sweep and the timeline
+        for section in ("Sweep: the peak along one input", "Step timeline: memory through one step, phase by phase"):
+            open_tab(page, section, "[data-testid=stExpander] summary")
         expect(page.locator("[data-testid=stPlotlyChart] .js-plotly-plot")).to_have_count(3)
         charts += page.evaluate(CHART_DATA)
         for chart in charts:
@@ -251,7 +254,7 @@ def test_no_toolbar_or_control_covers_a_chart_title(page, server, which):
     size(page, which)
     for query, tab in (("", "Overview"), (ISSUE_13, "Peak and step"),
                        ("?model=llama-3-70b&workers=4&tp=8&pp=2&sequence_parallel=true", "Layouts and ranks")):
-        open_app(page, server, query, charts=False)
+        open_app(page, server, query, charts=tab == "Overview")      # the overview's chart: its section opened
         if tab != "Overview":
             open_tab(page, tab)
         chart = page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").first
@@ -268,15 +271,10 @@ def test_tables_scroll_sideways_on_a_phone_with_the_formula_column_reachable(pag
     size(page, "phone")
     open_app(page, server, charts=False)
     open_tab(page, "Model states")
-    frames = page.locator("[data-testid=stDataFrame]")
-    frames.first.wait_for()
-    drawn = """Array.from(document.querySelectorAll('[data-testid=stDataFrame]'))
-      .filter(d => d.querySelector('.dvn-scroller') && d.getBoundingClientRect().width > 0)"""
-    page.wait_for_function(f"() => {drawn}.length >= 2", timeout=30_000)      # the grids mount one by one
-    state = page.evaluate(f"""() => {drawn}.map(d => {{
-        const s = d.querySelector('.dvn-scroller');
+    page.locator(".zc-table-wrap").nth(1).wait_for()          # static HTML tables (ui/static_table.py) in scrollers
+    state = page.evaluate("""() => Array.from(document.querySelectorAll('.zc-table-wrap')).map(s => {
         const before = s.scrollLeft; s.scrollLeft = s.scrollWidth; const after = s.scrollLeft;
-        return {{width: d.getBoundingClientRect().right, sw: s.scrollWidth, cw: s.clientWidth, moved: after > before}}; }})""")
+        return {width: s.getBoundingClientRect().right, sw: s.scrollWidth, cw: s.clientWidth, moved: after > before}; })""")
     assert len(state) >= 2 and all(f["width"] <= 400 for f in state), state
     assert all(f["sw"] > f["cw"] and f["moved"] for f in state), state      # wide tables scroll, reaching the end
     assert page.evaluate("document.documentElement.scrollWidth") <= 400

@@ -121,12 +121,13 @@ def test_health_and_security_headers(served):
 
 
 def test_the_default_plan_shows_its_verdict(page, served):
-    """The first load from the container, timed from navigation to the verdict and the chart drawn."""
+    """The first load from the container, timed from navigation to the verdict and the overview's table drawn (its
+    chart waits for a click: issue 36)."""
     _, base = served
     start = time.monotonic()
     open_page(page, base + "/")
-    page.locator("[data-testid=stPlotlyChart] .js-plotly-plot").first.wait_for(timeout=90_000)
-    TIMES["first page load to chart"] = time.monotonic() - start
+    page.locator("[data-testid=zc-table]").first.wait_for(timeout=90_000)
+    TIMES["first page load to the overview"] = time.monotonic() - start
     report = core_report({})
     assert subtotals(page)[:4] == [format_bytes(s["per_worker_total_bytes"], "GB") for s in report["stages"]]
     expect(page.get_by_text("ZeRO-1, ZeRO-2 and ZeRO-3 fit; ZeRO-0 does not", exact=False)).to_be_visible()

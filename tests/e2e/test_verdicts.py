@@ -11,10 +11,11 @@ from ui.state import from_query, resolve
 from zerocalc.answers.sweep import sweep
 
 
-def test_a_shared_view_opens_on_its_view_with_the_sweep(page, server):
+def test_a_shared_view_opens_on_its_view_with_the_sweep_one_click_away(page, server):
     query = "?model=llama-3-8b&workers=8&seq_len=8192&view=peak-and-step"
     open_app(page, server, query, charts=False)
     expect(view_button(page, "Peak and step")).to_be_checked()
+    open_tab(page, "Sweep: the peak along one input", "[data-testid=stExpander] summary")   # one chart a view (issue 36)
     r = resolve(from_query({k: v for k, v in query_dict(query).items() if k != "view"})[0])
     edge = sweep(r.scenario, r.workload, "seq_len", 3)["edge"]["3"]
     expect(page.get_by_text(f"ZeRO-3 fits up to sequence length {edge:,}", exact=False)).to_be_visible(
