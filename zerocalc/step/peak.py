@@ -6,8 +6,9 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
   beside the one fp32 buffer its vocab-parallel cross entropy computes the softmax in), the gathered parameters;
 - backward (its start, when every activation is still saved): model states, activations, the loss's gradient
   transients (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32
-  gradient to the logits' dtype), the gathered parameters and the gradient buckets, and under full recompute one
-  block rebuilt;
+  gradient to the logits' dtype), the gathered parameters and the gradient buckets; under full recompute the
+  larger of that and the last block's re-run (_loss_or_recompute), or their sum where the block's backward is
+  not walked;
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
   updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
@@ -166,7 +167,8 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
         bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
         sim = None
         if percent is None and workload.allocator != "flat":   # the allocator's model replays the step (issue 32)
-            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False)[1]
+            replayed = {**bare, "backward": {k: v for k, v in items[3] if v}}
+            sim = simulated_reserve(StagePeak(s, replayed, capacity, {}, unit), shape, workload.allocator, False)[1]
         phases, totals = {}, {}
         for name, parts in bare.items():
             tensors = sum(parts.values())
@@ -195,13 +197,15 @@ def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: Step
     peaks = []
     for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):
         unit = cycle_unit_bytes(scenario, workload, s, shape)              # once per stage, not per phase
-        peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit) for phase in items))
+        peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit)
+                         for phase in items[:3]))
     return tuple(peaks)
 
 
 def _phase_items(scenario, workload, stages, shape: StepShape):
     """For each (stage, model-state bytes on the GPU): the stage and its (forward, backward, optimizer step)
-    components as (name, bytes) lists. What does not depend on the stage is worked out once."""
+    components as (name, bytes) lists, and the backward the allocator's model replays (the loss's transients
+    and the rebuilt block both named: it runs them in turn). What does not depend on the stage is worked out once."""
     P, L = shape.params, shape.largest_layer_params
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
@@ -258,10 +262,33 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         offload = offload_parts(scenario, workload, s, shape, comm)                        # fsdp_offload.py
         backward += offload.get("backward", [])
+        # the allocator's replay (timeline.py) runs the loss's transients and the rebuilt block in turn itself
+        replayed, backward = backward, _loss_or_recompute(backward, shape)
         if per_backward and grads or offload.get("backward end"):
-            backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
-                                   offload.get("backward end", ()))
-        yield s, (forward, backward, optimizer)
+            replayed, backward = (_larger_end(b, grads if per_backward else 0, first_block_bytes(shape),
+                                              offload.get("backward end", ())) for b in (replayed, backward))
+        yield s, (forward, backward, optimizer, replayed)
+
+
+REBUILT, GRADIENTS = "recompute (one block)", "recompute (its backward's gradients)"
+
+
+def _loss_or_recompute(backward, shape: StepShape):
+    """Backward under full recompute: torch.utils.checkpoint re-runs the last block only once the loss's gradient
+    transients and what the output end saved (the fp32 log-softmax, the head's input, the final norm) are freed (a
+    lifetime trace: no T x V storage alive at the re-run, tests/measure/recompute_loss_overlap.py). So the phase
+    is the larger of the loss moment (every activation, the loss's transients) and the recompute moment (the
+    activations less the output end's, the rebuilt block and the gradients its backward holds at its worst op:
+    block_backward.py), not their sum. Where the block's backward is not walked (its family, Megatron's groups,
+    a multi-token-prediction module rebuilt beside its own loss), the rebuilt block is summed as before."""
+    act = shape.act
+    parts = dict(backward)
+    if not parts.get(REBUILT) or act.recompute_backward is None or act.mtp_rebuilt:
+        return backward
+    loss_moment = [item for item in backward if item[0] != REBUILT]
+    recompute_moment = [(n, v - sum(act.head.values())) if n == "activations" else (n, v) for n, v in backward
+                        if n != "logits and loss"] + [(GRADIENTS, act.recompute_backward)]
+    return max(loss_moment, recompute_moment, key=lambda items: sum(v for _, v in items))
 
 
 def _larger_end(backward, grads: int, first_block: int, at_end=()):
