@@ -12,11 +12,15 @@ the rebuilt block + its backward's gradients).
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from zerocalc.step.block_backward import Step, walk
+from zerocalc.step.peak import GRADIENTS, REBUILT
+
+MOMENT = ("activations", "logits and loss", REBUILT, GRADIENTS)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,6 +34,42 @@ def test_walk_holds_gradients_and_releases_saves_as_each_op_finishes():
     assert walk(saved, steps, 7) == 7 + 60 + 200 - 100          # g4 beside g2, g3 (dropped after)
     assert walk(saved, steps[:1] + [Step((("g9", 500),), (), ("a",))], 7) == 547
     assert walk(saved, steps[:3] + [Step((("g6", 300),), ("g4",), ("b",))], 7) == 7 + 200 + 300 - 100 - 15 - 20
+
+
+def _backward(seq: int, mode: str, lifetime: str = "step", vocab: int = None):
+    from zerocalc import Scenario
+    from zerocalc.model.finetune import FineTune
+    from zerocalc.model.inventory import param_count
+    from zerocalc.model.presets import MODEL_PRESETS
+    from zerocalc.output.report import full_report
+    from zerocalc.step.workload import Workload
+
+    arch = MODEL_PRESETS["llama-3-8b"][0]
+    arch = replace(arch, vocab=vocab) if vocab else arch
+    s = Scenario.from_convention("zero-paper", params=param_count(arch), workers=1)
+    d = full_report(s, Workload(arch, seq_len=seq, recompute="full", finetune=FineTune(mode=mode),
+                                grad_lifetime=lifetime))
+    return d["peak"][0]["phases"]["backward"], d["activation_terms"]
+
+
+@pytest.mark.parametrize("vocab", [None, 4096])
+def test_backward_is_the_larger_moment_not_their_sum(vocab):
+    # Llama-3's 128,256 columns: the loss's 8 bytes per T x V outweigh a rebuilt block; 4,096 columns: the re-run
+    parts, terms = _backward(4096, "lora", vocab=vocab)
+    fixed = sum(v for k, v in parts.items() if k not in MOMENT + ("allocator reserve",))
+    act = parts["activations"] + (sum(terms["output_end"].values()) if REBUILT in parts else 0)
+    loss = act + 8 * 4096 * (vocab or 128256)
+    rebuilt = act - sum(terms["output_end"].values()) + terms["recompute_working"] + terms["recompute_backward"]
+    assert fixed + max(loss, rebuilt) == sum(v for k, v in parts.items() if k != "allocator reserve")
+    assert (REBUILT in parts) == (vocab is not None) == ("logits and loss" not in parts)
+
+
+def test_backward_end_keeps_the_first_block_rebuilt_with_its_gradients():
+    # full training, gradients from backward on (grad_lifetime.py): at backward's end every gradient, the first
+    # block's saves and the first block rebuilt with its backward's gradients, whichever moment won at the start
+    parts, terms = _backward(1024, "full", "backward")
+    assert "activations (first block)" in parts and "activations" not in parts
+    assert parts[REBUILT] == terms["recompute_working"] and parts[GRADIENTS] == terms["recompute_backward"]
 
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -r requirements-validation.txt")

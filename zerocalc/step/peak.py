@@ -263,10 +263,11 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         offload = offload_parts(scenario, workload, s, shape, comm)                        # fsdp_offload.py
         backward += offload.get("backward", [])
         # the allocator's replay (timeline.py) runs the loss's transients and the rebuilt block in turn itself
-        replayed, backward = backward, _loss_or_recompute(backward, shape)
+        replayed, (backward, whole) = backward, _loss_or_recompute(backward, shape)
         if per_backward and grads or offload.get("backward end"):
             replayed, backward = (_larger_end(b, grads if per_backward else 0, first_block_bytes(shape),
-                                              offload.get("backward end", ())) for b in (replayed, backward))
+                                              offload.get("backward end", ()), w)
+                                  for b, w in ((replayed, replayed), (backward, whole)))
         yield s, (forward, backward, optimizer, replayed)
 
 
@@ -274,9 +275,10 @@ REBUILT, GRADIENTS = "recompute (one block)", "recompute (its backward's gradien
 
 
 def _loss_or_recompute(backward, shape: StepShape):
-    """Backward under full recompute: torch.utils.checkpoint re-runs the last block only once the loss's gradient
-    transients and what the output end saved (the fp32 log-softmax, the head's input, the final norm) are freed (a
-    lifetime trace: no T x V storage alive at the re-run, tests/measure/recompute_loss_overlap.py). So the phase
+    """Backward under full recompute (the phase's parts and, for its end, all of them): torch.utils.checkpoint
+    re-runs the last block only once the loss's gradient transients and what the output end saved (the fp32
+    log-softmax, the head's input, the final norm) are freed (a lifetime trace: no T x V storage alive at the
+    re-run, tests/measure/recompute_loss_overlap.py). So the phase
     is the larger of the loss moment (every activation, the loss's transients) and the recompute moment (the
     activations less the output end's, the rebuilt block and the gradients its backward holds at its worst op:
     block_backward.py), not their sum. Where the block's backward is not walked (its family, Megatron's groups,
@@ -284,19 +286,23 @@ def _loss_or_recompute(backward, shape: StepShape):
     act = shape.act
     parts = dict(backward)
     if not parts.get(REBUILT) or act.recompute_backward is None or act.mtp_rebuilt:
-        return backward
+        return backward, backward
     loss_moment = [item for item in backward if item[0] != REBUILT]
     recompute_moment = [(n, v - sum(act.head.values())) if n == "activations" else (n, v) for n, v in backward
                         if n != "logits and loss"] + [(GRADIENTS, act.recompute_backward)]
-    return max(loss_moment, recompute_moment, key=lambda items: sum(v for _, v in items))
+    # and every part, for backward's end (_larger_end): the first block rebuilt with its backward's gradients
+    return max(loss_moment, recompute_moment, key=lambda items: sum(v for _, v in items)), \
+        backward + [(GRADIENTS, act.recompute_backward)]
 
 
-def _larger_end(backward, grads: int, first_block: int, at_end=()):
+def _larger_end(backward, grads: int, first_block: int, at_end=(), whole=None):
     """The backward phase when gradients live from backward on (grad_lifetime.py), or something else is held only
     at its end (`at_end`: FSDP1 offload's gradient shards): its start (every activation and the loss's transients,
     no gradient yet) or its end (every gradient, the first block's saves and the working sets that run with it),
-    whichever holds more."""
+    whichever holds more. `whole`: every part of the phase where `backward` is one of its moments
+    (_loss_or_recompute), for the end's."""
     start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
     gone = ("activations", "logits and loss", "router load-balancing loss")
-    end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block), *at_end]
+    end = [item for item in (whole or backward) if item[0] not in gone] + \
+        [("activations (first block)", first_block), *at_end]
     return max(start, end, key=lambda items: sum(v for _, v in items))
