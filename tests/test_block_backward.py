@@ -140,12 +140,15 @@ def test_backward_peak_under_recompute_matches_the_trace(case, tmp_path):
         assert abs(summed / t["backward peak"] - 1) > 0.02
 
 
-def test_lora_on_the_mlp_peaks_in_the_re_run_forward_and_reads_low(tmp_path):
+@pytest.mark.parametrize("targets", [("gate", "up"), ("up", "down"), ALL])
+def test_lora_on_the_mlp_peaks_in_the_re_run_forward(targets, tmp_path):
     """peft's fp32 adapters on gate / up: the peak is the re-run forward at up's adapter (its base output, the
-    scaled fp32 LoRA result and their fp32 sum: block_backward.forward_moments). The trace holds three more
-    hidden-size bf16 tensors there than the model names (an open residual: 5.6-6.2 % low on these shapes)."""
-    case = ("lora", "flash", 128, 352, 4, 4, 512, 512, ALL)
+    scaled fp32 LoRA result and their fp32 sum: block_backward.forward_moments). Exact with adapters on gate and
+    up; with one on down_proj too the trace holds 393,216 bytes more there (3 x 2 x T x h: a bf16 and an fp32
+    hidden-size tensor of the attention half, the input norm's fp32 product and a bf16 copy, still alive): an open
+    residual, 5.6-7.9 % low on the traced shapes, not explained yet."""
+    case = ("lora", "flash", 128, 352, 4, 4, 512, 512, targets)
     config, t = traced(*case)
-    loss, recompute, _ = zerocalc_figures(config, "lora", "flash", 512, ALL, tmp_path)
+    loss, recompute, _ = zerocalc_figures(config, "lora", "flash", 512, targets, tmp_path)
     assert recompute > loss and t["recompute moment peak"] > t["loss-gradient moment peak"]
-    assert recompute - t["backward peak"] == -3 * 2 * 512 * 128 - 8
+    assert recompute - t["backward peak"] == -8 - (3 * 2 * 512 * 128 if "down" in targets else 0)
