@@ -36,7 +36,7 @@ from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
-from .losses import loss_transients
+from .losses import held_output_bytes, loss_transients
 from .deepep import deepep_bytes
 from .nccl import nccl_bytes
 from .router_loss import router_loss_bytes
@@ -47,6 +47,7 @@ from .shape import StepShape, trainable_params
 from .workspaces import workspace_bytes
 
 PHASES = ("forward", "backward", "optimizer_step")
+HELD = "model output held by the loop"      # Workload.holds_output: step/losses.py held_output_bytes
 
 
 class StagePeak(NamedTuple):
@@ -210,6 +211,7 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     logits = loss_transients(workload, shape, scenario.grad_dtype)
+    held = held_output_bytes(workload, shape)          # a loop that keeps the model's output (losses.py)
     router = router_loss_bytes(workload, shape)              # router_loss.py: Hugging Face's, outside the layers
     reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
@@ -241,6 +243,9 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             forward.append(("router load-balancing loss", router["forward"]))
             backward.append(("router load-balancing loss", router["backward"]))
         optimizer = [*common[:2], common[3]]           # no activations at the step; the measured extra stays
+        if held:
+            backward.append((HELD, held))
+            optimizer.append((HELD, held))
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
         fwd, bwd, opt = buffer_items(comm, s, scenario, workload, shape, ds)
         forward += fwd
