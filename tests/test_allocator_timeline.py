@@ -75,17 +75,19 @@ def test_the_simulated_reserve(report):
 
 def test_the_model_against_the_ledgers_reserved_cases():
     """Before (5 % of the tensors) and with the model, on every expressed max_memory_reserved / device case:
-    the median error goes from -6.9 % to within 1 %, the cases under by more than 5 % from 18 of 26 to 6, those
-    within 10 % from 19 to 23; the worst under is AA-03 (-16.8 %, Answer.AI's QLoRA at 512 tokens, -28.1 %
-    before), the worst over the same run at 2048 tokens, AA-04 (+14.0 %)."""
+    the median error goes from -10.1 % to -2.3 %, the cases under by more than 5 % from 22 of 26 to 11, those
+    within 10 % from 12 to 18; the worst under is AA-11 (-25.6 %, Answer.AI's QLoRA, -26.7 % before), the worst
+    over TT-08 (+6.2 %). (Since backward under full recompute is the larger of the loss moment and the rebuilt
+    block's, not their sum (issue 31 item 4, step/block_backward.py), the Answer.AI and PEFT runs read lower: they
+    were 18 under and 23 within 10 % with the model before.)"""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
     assert len(rows) == 26
     before = sorted(r["before"] / r["measured"] - 1 for r in rows)
     after = sorted(r["after"] / r["measured"] - 1 for r in rows)
-    assert sum(e < -0.05 for e in before) == 18 and sum(e < -0.05 for e in after) <= 6
-    assert sum(abs(e) <= 0.10 for e in after) >= 23 > sum(abs(e) <= 0.10 for e in before)
-    assert abs(after[13]) < 0.01 and after[0] > -0.17 and after[-1] < 0.145
+    assert sum(e < -0.05 for e in before) == 22 and sum(e < -0.05 for e in after) <= 11
+    assert sum(abs(e) <= 0.10 for e in after) >= 18 > sum(abs(e) <= 0.10 for e in before)
+    assert abs(after[13]) < 0.015 and after[0] > -0.26 and after[-1] < 0.065
 
 
 # A real step recorded on the CPU by tests/measure/allocation_sequence.py (recorded_events(RECORDED_CONFIG, 512):

@@ -44,6 +44,7 @@ PLANS = (
      "--micro-batches", "16", "--sweep", "seq_len"],
     ["--model", "gpt2", "--optimizer", "muon", "--sweep", "workers"],
     ["--model", "gemma-3-4b", "--attention", "eager", "--workers", "2"],
+    ["--model", "llama-3-8b", "--finetune", "lora", "--recompute", "full"],
     ["--model", "qwen3-0.6b", "--micro-batch", "4", "--lengths", "p50=512,p90=2048,p99=6000,max=8192"],
     ["--model", "llama-3-8b", "--ds-config", str(FIX / "transformers_ds_config_zero2.json")],
     ["--model", "llama-3-8b", "--accelerate-config", str(FIX / "llamafactory_fsdp_config.yaml")],

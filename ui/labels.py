@@ -60,6 +60,7 @@ LABELS = {
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "moe_dispatcher": "Token dispatcher (expert parallelism)", "batch_mode": "Batch: fixed, padded or packed", "batch_lengths": "Sample lengths (percentiles)", "router_loss": "MoE load-balancing loss (output_router_logits)",
+    "holds_output": "The loop holds the model's output (logits) through backward",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
@@ -271,6 +272,9 @@ HELP = {
                      "max, the longest sample). A padded micro-batch is as long as its longest sample: the typical "
                      "step is the median longest of micro-batch samples drawn from these; the worst step, the "
                      "sequence length, is what the verdict judges. Empty: no typical step beside the worst.",
+    "holds_output": "A hand-written loop that keeps the model's output (output = model(...); loss = output.loss; "
+                    "loss.backward()) holds the logits through backward and the optimizer step; the Trainer, "
+                    "torchtune and torchtitan drop them first.",
     "router_loss": "Hugging Face's load-balancing loss (output_router_logits): every MoE layer's router logits "
                    "kept to the loss and the loss's own tensors; 48 GiB of one-hot before transformers 5.16.",
     "moe_capacity_percent": "A capacity factor drops tokens above it (125: 1.25x a balanced share); 0: dropless "

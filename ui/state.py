@@ -341,7 +341,9 @@ def workload(state: dict, arch: Architecture) -> Workload:
         moe_imbalance_percent=state["moe_imbalance_percent"], moe_capacity_percent=state["moe_capacity_percent"],
         moe_dispatcher=state["moe_dispatcher"],
         finetune=finetune(state), **step_workload(state),      # the router loss: MoE under Hugging Face only
-        router_loss=bool(state["router_loss"]) and arch.moe_layers > 0 and state["implementation"] == "huggingface")
+        router_loss=bool(state["router_loss"]) and arch.moe_layers > 0 and state["implementation"] == "huggingface",
+        holds_output=bool(state["holds_output"]) and state["implementation"] == "huggingface"
+        and state["loss"] == "auto")
 
 
 def finetune(state: dict) -> FineTune:

@@ -368,10 +368,9 @@ def _step(box) -> None:
     if current("batch_mode") == "padded":       # the samples' lengths decide the typical step (share.TYPED parses)
         st.session_state[LENGTHS_TEXT] = current(LENGTHS_TEXT)
         box.text_input(LABELS["batch_lengths"], key=LENGTHS_TEXT, help=HELP["batch_lengths"])
-    if current("implementation") == "huggingface":
-        widget("router_loss", box)              # counted for MoE models only (zerocalc/step/router_loss.py)
-    if current("implementation") == "megatron":
-        widget("loss_fusion", box)
+    hf = current("implementation") == "huggingface"  # its router loss (MoE) and a loop's held output; Megatron's fusion
+    for name in ("router_loss", "holds_output")[:1 + (current("loss") == "auto")] if hf else ("loss_fusion",):
+        widget(name, box)
     if current("recompute") == "full":
         widget("recompute_every", box)
 

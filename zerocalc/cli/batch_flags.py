@@ -1,5 +1,6 @@
 """The CLI's batch and MoE-routing flags (issue 37): how a micro-batch is cut from samples of different lengths
-(step/batches.py) and Hugging Face's load-balancing loss (step/router_loss.py), each a Workload field."""
+(step/batches.py), Hugging Face's load-balancing loss (step/router_loss.py) and a loop that holds the model's output
+(step/losses.py held_output_bytes), each a Workload field."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from ..step.batches import BATCH_MODES, parse_points, points_from_csv
 
 # field -> flag, for the errors (cli/workload.py FLAG_NAMES)
 BATCH_FLAG_NAMES = {"batch_lengths": "lengths"}
-BATCH_FLAGS = ("batch_mode", "lengths", "lengths_csv", "token_budget", "router_loss")
+BATCH_FLAGS = ("batch_mode", "lengths", "lengths_csv", "token_budget", "router_loss", "holds_output")
 
 
 def add_batch_flags(m, count) -> None:
@@ -27,6 +28,10 @@ def add_batch_flags(m, count) -> None:
     m.add_argument("--router-loss", nargs="?", const="yes", choices=("yes", "no"), help="Hugging Face's MoE "
                    "load-balancing loss (output_router_logits): every layer's router logits kept to the loss "
                    "and the loss's own tensors (default no, as every MoE config)")
+    m.add_argument("--holds-output", nargs="?", const="yes", choices=("yes", "no"), help="the training loop keeps "
+                   "the model's output (output = model(...); loss = output.loss; loss.backward(); "
+                   "optimizer.step()): its logits stay through backward and the step (default no: the Trainer, "
+                   "torchtune and torchtitan drop them first)")
 
 
 def batch_fields(args) -> dict:
@@ -60,6 +65,7 @@ def batch_fields(args) -> dict:
             out["seq_len"] = points[-1][1]                  # the longest sample
     if mode is not None:
         out["batch_mode"] = mode
-    if getattr(args, "router_loss", None) is not None:
-        out["router_loss"] = args.router_loss == "yes"
+    for flag in ("router_loss", "holds_output"):
+        if getattr(args, flag, None) is not None:
+            out[flag] = getattr(args, flag) == "yes"
     return out

@@ -29,13 +29,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import lru_cache
-from typing import Dict, NamedTuple
+from typing import Dict, NamedTuple, Optional
 
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
 from ..scenario import FieldError
 from ..tables import INDEX_BITS, STAT_BITS
 from .compiled import compiled_adapter_terms, compiled_op_terms, compiled_terms, covered_adapters
 from .compiled import covered as compiled_covered
+from .block_backward import backward_bits
 from .block_checkpoint import megatron_full_blocks, split_checkpointed  # noqa: F401 (shape.py's names)
 from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
 from .moe import Routing, moe_terms, routed_pairs
@@ -78,6 +79,7 @@ class ActivationReport(NamedTuple):
     checkpointed_layers: int = 0
     full_blocks: Dict[str, int] = {}     # under full recompute: one block's whole activations, by kind (dense, moe)
     mtp_rebuilt: int = 0                 # what backward rebuilds of one checkpointed MTP module (the last stage's)
+    recompute_backward: Optional[int] = None   # its backward beyond its saves (block_backward.py; None: not walked)
 
     @property
     def per_layer_total(self) -> int:
@@ -405,6 +407,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
+    walked = [backward_bits(local, t, w, attention, implementation, k, full[k], tr) for k in kinds] \
+        if recompute == "full" and not megatron_full and not compile_adapters and not compile_blocks else [None]
     if recompute == "op" or mods and mods != ("core_attn",):   # the re-run forwards rebuild what was not saved
         working = max(sum(_bytes(full[k]).values()) - sum(_bytes(blocks[k]).values()) for k in kinds)
         working = max(working, 0)
@@ -428,7 +432,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                             _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, kept["moe"],
                             _bytes(sliding), kept["sliding"], first_delta, frozen,
                             _bytes(checkpoint) if every > 1 or megatron_full else {}, checkpointed,
-                            full_sizes, mtp_rebuilt)
+                            full_sizes, mtp_rebuilt, None if None in walked else -(-max(walked) // 8))
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

@@ -210,6 +210,17 @@ def loss_row(workload) -> LossRow:
     return LOSSES["huggingface"]
 
 
+def held_output_bytes(workload, shape) -> int:
+    """The logits a loop that keeps the model's output holds through backward and the optimizer step: the tensor
+    the model returns (fp32 where transformers < 4.46 upcast it in the model, else the logits' own width). CPU,
+    transformers 5.24 Llama + peft, with and without recompute: 2 bytes per T x V more at backward's peak and after
+    it, bf16 (tests/test_held_output.py)."""
+    if not workload.holds_output or not shape.logits_elements:
+        return 0
+    upcast = applies(workload.finetune.versions, "logits upcast in the model")
+    return bytes_of(shape.logits_elements, 32 if upcast else shape.act_bits)
+
+
 def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
     """Liger's chunk rows: next_power_of_2(ceil(BT / ceil(V / H))), at most BT."""
     rows = -(-tokens // -(-vocab // hidden))

@@ -6,8 +6,9 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
   beside the one fp32 buffer its vocab-parallel cross entropy computes the softmax in), the gathered parameters;
 - backward (its start, when every activation is still saved): model states, activations, the loss's gradient
   transients (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32
-  gradient to the logits' dtype), the gathered parameters and the gradient buckets, and under full recompute one
-  block rebuilt;
+  gradient to the logits' dtype), the gathered parameters and the gradient buckets; under full recompute the
+  larger of that and the last block's re-run (_loss_or_recompute), or their sum where the block's backward is
+  not walked;
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
   updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
@@ -35,7 +36,7 @@ from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
-from .losses import loss_transients
+from .losses import held_output_bytes, loss_transients
 from .deepep import deepep_bytes
 from .nccl import nccl_bytes
 from .router_loss import router_loss_bytes
@@ -46,6 +47,7 @@ from .shape import StepShape, trainable_params
 from .workspaces import workspace_bytes
 
 PHASES = ("forward", "backward", "optimizer_step")
+HELD = "model output held by the loop"      # Workload.holds_output: step/losses.py held_output_bytes
 
 
 class StagePeak(NamedTuple):
@@ -166,7 +168,8 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
         bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
         sim = None
         if percent is None and workload.allocator != "flat":   # the allocator's model replays the step (issue 32)
-            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False)[1]
+            replayed = {**bare, "backward": {k: v for k, v in items[3] if v}}
+            sim = simulated_reserve(StagePeak(s, replayed, capacity, {}, unit), shape, workload.allocator, False)[1]
         phases, totals = {}, {}
         for name, parts in bare.items():
             tensors = sum(parts.values())
@@ -195,17 +198,20 @@ def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: Step
     peaks = []
     for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):
         unit = cycle_unit_bytes(scenario, workload, s, shape)              # once per stage, not per phase
-        peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit) for phase in items))
+        peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit)
+                         for phase in items[:3]))
     return tuple(peaks)
 
 
 def _phase_items(scenario, workload, stages, shape: StepShape):
     """For each (stage, model-state bytes on the GPU): the stage and its (forward, backward, optimizer step)
-    components as (name, bytes) lists. What does not depend on the stage is worked out once."""
+    components as (name, bytes) lists, and the backward the allocator's model replays (the loss's transients
+    and the rebuilt block both named: it runs them in turn). What does not depend on the stage is worked out once."""
     P, L = shape.params, shape.largest_layer_params
     trained = trainable_params(shape)
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     logits = loss_transients(workload, shape, scenario.grad_dtype)
+    held = held_output_bytes(workload, shape)          # a loop that keeps the model's output (losses.py)
     router = router_loss_bytes(workload, shape)              # router_loss.py: Hugging Face's, outside the layers
     reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
@@ -237,6 +243,9 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             forward.append(("router load-balancing loss", router["forward"]))
             backward.append(("router load-balancing loss", router["backward"]))
         optimizer = [*common[:2], common[3]]           # no activations at the step; the measured extra stays
+        if held:
+            backward.append((HELD, held))
+            optimizer.append((HELD, held))
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
         fwd, bwd, opt = buffer_items(comm, s, scenario, workload, shape, ds)
         forward += fwd
@@ -258,18 +267,47 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         offload = offload_parts(scenario, workload, s, shape, comm)                        # fsdp_offload.py
         backward += offload.get("backward", [])
+        # the allocator's replay (timeline.py) runs the loss's transients and the rebuilt block in turn itself
+        replayed, (backward, whole) = backward, _loss_or_recompute(backward, shape)
         if per_backward and grads or offload.get("backward end"):
-            backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
-                                   offload.get("backward end", ()))
-        yield s, (forward, backward, optimizer)
+            replayed, backward = (_larger_end(b, grads if per_backward else 0, first_block_bytes(shape),
+                                              offload.get("backward end", ()), w)
+                                  for b, w in ((replayed, replayed), (backward, whole)))
+        yield s, (forward, backward, optimizer, replayed)
 
 
-def _larger_end(backward, grads: int, first_block: int, at_end=()):
+REBUILT, GRADIENTS = "recompute (one block)", "recompute (its backward's gradients)"
+
+
+def _loss_or_recompute(backward, shape: StepShape):
+    """Backward under full recompute (the phase's parts and, for its end, all of them): torch.utils.checkpoint
+    re-runs the last block only once the loss's gradient transients and what the output end saved (the fp32
+    log-softmax, the head's input, the final norm) are freed (a lifetime trace: no T x V storage alive at the
+    re-run, tests/measure/recompute_loss_overlap.py). So the phase
+    is the larger of the loss moment (every activation, the loss's transients) and the recompute moment (the
+    activations less the output end's, the rebuilt block and the gradients its backward holds at its worst op:
+    block_backward.py), not their sum. Where the block's backward is not walked (its family, Megatron's groups,
+    a multi-token-prediction module rebuilt beside its own loss), the rebuilt block is summed as before."""
+    act = shape.act
+    parts = dict(backward)
+    if not parts.get(REBUILT) or act.recompute_backward is None or act.mtp_rebuilt:
+        return backward, backward
+    loss_moment = [item for item in backward if item[0] != REBUILT]
+    recompute_moment = [(n, v - sum(act.head.values())) if n == "activations" else (n, v) for n, v in backward
+                        if n != "logits and loss"] + [(GRADIENTS, act.recompute_backward)]
+    # and every part, for backward's end (_larger_end): the first block rebuilt with its backward's gradients
+    return max(loss_moment, recompute_moment, key=lambda items: sum(v for _, v in items)), \
+        backward + [(GRADIENTS, act.recompute_backward)]
+
+
+def _larger_end(backward, grads: int, first_block: int, at_end=(), whole=None):
     """The backward phase when gradients live from backward on (grad_lifetime.py), or something else is held only
     at its end (`at_end`: FSDP1 offload's gradient shards): its start (every activation and the loss's transients,
     no gradient yet) or its end (every gradient, the first block's saves and the working sets that run with it),
-    whichever holds more."""
+    whichever holds more. `whole`: every part of the phase where `backward` is one of its moments
+    (_loss_or_recompute), for the end's."""
     start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
     gone = ("activations", "logits and loss", "router load-balancing loss")
-    end = [item for item in backward if item[0] not in gone] + [("activations (first block)", first_block), *at_end]
+    end = [item for item in (whole or backward) if item[0] not in gone] + \
+        [("activations (first block)", first_block), *at_end]
     return max(start, end, key=lambda items: sum(v for _, v in items))

@@ -37,7 +37,7 @@ STATE_COPIES = 4              # parameter, gradient and two moments: a holding's
 REPLAYED = (48, 96)           # up to 96 blocks are replayed whole; beyond, extrapolated from these two counts
 PER_STEP_FIXED = ("model states", "library workspaces", "measured beyond the estimate", "activations",
                   "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)",
-                  "CUDA context", "NCCL buffers", "allocator reserve")
+                  "CUDA context", "NCCL buffers", "allocator reserve", "model output held by the loop")
 
 
 class Plan(NamedTuple):
@@ -128,7 +128,9 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
                 _split(grown // layers, in_layer), tuple(saved),
                 tuple(head) + (fwd.get("logits and loss", 0),),
                 bwd.get("logits and loss", 0), fwd.get("library workspaces", 0),
-                fwd.get("measured beyond the estimate", 0), unit, max(1, gathered // unit) if unit else 0,
+                # a loop's held output: alive through the step, replayed as a lump like the measured extra
+                fwd.get("measured beyond the estimate", 0) + opt.get("model output held by the loop", 0), unit,
+                max(1, gathered // unit) if unit else 0,
                 unit_grad, bwd.get("gradient buckets", 0),
                 _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers, beyond, dequantized)
 

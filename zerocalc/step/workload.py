@@ -156,6 +156,11 @@ class Workload:
     # Hugging Face's load-balancing loss (the model's output_router_logits, False in every family's config): every
     # MoE layer's router logits kept to the loss, and the loss's own tensors (step/router_loss.py).
     router_loss: bool = False
+    # A hand-written loop that keeps the model's output (`output = model(...); loss = output.loss;
+    # loss.backward(); optimizer.step()`, as Answer.AI's fsdp_qlora train.py does until `output = None` after the
+    # step) holds the returned logits through backward and the step; the HF Trainer, torchtune and torchtitan drop
+    # them first (step/losses.py held_output_bytes).
+    holds_output: bool = False
     # The batch as it really is (step/batches.py): fixed (every sample seq_len long), padded (micro_batch samples
     # padded to their longest; seq_len the longest a sample may be) or packed (micro_batch rows of seq_len tokens,
     # flash-attention varlen); batch_lengths: the samples' lengths as (percentile, tokens) points, the last at 100.
@@ -230,7 +235,7 @@ class Workload:
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
         for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
-                      "nccl_nvls", "router_loss"):
+                      "nccl_nvls", "router_loss", "holds_output"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
         if self.async_tp and isinstance(self.layout, Layout) and async_tp_refusal(self):
@@ -253,6 +258,9 @@ class Workload:
             raise FieldError("finetune", type(self.finetune).__name__, "a FineTune")
         check_against(self.layout, self.arch, self.seq_len, self.attention)
         check_batch(self)
+        if self.holds_output and (self.implementation != "huggingface" or self.loss != "auto"):
+            raise FieldError("holds_output", True, "false unless implementation is huggingface with its own loss "
+                             "(loss auto): the other losses return no logits to hold")
         if self.router_loss and (not self.arch.moe_layers or self.implementation != "huggingface"):
             # Megatron's aux losses run inside each layer's router: nothing outside the layers (router_loss.py)
             raise FieldError("router_loss", True, "false unless the model has MoE layers and implementation is "
