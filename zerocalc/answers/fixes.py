@@ -219,7 +219,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             if level == "op" and workload.implementation != "megatron":
                 continue                 # torchtitan's op-level policy: full recompute is what others can set
             break
-        largest = max_micro_batch(scenario, w)[stage]
+        largest = max_micro_batch(scenario, w, (stage,))[stage]
         found = _micro_batch_change(scenario, w, stage, largest) if largest else None
         if found:
             wc, lc, peak = found
@@ -242,7 +242,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         peak = _peak(scenario, w, stage)
         if peak is not None and peak <= capacity:
             yield kind, stage, {}, change, {}, peak
-    largest = max_micro_batch(scenario, workload)[stage]             # micro-batch
+    largest = max_micro_batch(scenario, workload, (stage,))[stage]    # micro-batch
     found = _micro_batch_change(scenario, workload, stage, largest) if largest else None
     if found:
         wc, lc, peak = found
@@ -258,7 +258,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             if peak is not None and peak <= capacity and _host_holds(replace(scenario, **changes), workload, stage):
                 yield "offload", stage, changes, {}, {}, peak
                 break
-    fewest = min_workers(scenario, workload)[stage]                  # more GPUs
+    fewest = min_workers(scenario, workload, (stage,))[stage]        # more GPUs
     if fewest is not None and fewest > scenario.workers:
         changes = {"workers": fewest, "shard_group": None}
         peak = _peak(replace(scenario, **changes), workload, stage)
@@ -286,7 +286,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     if layouts:                                                      # a layout of the same GPUs
         from ..parallel.search import SPLIT_RULE, SearchBoundError, search_layouts, split_for
         try:
-            plan = next((p for p in search_layouts(scenario, workload) if p.stage == stage), None)
+            plan = search_layouts(scenario, workload, stage=stage)[0]        # re-checked with the model
         except SearchBoundError:                                     # beyond the search's bounds: not offered
             plan = None
         if plan is not None:
