@@ -8,6 +8,10 @@ Bounds: each search runs over its field's own range (micro-batch up to 10^6, wor
 to 10^8 tokens in steps the layout allows): the micro-batch and workers gallop then bisect, the sequence narrows by
 interpolation with a bisection after any step that does not halve the bracket. Each evaluates at most
 2 log2(range) + 3 candidates per stage (tests/test_budgets.py counts them), whatever the input.
+Under the allocator's model (the default: each candidate replays a step, and the replayed reserve moves in jumps)
+each search runs on the smooth peak (the reserve at 5 %, no replay), again with the model's reserve at that answer
+added, and then gallops on the model's own peak from there, one stage per candidate: three such searches at most,
+the last one, usually 2-4 candidates, replaying. The answer is the model's crossing nearest that guess.
 """
 
 from __future__ import annotations
@@ -230,14 +234,15 @@ def max_seq_len(scenario, workload) -> Dict[int, int]:
     hi, start, capacity = WORKLOAD_LIMITS["seq_len"][1] // step, workload.seq_len // step, workload.capacity_bytes
     lo = workload.vision_tokens.text_tokens // step + 1       # a sample's images take their tokens of any sequence
     if _modelled(workload):
-        found = {s: _modelled_largest(lambda k, s=s: peak(k, s), scenario, workload, base, s, hi, start)
+        found = {s: _modelled_largest(lambda k, s=s: peak(k, s), scenario, workload, s, lo, hi, start)
                  for s in STAGES}
     else:
         found = {s: interpolated_largest(lambda k, s=s: peak(k, s), capacity, lo, hi, start) for s in STAGES}
     return {s: step * k if k >= lo else 0 for s, k in found.items()}
 
 
-def _modelled_largest(peak: Callable[[int], int], scenario, workload, base, stage: int, hi: int, start: int) -> int:
+def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int, lo: int, hi: int,
+                      start: int) -> int:
     """max_seq_len for one stage under the allocator's model, whose replayed reserve moves in jumps (a tensor
     crossing into another segment class moves it by a GiB), so interpolation on it takes 35-80 replays where a
     smooth peak takes 8. The answer is found on the smooth peak with the reserve at 5 % (no replay), moved by the
@@ -254,13 +259,13 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, base, stag
         if k not in seen:
             seen[k] = peaks_at_seq_len(cheap_base, k * step, stage).peak_bytes
         return seen[k]
-    near = interpolated_largest(p5, capacity, 1, hi, start)
-    if not 1 <= near < hi:
-        near = min(hi, max(1, near))
-        return _crossing_from(lambda k: peak(k) <= capacity, 1, hi, near)
+    near = interpolated_largest(p5, capacity, lo, hi, start)     # lo: above a sample's image tokens
+    if not lo <= near < hi:
+        near = min(hi, max(lo, near))
+        return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, near)
     slope = max(1, p5(near + 1) - p5(near))
     guess = near - (peak(near) - p5(near)) // slope
-    return _crossing_from(lambda k: peak(k) <= capacity, 1, hi, guess)
+    return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, guess)
 
 
 def _crossing_from(fits: Callable[[int], bool], lo: int, hi: int, guess: int) -> int:
