@@ -117,8 +117,19 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
         if found:                         # three costly changes only where two and the free ones were not enough
             break
     if found:
-        return _undominated(sorted(found, key=lambda f: f.order))[:LISTED]
-    return [closest] if closest is not None else []
+        listed = [_exact(f, scenario, workload) for f in _undominated(sorted(found, key=lambda f: f.order))]
+        return [f for f in listed if f.fits][:LISTED]
+    return [_exact(closest, scenario, workload)] if closest is not None else []
+
+
+def _exact(fix: Fix, scenario, workload) -> Fix:
+    """A combination with a bigger GPU is ranked by peak_on_gpu, which keeps the first card's replayed reserve
+    under the allocator's model (the card's library workspaces move the replay by a few MiB): the one shown
+    carries the applied plan's own peak."""
+    if not any(p.kind == "gpu" for p in fix.parts) or workload.fragmentation_percent is not None:
+        return fix
+    s, w = apply(fix, scenario, workload)
+    return fix._replace(peak_bytes=layout_report(s, w).peaks[fix.stage].peak_bytes)
 
 
 def _distinct(group) -> bool:

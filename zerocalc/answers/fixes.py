@@ -265,11 +265,18 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         if peak is not None and peak <= capacity:
             yield "workers", stage, changes, {}, {}, peak
     # a bigger GPU: the peak moves only by the card's library workspaces and NCCL buffers (step/peak.py peak_on_gpu)
+    # (under the allocator's model the card's workspaces also move the replayed reserve a few MiB: the card
+    # chosen is then re-checked with its own report, the next one taken where it does not fit)
     on = {key: peak_on_gpu(report.peaks[stage], scenario, workload, key) for key in GPU_CATALOG}
     bigger = sorted((gpu.usable_bytes, i, key) for i, (key, gpu) in enumerate(GPU_CATALOG.items())
                     if gpu.usable_bytes >= on[key] and gpu.usable_bytes > capacity)
-    if bigger:
-        yield "gpu", stage, {}, {"gpu": bigger[0][2], "gpu_memory": None}, {}, on[bigger[0][2]]
+    for usable, _i, key in bigger:
+        change = {"gpu": key, "gpu_memory": None}
+        peak = on[key] if workload.fragmentation_percent is not None else _peak(scenario, replace(workload,
+                                                                                                  **change), stage)
+        if peak is not None and peak <= usable:
+            yield "gpu", stage, {}, change, {}, peak
+            break
     length = 1                                                       # a shorter sequence (a power of two)
     while length * 2 < workload.seq_len:
         length *= 2
