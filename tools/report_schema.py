@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "schema"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2                # 2: workload.fragmentation_percent may be null (the allocator model, issue 32)
 FIX = ROOT / "tests" / "fixtures" / "frameworks"
 
 PLANS = (
@@ -43,7 +43,7 @@ PLANS = (
     ["--model", "llama-3.1-405b", "--workers", "16", "--tp", "8", "--pp", "8", "--cp", "2", "--seq-len", "131072",
      "--micro-batches", "16", "--sweep", "seq_len"],
     ["--model", "gpt2", "--optimizer", "muon", "--sweep", "workers"],
-    ["--model", "gemma-3-4b", "--attention", "eager", "--workers", "2"],
+    ["--model", "gemma-3-4b", "--attention", "eager", "--workers", "2", "--fragmentation-percent", "5"],  # a percent
     ["--model", "llama-3-8b", "--finetune", "lora", "--recompute", "full"],
     ["--model", "qwen3-0.6b", "--micro-batch", "4", "--lengths", "p50=512,p90=2048,p99=6000,max=8192"],
     ["--model", "llama-3-8b", "--ds-config", str(FIX / "transformers_ds_config_zero2.json")],

@@ -45,7 +45,8 @@ TERM_MEANING = {
     "gradient buckets": "gradients being reduced: DeepSpeed's buckets (twice with overlap_comm) or FSDP's unit",
     "all-gather bucket": "ZeRO-1/2: the bucket that gathers updated parameters",
     "fp32 gradient copy": "the optimizer step's fp32 copy of narrower gradients",
-    "allocator reserve": "the caching allocator's reserve: 5% at the point, its band by allocator (step/allocator.py)",
+    "allocator reserve": "the caching allocator's reserve: its model's at the point (or a set percent), its band "
+                         "by allocator (step/allocator.py)",
     "CUDA context": "CUDA context, the kernels it loads and library handles, outside the allocator (an assumption)",
     "NCCL buffers": "NCCL's buffers per communicator of the plan (dp, tp, cp, ep, pp), outside the allocator: ring "
                     "channels, NVLS on NVSwitch nodes, channels per peer for all-to-all and pipeline sends "

@@ -210,7 +210,7 @@ def _ui_value(name: str, value):
     """A core value as the widget holds it (None dtype -> "none", no shard group -> 0, auto activation dtype)."""
     if value is None:
         return {"shard_group": 0, "activation_dtype": "auto", "vocab_divisor": 0, "reduce_dtype": "auto",
-                "workspace_bytes": -1, **STAGE_NONE}.get(name, "none")
+                "workspace_bytes": -1, "fragmentation_percent": -1, **STAGE_NONE}.get(name, "none")
     return value
 
 

@@ -145,7 +145,7 @@ def ranges_table(ranges: dict, unit: str) -> "pandas.DataFrame":
     rows = []
     for a in ranges["assumptions"]:
         for field, v in a["fields"].items():
-            row = {"assumption": a["label"], "field": field, "low": f"{v['low']:,}", "point": f"{v['point']:,}",
+            row = {"assumption": a["label"], "field": field, "low": f"{v['low']:,}", "point": "model" if v["point"] is None else f"{v['point']:,}",
                    "high": f"{v['high']:,}"}
             for b in ranges["stages"]:
                 swing = b["swing"][a["name"]]

@@ -11,17 +11,21 @@ Every combination of at most two costly moves is evaluated (one report each), wi
 bigger GPU on top; three costly moves (MAX_TRIPLES groups) only where that finds nothing. A combination that holds
 one already listed is left out. A combination costs the sum of its moves' COSTS ranks; ties go to the
 most headroom. Each listed peak is the whole report's (or peak_on_gpu's, exact), so a change applied gives the
-verdict it promised (tests/test_combined_fixes.py checks it over random scenarios).
+verdict it promised (tests/test_combined_fixes.py checks it over random scenarios). Under the allocator's model
+(a replay per report) the combinations are ranked with the reserve at 5 % and each one listed is re-checked with
+the model's own report (one that fits only under the model is not found).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 from typing import List, Optional
 
 from ..gpus import GPU_CATALOG
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
+from ..step.allocator import DEFAULT_PERCENT
 from ..step.peak import peak_on_gpu
 from ..step.host import host_rows
 from .fixes import COSTS, RECOMPUTE_ORDER, Fix, _recipe_changes, apply, fixes, held_settings
@@ -107,18 +111,36 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
         return [f for f in found if f.fits and f.cost < cheapest
                 and not any(k <= {_key(p) for p in f.parts} for k in singles)]
     before = held_settings(scenario, workload, stage)
+    ranked = workload       # under the allocator's model the search ranks at 5 % and re-checks what it lists
+    if workload.fragmentation_percent is None and workload.allocator != "flat":
+        ranked = replace(workload, fragmentation_percent=DEFAULT_PERCENT)
     costly = _costly_moves(scenario, workload, stage)
     capacity = workload.capacity_bytes
     bigger = sorted((gpu.usable_bytes, key) for key, gpu in GPU_CATALOG.items() if gpu.usable_bytes > capacity)
     found, closest = [], None
     pairs = [(m,) for m in costly] + [pair for pair in combinations(costly, 2) if _distinct(pair)]
     for groups in ([()] + pairs, [t for t in combinations(costly, 3) if _distinct(t)][:MAX_TRIPLES]):
-        closest = _search(groups, scenario, workload, stage, bigger, before, found, closest)
+        closest = _search(groups, scenario, ranked, stage, bigger, before, found, closest)
         if found:                         # three costly changes only where two and the free ones were not enough
             break
-    if found:
-        return _undominated(sorted(found, key=lambda f: f.order))[:LISTED]
-    return [closest] if closest is not None else []
+    checked = [_exact(f, scenario, workload, ranked) for f in found]   # before the dominated are left out: a
+    missed = [f for f in checked if not f.fits]                      # bigger GPU may be what the model needs
+    listed = _undominated([f for f in checked if f.fits])[:LISTED]
+    if listed:
+        return listed
+    near = missed + ([_exact(closest, scenario, workload, ranked)] if closest is not None else [])
+    return [min(near, key=lambda f: f.peak_bytes / f.capacity_bytes)] if near else []   # the closest, said so
+
+
+def _exact(fix: Fix, scenario, workload, ranked) -> Fix:
+    """A combination as the workload's own report gives it: ranked at 5 % under the allocator's model (a replay
+    per report), and a bigger GPU by peak_on_gpu, which keeps the first card's replayed reserve (the card's
+    library workspaces move the replay by a few MiB); re-checked with the model before it is shown."""
+    if ranked is workload and (not any(p.kind == "gpu" for p in fix.parts) or
+                               workload.fragmentation_percent is not None):
+        return fix
+    s, w = apply(fix, scenario, workload)
+    return fix._replace(peak_bytes=layout_report(s, w).peaks[fix.stage].peak_bytes)
 
 
 def _distinct(group) -> bool:

@@ -223,7 +223,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             if level == "op" and workload.implementation != "megatron":
                 continue                 # torchtitan's op-level policy: full recompute is what others can set
             break
-        largest = max_micro_batch(scenario, w)[stage]
+        largest = max_micro_batch(scenario, w, (stage,))[stage]
         found = _micro_batch_change(scenario, w, stage, largest) if largest else None
         if found:
             wc, lc, peak = found
@@ -249,7 +249,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     packed = pack_change(scenario, workload, stage, _peak)          # a padded batch packed (answers/pack_fix.py)
     if packed:
         yield "pack", stage, {}, packed[0], {}, packed[1]
-    largest = max_micro_batch(scenario, workload)[stage]             # micro-batch
+    largest = max_micro_batch(scenario, workload, (stage,))[stage]    # micro-batch
     found = _micro_batch_change(scenario, workload, stage, largest) if largest else None
     if found:
         wc, lc, peak = found
@@ -265,18 +265,25 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
             if peak is not None and peak <= capacity and _host_holds(replace(scenario, **changes), workload, stage):
                 yield "offload", stage, changes, {}, {}, peak
                 break
-    fewest = min_workers(scenario, workload)[stage]                  # more GPUs
+    fewest = min_workers(scenario, workload, (stage,))[stage]        # more GPUs
     if fewest is not None and fewest > scenario.workers:
         changes = {"workers": fewest, "shard_group": None}
         peak = _peak(replace(scenario, **changes), workload, stage)
         if peak is not None and peak <= capacity:
             yield "workers", stage, changes, {}, {}, peak
     # a bigger GPU: the peak moves only by the card's library workspaces and NCCL buffers (step/peak.py peak_on_gpu)
+    # (under the allocator's model the card's workspaces also move the replayed reserve a few MiB: the card
+    # chosen is then re-checked with its own report, the next one taken where it does not fit)
     on = {key: peak_on_gpu(report.peaks[stage], scenario, workload, key) for key in GPU_CATALOG}
     bigger = sorted((gpu.usable_bytes, i, key) for i, (key, gpu) in enumerate(GPU_CATALOG.items())
                     if gpu.usable_bytes >= on[key] and gpu.usable_bytes > capacity)
-    if bigger:
-        yield "gpu", stage, {}, {"gpu": bigger[0][2], "gpu_memory": None}, {}, on[bigger[0][2]]
+    for usable, _i, key in bigger:
+        change = {"gpu": key, "gpu_memory": None}
+        peak = on[key] if workload.fragmentation_percent is not None else _peak(scenario, replace(workload,
+                                                                                                  **change), stage)
+        if peak is not None and peak <= usable:
+            yield "gpu", stage, {}, change, {}, peak
+            break
     length = 1                                                       # a shorter sequence (a power of two)
     while length * 2 < workload.seq_len:
         length *= 2
@@ -293,7 +300,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     if layouts:                                                      # a layout of the same GPUs
         from ..parallel.search import SPLIT_RULE, SearchBoundError, search_layouts, split_for
         try:
-            plan = next((p for p in search_layouts(scenario, workload) if p.stage == stage), None)
+            plan = search_layouts(scenario, workload, stage=stage)[0]        # re-checked with the model
         except SearchBoundError:                                     # beyond the search's bounds: not offered
             plan = None
         if plan is not None:

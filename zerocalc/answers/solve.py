@@ -8,6 +8,10 @@ Bounds: each search runs over its field's own range (micro-batch up to 10^6, wor
 to 10^8 tokens in steps the layout allows): the micro-batch and workers gallop then bisect, the sequence narrows by
 interpolation with a bisection after any step that does not halve the bracket. Each evaluates at most
 2 log2(range) + 3 candidates per stage (tests/test_budgets.py counts them), whatever the input.
+Under the allocator's model (the default: each candidate replays a step, and the replayed reserve moves in jumps)
+each search runs on the smooth peak (the reserve at 5 %, no replay), again with the model's reserve at that answer
+added, and then gallops on the model's own peak from there, one stage per candidate: three such searches at most,
+the last one, usually 2-4 candidates, replaying. The answer is the model's crossing nearest that guess.
 """
 
 from __future__ import annotations
@@ -92,21 +96,55 @@ def _linear_guess(peak1: int, peak2: int, capacity: int) -> Optional[int]:
     return max(1, 1 + (capacity - peak1) // slope)
 
 
-def max_micro_batch(scenario, workload) -> Dict[int, int]:
-    base = layout_report(scenario, workload)
-    cache: Dict[int, tuple] = {}
+def _modelled(workload) -> bool:
+    """Whether the reserve is the allocator's model (each candidate replays a step: searches guess first)."""
+    return workload.fragmentation_percent is None and workload.allocator != "flat"
 
-    def peaks(b: int):
-        if b not in cache:
-            cache[b] = peaks_at_micro_batch(base, b)
-        return cache[b]
 
+class _Peaks:
+    """A search's peaks per (value, stage), cached: `at(report, value, stage)` gives one stage's StagePeak. Under
+    the allocator's model, `smooth` gives the same plan's peak with the reserve at DEFAULT_PERCENT (no replay), on
+    which a search finds its guess; `model` the model's own, one stage (one replay per rank) per candidate."""
+
+    def __init__(self, scenario, workload, at):
+        self.base, self.at, self.modelled = layout_report(scenario, workload), at, _modelled(workload)
+        self.cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)) \
+            if self.modelled else self.base
+        self.seen: Dict[tuple, int] = {}
+        self.capacity = workload.capacity_bytes
+
+    def smooth(self, n: int, s: int) -> int:
+        if (n, s, 0) not in self.seen:
+            peaks = self.at(self.cheap, n)                     # every stage at once: no replay
+            self.seen.update(((n, t, 0), p.peak_bytes) for t, p in enumerate(peaks))
+        return self.seen[n, s, 0]
+
+    def model(self, n: int, s: int) -> int:
+        if not self.modelled:
+            return self.smooth(n, s)
+        if (n, s, 1) not in self.seen:
+            self.seen[n, s, 1] = self.at(self.base, n, s).peak_bytes
+        return self.seen[n, s, 1]
+
+    def moved(self, n: Optional[int], s: int) -> int:
+        """The model's reserve beyond the smooth one at n (0 without the model or an n)."""
+        return self.model(n, s) - self.smooth(n, s) if self.modelled and n is not None else 0
+
+
+def max_micro_batch(scenario, workload, stages=STAGES) -> Dict[int, int]:
+    """Largest micro-batch for which each of `stages` fits. Under the allocator's model the answer is found on the
+    smooth peak, moved by the model's reserve there, then galloped to on the model's own peak (a few replays)."""
+    p = _Peaks(scenario, workload, peaks_at_micro_batch)
     hi = WORKLOAD_LIMITS["micro_batch"][1]
     out = {}
-    for s in STAGES:
-        fits = lambda b, s=s: peaks(b)[s].fits     # noqa: E731
-        guess = _linear_guess(peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes, workload.capacity_bytes)
-        out[s] = largest_true(fits, 1, hi, guess)
+    for s in stages:
+        guess = _linear_guess(p.smooth(1, s), p.smooth(2, s), p.capacity)
+        near = largest_true(lambda b, s=s: p.smooth(b, s) <= p.capacity, 1, hi, guess)
+        if p.modelled:
+            moved = p.moved(max(1, near), s)
+            guess = largest_true(lambda b, s=s: p.smooth(b, s) + moved <= p.capacity, 1, hi, near)
+            near = largest_true(lambda b, s=s: p.model(b, s) <= p.capacity, 1, hi, guess)
+        out[s] = near
     return out
 
 
@@ -196,15 +234,16 @@ def max_seq_len(scenario, workload) -> Dict[int, int]:
 
     hi, start, capacity = WORKLOAD_LIMITS["seq_len"][1] // step, workload.seq_len // step, workload.capacity_bytes
     lo = workload.vision_tokens.text_tokens // step + 1       # a sample's images take their tokens of any sequence
-    if workload.fragmentation_percent is None and workload.allocator != "flat":
-        found = {s: _modelled_largest(lambda k, s=s: peak(k, s), scenario, workload, base, s, hi, start)
+    if _modelled(workload):
+        found = {s: _modelled_largest(lambda k, s=s: peak(k, s), scenario, workload, s, lo, hi, start)
                  for s in STAGES}
     else:
         found = {s: interpolated_largest(lambda k, s=s: peak(k, s), capacity, lo, hi, start) for s in STAGES}
     return {s: step * k if k >= lo else 0 for s, k in found.items()}
 
 
-def _modelled_largest(peak: Callable[[int], int], scenario, workload, base, stage: int, hi: int, start: int) -> int:
+def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int, lo: int, hi: int,
+                      start: int) -> int:
     """max_seq_len for one stage under the allocator's model, whose replayed reserve moves in jumps (a tensor
     crossing into another segment class moves it by a GiB), so interpolation on it takes 35-80 replays where a
     smooth peak takes 8. The answer is found on the smooth peak with the reserve at 5 % (no replay), moved by the
@@ -221,13 +260,13 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, base, stag
         if k not in seen:
             seen[k] = peaks_at_seq_len(cheap_base, k * step, stage).peak_bytes
         return seen[k]
-    near = interpolated_largest(p5, capacity, 1, hi, start)
-    if not 1 <= near < hi:
-        near = min(hi, max(1, near))
-        return _crossing_from(lambda k: peak(k) <= capacity, 1, hi, near)
+    near = interpolated_largest(p5, capacity, lo, hi, start)     # lo: above a sample's image tokens
+    if not lo <= near < hi:
+        near = min(hi, max(lo, near))
+        return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, near)
     slope = max(1, p5(near + 1) - p5(near))
     guess = near - (peak(near) - p5(near)) // slope
-    return _crossing_from(lambda k: peak(k) <= capacity, 1, hi, guess)
+    return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, guess)
 
 
 def _crossing_from(fits: Callable[[int], bool], lo: int, hi: int, guess: int) -> int:
@@ -249,25 +288,25 @@ def _crossing_from(fits: Callable[[int], bool], lo: int, hi: int, guess: int) ->
     return _bisect_down(fits, lo, bad)
 
 
-def min_workers(scenario, workload) -> Dict[int, Optional[int]]:
-    """Fewest data-parallel workers (shard group = all of them) for which each stage fits, the layout kept."""
-    base = layout_report(scenario, workload)
-    cache: Dict[int, tuple] = {}
-
-    def peaks(n: int):
-        if n not in cache:
-            cache[n] = peaks_at_workers(base, n)
-        return cache[n]
-
+def min_workers(scenario, workload, stages=STAGES) -> Dict[int, Optional[int]]:
+    """Fewest data-parallel workers (shard group = all of them) for which each of `stages` fits, the layout kept.
+    Under the allocator's model: found on the smooth peak, moved by the model's reserve, then on the model's."""
+    p = _Peaks(scenario, workload, peaks_at_workers)
+    hi = INT_LIMITS["workers"][1]
     out = {}
-    for s in STAGES:
-        one, two = peaks(1)[s].peak_bytes, peaks(2)[s].peak_bytes
+    for s in stages:
+        one, two = p.smooth(1, s), p.smooth(2, s)
         # The sharded part of the peak falls as 1 / n: peak(n) ~ fixed + sharded / n, fitted at n = 1 and 2.
         sharded = 2 * (one - two)
         fixed = one - sharded
-        room = workload.capacity_bytes - fixed
+        room = p.capacity - fixed
         guess = -(-sharded // room) if sharded > 0 and room > 0 else None
-        out[s] = _smallest_true(lambda n, s=s: peaks(n)[s].fits, 1, INT_LIMITS["workers"][1], guess)
+        near = _smallest_true(lambda n, s=s: p.smooth(n, s) <= p.capacity, 1, hi, guess)
+        if p.modelled:
+            moved = p.moved(near or hi, s)
+            guess = _smallest_true(lambda n, s=s: p.smooth(n, s) + moved <= p.capacity, 1, hi, near)
+            near = _smallest_true(lambda n, s=s: p.model(n, s) <= p.capacity, 1, hi, guess)
+        out[s] = near
     return out
 
 

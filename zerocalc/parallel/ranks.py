@@ -185,8 +185,9 @@ def _peaks_with_step(report: LayoutReport, stage: int = None, **step):
     return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
 
 
-def peaks_at_micro_batch(report: LayoutReport, micro_batch: int) -> Tuple[StagePeak, ...]:
-    return _peaks_with_step(report, micro_batch=micro_batch)
+def peaks_at_micro_batch(report: LayoutReport, micro_batch: int, stage: int = None):
+    """The worst rank's peaks at another micro-batch; with `stage`, that stage's StagePeak alone."""
+    return _peaks_with_step(report, stage, micro_batch=micro_batch)
 
 
 def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None):
@@ -194,15 +195,18 @@ def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None):
     return _peaks_with_step(report, stage, seq_len=seq_len)
 
 
-def peaks_at_workers(report: LayoutReport, workers: int) -> Tuple[StagePeak, ...]:
+def peaks_at_workers(report: LayoutReport, workers: int, stage: int = None):
     """The worst rank's peaks with another data-parallel degree (shard group = all of it): activations do not
-    depend on it, so only the model states and what follows the shard divisor are recomputed."""
+    depend on it, so only the model states and what follows the shard divisor are recomputed. With `stage`, that
+    stage's StagePeak alone (one replay per rank under the allocator's model, not four)."""
     s, w = replace(report.scenario, workers=workers, shard_group=None), report.workload
     candidates = []
     for v in report.ranks:
         shape = v.shape._replace(groups=param_groups(s, w, v.rank), nccl=nccl_bytes(s, w))   # its communicators too
         stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
-        candidates.append(stage_peaks(s, w, stages, shape))
+        candidates.append(stage_peaks(s, w, stages if stage is None else (stages[stage],), shape))
+    if stage is not None:
+        return max((c[0] for c in candidates), key=lambda p: p.peak_bytes)
     return _worst(candidates)
 
 

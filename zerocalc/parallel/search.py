@@ -27,6 +27,7 @@ from typing import List, NamedTuple, Tuple
 
 from ..layout import LAYOUT_LIMITS, Layout, split_sizes
 from ..scenario import FieldError
+from ..step.allocator import DEFAULT_PERCENT
 from ..step.megatron_recompute import DEFAULT_MODULES
 from .costs import bubble_fraction, time_overhead
 from .ranks import fitting_stages, layout_report
@@ -179,11 +180,53 @@ def bounded_candidates(workload, gpus: int, gpus_per_node: int) -> list:
     return found
 
 
-def search_layouts(scenario, workload, gpus: int = None) -> Tuple[Plan, ...]:
+def search_layouts(scenario, workload, gpus: int = None, stage: int = None) -> Tuple[Plan, ...]:
     """Every fitting (layout, stage) with its cheapest recompute / offload setting, cheapest first;
     SearchBoundError beyond the bounds (checked first). Cached: the report's layouts and the fixes ask it of the
-    same state."""
-    return _search(scenario, workload, gpus or workload.layout.world(scenario.workers))
+    same state. Under the allocator's model (fragmentation_percent None: a replay per report) the search runs with
+    the reserve at DEFAULT_PERCENT and each plan found is re-checked with the model (checked): a plan listed fits
+    with the model's own peak; one that fits only under the model and not at 5 % is not found. `stage`: the
+    cheapest plan of that stage alone (the fixes: re-checked in order until one fits)."""
+    gpus = gpus or workload.layout.world(scenario.workers)
+    if workload.fragmentation_percent is None and workload.allocator != "flat":
+        smooth = _search(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT), gpus)
+        if stage is not None:
+            return next((c for c in (checked(scenario, workload, p) for p in smooth if p.stage == stage) if c), None),
+        return tuple(sorted((c for c in (checked(scenario, workload, p) for p in smooth) if c), key=Plan.cost_key))
+    plans = _search(scenario, workload, gpus)
+    return plans if stage is None else (next((p for p in plans if p.stage == stage), None),)
+
+
+def checked(scenario, workload, plan: Plan):
+    """The plan re-evaluated with the workload's own reserve: at its recompute / offload setting, else the next
+    costlier one of the same layout that fits there (as _search orders them), with that report's peak, worst rank,
+    communication and overhead; None where none fits."""
+    layout = _layout_for(workload, plan.tp, plan.pp, plan.cp, plan.ep, plan.sequence_parallel, plan.micro_batches)
+    base = replace(workload, layout=layout)
+    options = [(r, off) for off in OFFLOADS for r in _recomputes(workload)]
+    stage = plan.stage
+    for recompute, offload in options[options.index((plan.recompute, (plan.offload_optimizer,
+                                                                       plan.offload_params))):]:
+        level = OFFLOADS.index(offload)
+        if level and (stage == 0 or (level == 2 and stage != 3)):
+            continue                 # an offload switch moves only partitioned state (as _search)
+        s = replace(scenario, workers=plan.dp, shard_group=None, offload_optimizer=offload[0],
+                    offload_params=offload[1])
+        try:
+            w = replace(base, **recompute_variant(base, recompute))
+        except FieldError:
+            continue
+        report = layout_report(s, w)
+        p = report.peaks[stage]
+        if p.fits:
+            return plan._replace(
+                recompute=recompute, offload_optimizer=offload[0], offload_params=offload[1],
+                peak_bytes=p.peak_bytes, capacity_bytes=p.capacity_bytes,
+                worst_rank=report.ranks[report.worst[stage]].rank.name,
+                communication_bytes=max(sum(v.communication[stage].values()) for v in report.ranks),
+                recompute_flops=max(v.recompute_flops for v in report.ranks),
+                overhead=max(time_overhead(w, v.rank, v.recompute_flops) for v in report.ranks))
+    return None
 
 
 @lru_cache(maxsize=16)

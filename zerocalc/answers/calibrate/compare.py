@@ -151,13 +151,23 @@ def _capacity_suggestion(m: Measurement, workload, units: str = "binary") -> Opt
         "capacity' or torch.cuda.mem_get_info()[1].")
 
 
-def _keep_direction(suggestions: list, sentences: list) -> list:
+def _lowers(x: "Suggestion", phases: Dict[str, Dict[str, int]]) -> bool:
+    """Whether a suggestion lowers the estimate. A percent replacing the allocator's model (current None, issue
+    32) lowers it where that percent of the peak phase's tensors is below the model's reserve there."""
+    if x.field != "fragmentation_percent" or x.current is not None:
+        return lowers_estimate(x.field, x.current, x.suggested)
+    parts = max(phases.values(), key=lambda c: phase_figures(c)["device_bytes"])
+    return -(-phase_figures(parts)["allocated_bytes"] * x.suggested // 100) < parts.get(RESERVE, 0)
+
+
+def _keep_direction(suggestions: list, sentences: list, phases: Dict[str, Dict[str, int]]) -> list:
     """The measurement says the plan fails while the estimate fits: a Set that lowers the estimate would move it
     further from the run, so it is left out, and a sentence says why."""
-    kept = [x for x in suggestions if not lowers_estimate(x.field, x.current, x.suggested)]
+    kept = [x for x in suggestions if not _lowers(x, phases)]
     for x in suggestions:
         if x not in kept:
-            sentences.append(f"{x.field} stays {x.current:,}: the measurement says the plan does not fit, and "
+            now = "the allocator model's" if x.current is None else f"{x.current:,}"
+            sentences.append(f"{x.field} stays {now}: the measurement says the plan does not fit, and "
                              f"{x.suggested:,} would lower the estimate.")
     return kept
 
@@ -263,7 +273,7 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
                 "fragmentation_percent", cur_f, pct,
                 f"The caching allocator held {_gib(cached)} beyond the {_gib(base)} of live tensors "
                 f"({source}): {100.0 * cached / base:.1f}% of them. fragmentation_percent = {pct} would absorb it "
-                f"(now {cur_f})."))
+                f"(now {'the allocator model' if cur_f is None else cur_f})."))
     if m.nvidia_smi_used_bytes is not None:
         if m.reserved_peak_bytes is not None:
             base, what = m.reserved_peak_bytes, "PyTorch reserved (measured)"
@@ -298,7 +308,7 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
         suggestions.append(capacity)
     verdict = measured_fit(m, capacity.suggested if capacity is not None else workload.capacity_bytes, units)
     if verdict["fits"] is False and whole and max(whole.values()) <= workload.capacity_bytes:
-        suggestions = _keep_direction(suggestions, sentences)
+        suggestions = _keep_direction(suggestions, sentences, phases)
 
     phase_rows = []
     for phase in phases:
@@ -329,15 +339,16 @@ def compare_stage(measurement: Measurement, scenario, workload, stage: int, unit
 
     def _gib(n: int) -> str:
         return format_bytes(n, units)
-    calibration = compare(measurement, layout_report(scenario, workload).peaks[stage], workload, units)
+    before_peak = layout_report(scenario, workload).peaks[stage]
+    calibration = compare(measurement, before_peak, workload, units)
     if not calibration.residuals:
         return calibration
     after_workload = calibration.suggested_workload(workload)
     after_peak = layout_report(scenario, after_workload).peaks[stage]
     if calibration.verdict["fits"] is False and after_peak.fits:     # the Sets together would turn it green
         sentences = list(calibration.sentences)
-        calibration = replace(calibration, suggestions=tuple(_keep_direction(list(calibration.suggestions),
-                                                                             sentences)), sentences=tuple(sentences))
+        calibration = replace(calibration, suggestions=tuple(_keep_direction(
+            list(calibration.suggestions), sentences, before_peak.phases)), sentences=tuple(sentences))
         after_workload = calibration.suggested_workload(workload)
         after_peak = layout_report(scenario, after_workload).peaks[stage]
     after = compare(measurement, after_peak, after_workload, units)
