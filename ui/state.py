@@ -151,7 +151,7 @@ FIELDS: Tuple[Field, ...] = (
     Field("nccl_nvls", "bool", True),
     _i("nccl_percent", *_W["nccl_percent"], 100),
     *step_fields(Field),                                                    # the framework's buffers: state_step
-    _i("fragmentation_percent", -1, _W["fragmentation_percent"][1], -1),   # -1: the allocator's model (issue 32)
+    _i("fragmentation_percent", *_W["fragmentation_percent"], 5),
     _i("moe_imbalance_percent", *_W["moe_imbalance_percent"], 100),
     _i("moe_capacity_percent", *_W["moe_capacity_percent"], 0),
     _c("moe_dispatcher", DISPATCHERS, "alltoall"),
@@ -334,8 +334,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         reduce_bucket_size=state["reduce_bucket_size"], allgather_bucket_size=state["allgather_bucket_size"],
         prefetch_bucket_size=state["prefetch_bucket_size"], max_live_parameters=state["max_live_parameters"],
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
-        cuda_context_bytes=state["cuda_context_bytes"],
-        fragmentation_percent=None if state["fragmentation_percent"] < 0 else state["fragmentation_percent"],   # -1
+        cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
         nccl_buffsize=state["nccl_buffsize"], nccl_nvls=bool(state["nccl_nvls"]), nccl_percent=state["nccl_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),

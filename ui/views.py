@@ -239,10 +239,8 @@ small parameters; gradient reduce buckets (doubled with overlap_comm) and the al
 copy at the optimizer step; one rebuilt block under full recompute; the library workspaces (cuBLAS, and
 Transformer Engine's under Megatron, by GPU); a CUDA context and an allocator reserve.
 
-**Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve by
-default the caching allocator's model (the step's tensors replayed through PyTorch's allocator rules; a typed
-percent replaces it), its band 0-35% of the tensors plus two ZeRO-3 unit cycles; DeepSpeed's defaults for bucket
-sizes, prefetch, live parameters and the persistence threshold;
+**Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve 5%
+(range 0-15%); DeepSpeed's defaults for bucket sizes, prefetch, live parameters and the persistence threshold;
 balanced expert routing; no KV cache during training.
 
 **Parallel layouts and experts.** Tensor, sequence, context, pipeline and expert parallelism per rank: each
