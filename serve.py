@@ -14,6 +14,6 @@ as the main file). `streamlit run app.py` serves the same page without these hea
 from starlette.middleware import Middleware
 from streamlit.starlette import App
 
-from ui.headers import SecurityHeaders
+from ui.server.headers import SecurityHeaders
 
 app = App("app.py", middleware=[Middleware(SecurityHeaders)])

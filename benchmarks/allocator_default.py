@@ -1,5 +1,5 @@
 """What the caching allocator's model costs the page's searches (issue 32, the model as the default): solve() and
-the fixes search the page runs (ui/compute.py _fixes: answers/combined.py advice) with fragmentation_percent None
+the fixes search the page runs (ui/server/compute.py _fixes: answers/combined.py advice) with fragmentation_percent None
 (the model) and 5 (the flat point), on the page's plans (benchmarks/matrix.py's four and Llama-3.1-70B tp 8 pp 2),
 best of 3 by time.process_time, every core cache emptied before each call.
 
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--plans", default=",".join(PLANS))
     p.add_argument("--what", default="solve,fixes")
     args = p.parse_args(argv)
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     from zerocalc.answers.combined import advice
     from zerocalc.answers.solve import solve
     from zerocalc.parallel.ranks import layout_report

@@ -3,7 +3,7 @@
 Two measurements. The server's own: for the worst known input of each surface (issue 38: a paste the calibration
 parser reads in quadratic time, a 1 MB paste, a 1 MB DeepSpeed upload of 95,000 keys, a verl script asking 10^9
 nodes, a layout search of a large model on 2^20 GPUs), --attackers threads, each a session of its own, send it back
-to back through ui/worker.py as the page does, while a bystander (its own session) times what its reruns ask the
+to back through ui/server/worker.py as the page does, while a bystander (its own session) times what its reruns ask the
 core in the server's process and its own small paste through the workers. Then the browsers' (the hosted page,
 serve.py, on 127.0.0.1, driven by Debian's Chromium; on a 2-core machine the browsers' own rendering weighs most, so
 a control row runs the same sessions on small pages).
@@ -132,7 +132,7 @@ async def run(args) -> dict:
 
 def _bystander_answers(i: int) -> float:
     """A bystander's rerun: the core's answers for a fresh state, in the server's process (its own thread)."""
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     from zerocalc.answers.fixes import fixes
     from zerocalc.output.report import full_report
     r = resolve(from_query({"model": "llama-3-8b", "workers": str(16 + 8 * i), "seq_len": str(1024 + i)})[0])
@@ -144,8 +144,8 @@ def _bystander_answers(i: int) -> float:
 
 def _bystander_paste(i: int) -> float:
     """A bystander's own small paste, read in a worker process as the page reads it (its round trip)."""
-    from ui import worker
-    from ui.state import from_query, resolve
+    from ui.server import worker
+    from ui.state.convert import from_query, resolve
     from zerocalc.answers.calibrate.compare import calibration_dict
     r = resolve(from_query({"model": "llama-3-8b", "workers": str(16 + i)})[0])
     started = time.perf_counter()
@@ -157,8 +157,8 @@ def _bystander_paste(i: int) -> float:
 def worst_inputs() -> dict:
     """The worst known input of each surface (issue 38), as the page hands it to the worker: name -> (the task's
     kind, its function, a function of the attempt's number giving fresh arguments: nothing cached helps)."""
-    from ui.state import from_query, resolve
-    from ui.tasks import read_rl
+    from ui.state.convert import from_query, resolve
+    from ui.server.tasks import read_rl
     from zerocalc.answers.calibrate.compare import calibration_dict
     from zerocalc.frameworks import import_config
     from zerocalc.output.report import full_report
@@ -185,7 +185,7 @@ def worst_inputs() -> dict:
 
 
 def _attack(stop: list, k: int, task, outcomes: list) -> None:
-    from ui import worker
+    from ui.server import worker
     kind, fn, args = task
     i = 0
     while not stop:
@@ -206,7 +206,7 @@ def server_side(attackers: int, changes: int, only=None) -> dict:
     own work, plus what the attack still costs the server: handing its inputs to the workers)."""
     import threading
     from collections import Counter
-    from ui import worker
+    from ui.server import worker
     worker.warm()
     while None in worker.pids():
         time.sleep(0.05)
@@ -248,7 +248,7 @@ def main(argv=None) -> int:
     parser.add_argument("--browsers", action="store_true", help="also the browser measurement (minutes)")
     parser.add_argument("--only", help="the server-side attacks whose name contains this text")
     args = parser.parse_args(argv)
-    from ui import worker
+    from ui.server import worker
     server = server_side(args.attackers, args.changes, args.only)
     print(f"the server's own, {args.attackers} attackers (a session each) sending one worst input back to back "
           f"through at most {worker.MOST} worker processes; bystander medians of {args.changes}: its rerun's answers "

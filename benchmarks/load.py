@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, cpu_seconds, rss_bytes, start, stop  # noqa: E402
 from zerocalc.states.zero import model_states  # noqa: E402
-from ui.state import from_query, resolve  # noqa: E402
+from ui.state.convert import from_query, resolve  # noqa: E402
 
 CHART_BYTES = """() => {
   const plot = document.querySelector('[data-testid=stPlotlyChart] .js-plotly-plot');

@@ -271,11 +271,11 @@ def pcie_layout_fixes_say_pcie(page, base):
 
 @check
 def labels_point_to_existing_sections(page, base):
-    from ui.widgets import SECTIONS
+    from ui.sidebar.widgets import SECTIONS
     pills = {pill for _, pill, *_ in SECTIONS}
     frameworks = {"Megatron", "DeepSpeed", "FSDP", "ZeRO", "ZeRO-3", "FSDP2", "Hugging", "PyTorch", "Transformer"}
     named = set()
-    for path in sorted((ROOT / "ui").glob("*.py")) + [ROOT / "zerocalc" / "step" / "host.py"]:
+    for path in sorted((ROOT / "ui").rglob("*.py")) + [ROOT / "zerocalc" / "step" / "host.py"]:
         for m in re.finditer(r"\bunder (?:the )?([A-Z][\w-]+)", path.read_text()):
             word = m.group(1).split()[0]
             if word not in frameworks:

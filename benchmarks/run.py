@@ -24,7 +24,8 @@ from benchmarks.app_rerun import BARE  # noqa: E402
 from benchmarks.model_states import layout_cases, uncached  # noqa: E402
 from benchmarks.load import change_workers, open_page  # noqa: E402
 from tests.e2e.server import CHROMIUM, CHROMIUM_ARGS, READY, rss_bytes, start, stop  # noqa: E402
-from ui.state import defaults, resolve  # noqa: E402
+from ui.state.fields import defaults  # noqa: E402
+from ui.state.convert import resolve  # noqa: E402
 from zerocalc.states.zero import model_states  # noqa: E402
 from zerocalc.output.report import full_report  # noqa: E402
 from zerocalc.answers.solve import lowest_stage, max_micro_batch, min_workers  # noqa: E402

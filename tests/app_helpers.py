@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from ui.state import from_query, resolve
-from ui.panels import LAZY_SECTIONS, OVERVIEW_CHART
-from ui.widgets import SECTIONS as SECTION_ROWS
+from ui.state.convert import from_query, resolve
+from ui.drawing.panels import LAZY_SECTIONS, OVERVIEW_CHART
+from ui.sidebar.widgets import SECTIONS as SECTION_ROWS
 from zerocalc.output.report import full_report
 from zerocalc.units import UNIT_BYTES, format_bytes
 
@@ -53,8 +53,9 @@ def run_app(query=None, tab=None, sections=()):
 
 
 def open_lazy(at, keys=LAZY_SECTIONS):
-    """Open the views' sections drawn only while open (ui.panels.LAZY_SECTIONS), as a click on each would: the
-    suites read what they draw. Each view closes them again (ui/panels.py lazy); tests/test_app_lazy.py checks that."""
+    """Open the views' sections drawn only while open (ui.drawing.panels.LAZY_SECTIONS), as a click on each would: the
+    suites read what they draw. Each view closes them again (ui/drawing/panels.py lazy); tests/test_app_lazy.py checks
+    that."""
     for key in keys:
         at.session_state[key] = True
 
@@ -75,7 +76,7 @@ def open_sections(at, *names):
 
 
 def alerts(at, kind: str) -> list:
-    """The text of each plain-text alert of a kind (info, success, warning, error: ui/plain.py), as shown."""
+    """The text of each plain-text alert of a kind (info, success, warning, error: ui/drawing/plain.py), as shown."""
     out = []
     for h in at.get("html"):
         for body in re.findall(rf'data-testid="zc-alert-{kind}">(.*?)</div>', h.proto.body, flags=re.S):
@@ -146,7 +147,7 @@ def table(at, key):
 
 
 def dataframe_with(at, column):
-    """The data grid or the static HTML table (ui/static_table.py) with this column, as a DataFrame."""
+    """The data grid or the static HTML table (ui/drawing/static_table.py) with this column, as a DataFrame."""
     for df in at.dataframe:
         if column in df.value.columns:
             return df.value

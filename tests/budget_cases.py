@@ -98,7 +98,7 @@ def _calibration():
 
 
 def _link():
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     keys = {f"k{i}": "1" for i in range(20_000)}
     every = {"workers": "10000000", "tp": "4096", "pp": "4096", "cp": "4096", "seq_len": "100000000"}
     return {"20,000 unknown keys": lambda: resolve(from_query(keys)[0]),
@@ -109,7 +109,7 @@ def _link():
 
 def _reports():
     """The core's answers for the largest states a link can hold (the app asks them of every state)."""
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     from zerocalc.answers.fixes import fixes
     from zerocalc.answers.ranges import ranges, ranges_dict
     from zerocalc.output.report import full_report
@@ -151,7 +151,7 @@ def _reports():
 
 
 def _rl_uploads():
-    """The RL section's uploader (ui/rl_import.py): each reader on the largest file the page takes."""
+    """The RL section's uploader (ui/imports/rl.py): each reader on the largest file the page takes."""
     from zerocalc.rl.configs import READERS, guess_format
     verl_script = "python3 -m verl.trainer.main_ppo " + " ".join(_keys(LIMIT - 40, prefix="actor_rollout_ref.k",
                                                                          quote="", colon="=", sep=" "))
@@ -173,8 +173,8 @@ def _rl_uploads():
 
 def _rl():
     """The RL view's report (plan, phases, solvers) for the largest plans a link can describe."""
-    from ui.rl_state import from_query as rl_query, settings_of
-    from ui.state import from_query, resolve
+    from ui.state.rl import from_query as rl_query, settings_of
+    from ui.state.convert import from_query, resolve
     from zerocalc.rl.build import build_plan
     from zerocalc.rl.report import rl_report
 

@@ -14,7 +14,7 @@ import re
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.step.formulas import Sym, SymbolicArchitecture, activation_formulas, formulas_for
 from zerocalc.step.activations import activations
 from zerocalc.model.architecture import Architecture

@@ -26,7 +26,7 @@ from tests.app_helpers import (
     traces,
     verdict_cards,
 )
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.gpus import GPU_CATALOG
 from zerocalc.answers.fixes import apply as apply_fix
 from zerocalc.answers.fixes import fixes as core_fixes

@@ -21,7 +21,7 @@ from tests.app_helpers import (
     text_of,
     warnings_shown,
 )
-from ui.state import FIELD, PARAMS_ONLY
+from ui.state.fields import FIELD, PARAMS_ONLY
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.units import format_bytes
 
@@ -103,8 +103,8 @@ def test_a_shared_link_restores_the_exact_view():
 
 
 def test_the_core_answers_are_cached_per_plan_not_per_display_choice():
-    from ui.compute import state_key
-    from ui.state import defaults
+    from ui.server.compute import state_key
+    from ui.state.fields import defaults
     plan = defaults()
     key = state_key(plan)
     hash(key)                                                      # a dict key for the per-state caches
@@ -210,7 +210,7 @@ def test_deepspeed_estimator_and_how_to_read_it():
     text = text_of(at)
     assert "Not modelled" in text and "GiB" in text
     colours = dataframe_with(at, "colour")
-    from ui.figures import TERM_COLORS
+    from ui.drawing.figures import TERM_COLORS
     assert dict(zip(colours["term"], colours["colour"])) == TERM_COLORS
     at.selectbox(key="doc_page").set_value("peak-memory.md").run()
     assert "docs/peak-memory.md" in text_of(at) or len(text_of(at)) > 5000

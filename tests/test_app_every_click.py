@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from tests.app_helpers import run_app
 from tests.test_fuzz_inputs import valid_value
 from ui.page import TABS
-from ui.state import FIELDS
+from ui.state.fields import FIELDS
 
 EXAMPLES = int(os.environ.get("ZEROCALC_FUZZ_EXAMPLES", "0")) or 10
 SKIP_BUTTONS = {"hub_fetch"}          # the Hub needs a server: tests/test_app_imports.py drives it

@@ -7,9 +7,9 @@ import plotly.graph_objects as go
 import pytest
 
 from tests.app_helpers import core_report
-from ui import figures, tables
-from ui.figures import TERM_COLORS
-from ui.state import from_query, resolve
+from ui.drawing import figures, tables
+from ui.drawing.figures import TERM_COLORS
+from ui.state.convert import from_query, resolve
 from zerocalc.answers.ranges import ranges, ranges_dict
 
 VIEWS = [{}, {"model": "mixtral-8x7b", "workers": "16"}, {"model": "params-only"},

@@ -8,8 +8,8 @@ import pytest
 
 from tests.app_helpers import alerts, run_app, text_of
 from tests.test_app_imports import upload_framework
-from ui.imports import KEPT_BY_IMPORT
-from ui.state import ARCH_FIELDS
+from ui.imports.configs import KEPT_BY_IMPORT
+from ui.state.fields import ARCH_FIELDS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "frameworks"
 FILES = ["llamafactory_ds_z3_config.json", "torchtitan_llama3_70b.toml", "llamafactory_fsdp_config.yaml",

@@ -3,7 +3,7 @@ that fit, the layout in the link, and refusals that reset only the field at faul
 
 import pytest
 
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.output.report import full_report
 from tests.app_helpers import (
     all_tables,

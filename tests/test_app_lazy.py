@@ -8,12 +8,12 @@ switcher."""
 from streamlit.testing.v1 import AppTest
 
 from tests.app_helpers import APP, all_tables, core_report, dataframe_with, has_figure, open_lazy, table
-from ui import compute
-from ui.state import from_query, resolve
+from ui.server import compute
+from ui.state.convert import from_query, resolve
 from zerocalc.units import format_bytes
-from ui.figures import STAGE_LABELS
-from ui.panels import (CATALOGUE, CLUSTER, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES,
-                       PEAK_SWEEP, PEAK_TIMELINE, EXPORTS, OVERVIEW_CHART, PROBE, SCALING)
+from ui.drawing.figures import STAGE_LABELS
+from ui.drawing.panels import (CATALOGUE, CLUSTER, DEEPSPEED, LAZY_SECTIONS, PEAK_ACTIVATIONS, PEAK_FITS_ON,
+                               PEAK_RANGES, PEAK_SWEEP, PEAK_TIMELINE, EXPORTS, OVERVIEW_CHART, PROBE, SCALING)
 
 
 def app(query: dict, tab: str) -> AppTest:
@@ -138,7 +138,7 @@ def test_the_overview_is_a_table_of_the_peaks_terms_with_its_chart_drawn_when_op
 def test_a_static_table_escapes_its_cells_and_keeps_the_exact_numbers():
     import pandas as pd
 
-    from ui.static_table import html_table
+    from ui.drawing.static_table import html_table
     body = html_table(pd.DataFrame([{"name <b>": "<img src=x onerror=alert(1)>\u202e", "GB": 16.060121088,
                                      "n": 12_345, "fits": True}]), "t")
     assert "<img" not in body and "<b>" not in body and "\u202e" not in body and "[U+202E]" in body

@@ -2,7 +2,7 @@
 they reach the link and the core, and the ledger says which tensors keep each state."""
 
 from tests.app_helpers import core_report, run_app, table, warnings_shown
-from ui.state import from_query, to_query
+from ui.state.convert import from_query, to_query
 
 
 def test_precision_shows_muons_options_and_they_reach_the_link_and_the_core():

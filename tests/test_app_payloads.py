@@ -12,7 +12,7 @@ import pytest
 
 from tests.app_helpers import run_app
 from tests.hub_server import blocked, server  # noqa: F401  (fixtures)
-from ui.plain import clean, escaped
+from ui.drawing.plain import clean, escaped
 
 PAYLOADS = [
     "[Verify your account](https://evil.example.com/login)", "![](http://127.0.0.2/px.png)", "www.evil.example",

@@ -1,5 +1,5 @@
-"""The RL view and its sidebar section (ui/rl_view.py, rl_section.py, rl_state.py) with AppTest: the page's plan is
-the policy, the chart and tables draw the core's RL report (zerocalc/rl/report.py) for the same link, the link
+"""The RL view and its sidebar section (ui/views/rl.py, ui/sidebar/rl.py, ui/state/rl.py) with AppTest: the page's plan
+is the policy, the chart and tables draw the core's RL report (zerocalc/rl/report.py) for the same link, the link
 carries the RL settings, and a bad one falls back with a warning naming it."""
 
 import pytest
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from tests.app_helpers import (answer_text, dataframe_with, figure, open_sections, run_app, traces, verdict_html,
                                warnings_shown)
-from ui.rl_state import from_query, settings_of
-from ui.state import from_query as state_from_query, resolve
+from ui.state.rl import from_query, settings_of
+from ui.state.convert import from_query as state_from_query, resolve
 from zerocalc.rl.build import build_plan
 from zerocalc.rl.report import rl_report
 
@@ -73,7 +73,7 @@ def test_a_refused_plan_says_which_setting():
 
 def test_the_timeline_is_valid_plotly_in_both_unit_systems():
     import plotly.graph_objects as go
-    from ui.rl_view import timeline
+    from ui.views.rl import timeline
     report = core(QUERY)
     for unit in ("GB", "GiB"):
         go.Figure(timeline(report, unit).to_dict())       # full validation: raises on any ill-typed property

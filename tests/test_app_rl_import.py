@@ -1,4 +1,4 @@
-"""Loading an RL framework's config in the app (ui/rl_import.py): the RL section's uploader reads verl's run script,
+"""Loading an RL framework's config in the app (ui/imports/rl.py): the RL section's uploader reads verl's run script,
 TRL's GRPOConfig and OpenRLHF's flags as the CLI's --verl-config / --trl-config / --openrlhf-args do (zerocalc/rl/
 configs): the plan's settings become the RL fields, the policy's flags the page's fields, and the RL view then
 shows the very report `python -m zerocalc rl` gives for that file; a refusal names the key and changes nothing."""

@@ -1,6 +1,6 @@
 """Uploads through the page (AppTest), issue 38: the hostile inputs that replaced the page with Streamlit's error
 ("This app has encountered an error") are refused by name in a message and the view stays; an uploaded file's
-name reaches every surface (messages, the stage table, its CSV) through ui/plain.py's filter, bidi overrides
+name reaches every surface (messages, the stage table, its CSV) through ui/drawing/plain.py's filter, bidi overrides
 marked; and a token typed into the Hub revision field is never sent, echoed or written to the cache."""
 
 from pathlib import Path
@@ -10,7 +10,7 @@ import pytest
 from tests.app_helpers import alerts, core_report, dataframe_with, open_tab, run_app
 from tests.test_app_imports import fetch, hub_env, uploader  # noqa: F401  (hub_env: a fixture)
 from tests.hub_server import blocked, server  # noqa: F401  (fixtures)
-from ui import panels, tables
+from ui.drawing import panels, tables
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 HUGE = "9" * 5000

@@ -166,9 +166,9 @@ def test_cli_refusals_name_the_flag(args, says):
 
 
 def test_link_fields_reach_the_workload():
-    """ui/state_step.py: batch_mode and router_loss travel in a link; packing under eager attention and the router
+    """ui/state/step.py: batch_mode and router_loss travel in a link; packing under eager attention and the router
     loss of a dense model fall back as the core would refuse them."""
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
 
     state, warnings = from_query({"model": "mixtral-8x7b", "batch_mode": "padded", "router_loss": "true"})
     work = resolve(state).workload

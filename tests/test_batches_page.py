@@ -4,8 +4,8 @@ the user gives: percentiles"): the padded batch's typical step is the same, byte
 import json
 
 from tests.app_helpers import core_report, run_app, text_of
-from ui.state import FIELD
-from ui.field_text import format_value, parse_value
+from ui.state.fields import FIELD
+from ui.state.text import format_value, parse_value
 from zerocalc.cli.main import run
 
 QUERY = {"model": "qwen3-8b", "workers": "8", "micro_batch": "8", "seq_len": "8192", "recompute": "full",

@@ -39,7 +39,7 @@ def test_the_solvers_evaluate_a_logarithmic_number_of_candidates(monkeypatch):
     for the extreme answers too (nothing fits, everything fits)."""
     import math
 
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     from zerocalc.answers import solve
     from zerocalc.scenario import INT_LIMITS
     from zerocalc.step.workload import WORKLOAD_LIMITS

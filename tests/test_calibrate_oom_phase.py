@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.answers.calibrate.compare import calibration_dict
 from zerocalc.answers.calibrate.parse import parse
 from zerocalc.answers.calibrate.phase import failed_phase

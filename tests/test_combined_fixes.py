@@ -102,7 +102,7 @@ def test_the_page_lists_joined_changes_and_apply_sets_them_all():
     assert "no single change is enough" in text and "+ " in text
     at.button(key="fix_apply").click().run()            # the picker starts on the first change
     assert not at.exception, at.exception
-    from ui.state import from_query
+    from ui.state.convert import from_query
     stage = from_query(dict(at.query_params))[0]["stage"]
     assert core_report(dict(at.query_params))["peak"][stage]["fits"]
     assert next(c for c in verdict_cards(at) if c[0] == stage)[1]

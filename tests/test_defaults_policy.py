@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ui.state import from_query, resolve, to_query
+from ui.state.convert import from_query, resolve, to_query
 from zerocalc.cli.main import run
 from zerocalc.defaults import implied
 

@@ -45,8 +45,8 @@ def test_dockerfile_base_port_and_exec_form_entrypoint():
 
 
 def test_the_image_holds_what_the_page_reads():
-    """ui/views.py reads docs/*.md and the validation ledger's summary (docs/validation.json); the Calibrate view
-    offers tools/zerocalc_probe.py. Each must be copied into the image, or the hosted page silently lacks it."""
+    """ui/views/details.py reads docs/*.md and the validation ledger's summary (docs/validation.json); the Calibrate
+    view offers tools/zerocalc_probe.py. Each must be copied into the image, or the hosted page silently lacks it."""
     assert {"docs/*.md", "docs/validation.json", "tools/zerocalc_probe.py", "zerocalc/", "ui/"} <= set(copy_sources())
     assert ("COPY", ("/app/", "/app/"), False) in image_stage()           # the gathered files reach the image
     for name in ("validation.json", "validation.md", "peak-memory.md"):
@@ -138,7 +138,7 @@ def test_dependencies_are_pinned(name):
 
 
 def test_no_code_execution_or_raw_html_on_user_data():
-    sources = [ROOT / "app.py", ROOT / "serve.py", *sorted((ROOT / "zerocalc").rglob("*.py")), *sorted((ROOT / "ui").glob("*.py"))]
+    sources = [ROOT / "app.py", ROOT / "serve.py", *sorted((ROOT / "zerocalc").rglob("*.py")), *sorted((ROOT / "ui").rglob("*.py"))]
     forbidden = re.compile(r"\b(pickle|marshal|shelve)\b|\beval\(|\bexec\(|unsafe_allow_html|yaml\.load\(")
     for path in sources:
         for number, line in enumerate(path.read_text().splitlines(), 1):
@@ -155,7 +155,7 @@ def test_the_hosted_entry_point_sends_frame_and_sniffing_headers():
     import urllib.request
 
     from tests.e2e.server import start, stop
-    from ui.headers import frame_ancestors
+    from ui.server.headers import frame_ancestors
 
     assert frame_ancestors("") == "'self'"
     assert frame_ancestors("'self' https://wiki.example.com:8443") == "'self' https://wiki.example.com:8443"

@@ -9,7 +9,7 @@ from zerocalc.answers.combined import advice
 from zerocalc.answers.fixes import JOB_CHANGES, fixes, sentence
 from zerocalc.cli.main import run
 from zerocalc.gpus import GPU_CATALOG, INTERCONNECT, fast_links
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 
 
 def plan(**query):

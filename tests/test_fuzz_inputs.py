@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from streamlit.testing.v1 import AppTest
 
 from tests.app_helpers import subtotals, warnings_shown
-from ui.plain import clean
-from ui.state import FIELD, FIELDS, canonical, from_query, resolve, to_query
+from ui.drawing.plain import clean
+from ui.state.fields import FIELD, FIELDS
+from ui.state.convert import canonical, from_query, resolve, to_query
 from zerocalc.cli.main import main as cli_main
 from zerocalc.model.hf_config import ConfigError, architecture_from_config
 from zerocalc.output.report import full_report
@@ -72,7 +73,7 @@ def check_link(query):
             continue
         f = FIELD[key]
         try:
-            from ui.state import parse_value
+            from ui.state.text import parse_value
             parsed = parse_value(f, given_values[-1])
         except (ValueError, ArithmeticError):
             assert key in messages, (key, given_values)          # a refused value is named
@@ -113,7 +114,7 @@ def test_link_parameters_through_the_app(query):
     assert shown == [format_bytes(s["per_worker_total_bytes"], unit) for s in report["stages"]]
     bad = [k for k in query if k not in FIELD]
     shown = warnings_shown(at)
-    for key in bad:   # named, and shown literally (as text: ui/plain.py, never as markdown)
+    for key in bad:   # named, and shown literally (as text: ui/drawing/plain.py, never as markdown)
         assert clean(repr(str(key)[:40])) in shown
 
 

@@ -136,7 +136,7 @@ def test_every_card_has_both_figures_sourced_and_pytorch_gets_less():
 
 
 def test_the_page_names_the_cards_still_estimated():
-    from ui.labels import HELP
+    from ui.sidebar.labels import HELP
     for name in estimated_names():
         assert name in HELP["gpu"]
     assert "estimated" in HELP["gpu"] and "total capacity" in HELP["gpu"]

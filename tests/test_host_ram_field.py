@@ -3,8 +3,8 @@
 same plan."""
 
 from tests.app_helpers import run_app, warnings_shown
-from ui.labels import LABELS
-from ui.state import canonical, from_query, resolve, to_query
+from ui.sidebar.labels import LABELS
+from ui.state.convert import canonical, from_query, resolve, to_query
 
 
 def test_the_field_is_in_gb_and_the_core_gets_bytes():

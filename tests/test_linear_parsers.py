@@ -6,7 +6,7 @@ values, the uploaded configs) is timed on inputs built from its own patterns: a 
 text, then a long run of one character class the pattern uses (spaces, '[', digits, letters, ':', '|', newlines,
 ...), then a character that makes the match fail; the same near-match repeated along one line; and a wide first line
 followed by many short ones. Each input grows 4k -> 16k -> 64k characters (the server parses pastes up to 64,000
-characters in its own process, ui/calibration.py HEAVY_PASTE_CHARS), and must stay within BUDGET_S of CPU at every
+characters in its own process, ui/views/calibration.py HEAVY_PASTE_CHARS), and must stay within BUDGET_S of CPU at every
 size and grow near-linearly: time(64k) / time(16k) under GROWTH, where linear is 4 and quadratic 16. The worst
 inputs found are also timed at the paste cap (1,000,000 characters, parse's own limit; the worker reads those).
 Process time, best of three where a first reading fails, and a floor for tiny times keep a loaded 2-core CI
@@ -48,8 +48,9 @@ def _hub(name):
 
 
 def _link(text):
-    from ui.rl_state import RL_FIELD, from_query as rl_query
-    from ui.state import FIELD, from_query
+    from ui.state.rl import RL_FIELD, from_query as rl_query
+    from ui.state.fields import FIELD
+    from ui.state.convert import from_query
     from_query({name: text for name in FIELD})
     rl_query({name: text for name in RL_FIELD})
 
@@ -114,7 +115,7 @@ ENTRIES = {
                               ("!", ".lock")),
     "hub.validate_token": (_hub("validate_token"), ("hf_",), (), ("\x00", "")),
     "hub.shown": (_hub("shown"), ("hf_", "a"), ("hf_", "_"), ("!",)),
-    # ui/state.py and ui/rl_state.py: every field of the link given the value
+    # ui/state/fields.py and ui/state/rl.py: every field of the link given the value
     "link values": (_link, ("1", "1.5", "7B", "48 GB", "1,2,"), ("9", ",", "e", "."), ("x",)),
     # uploaded configs: json (DeepSpeed), PyYAML (accelerate, verl, TRL), tomllib (torchtitan), shlex (run scripts)
     "config.deepspeed": (_config("deepspeed"), ('{"zero_optimization": {"stage": ',), ("{", '"'), ("x",)),

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.app_helpers import answer_text, run_app, verdict_cards
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.answers.calibrate.parse import parse
 from zerocalc.answers.calibrate.verdict import measured_fit
 from zerocalc.answers.verdict import headline

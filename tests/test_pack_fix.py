@@ -19,7 +19,7 @@ BASE = ["--model", "llama-3.1-8b", "--finetune", "lora", "--recompute", "full", 
 
 
 def plan():
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     r = resolve(from_query({"model": "llama-3.1-8b", "finetune": "lora", "recompute": "full", "gpu": "H100-SXM-80GB",
                             "workers": "1", "micro_batch": "8", "seq_len": "8192", "batch_mode": "padded",
                             "batch_lengths": LENGTHS})[0])
@@ -48,8 +48,8 @@ def test_applied_as_flags_it_gives_the_verdict_it_promised():
 
 
 def test_applied_on_the_page_it_gives_the_verdict_it_promised():
-    from ui.panels import fix_fields
-    from ui.state import from_query, resolve, to_query
+    from ui.drawing.panels import fix_fields
+    from ui.state.convert import from_query, resolve, to_query
     s, w = plan()
     pack = next(f for f in fixes(s, w, 0) if f.kind == "pack")
     state = from_query({"model": "llama-3.1-8b", "finetune": "lora", "recompute": "full", "gpu": "H100-SXM-80GB",

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.output.report import ANSWER_KEYS, full_report, plain
 

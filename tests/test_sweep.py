@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.app_helpers import core_report, dataframe_with, figure, run_app
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.answers.sweep import AXES, MAX_POINTS, axes_for, sweep, sweep_sentence
 from zerocalc.scenario import FieldError
 

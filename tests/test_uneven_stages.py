@@ -173,7 +173,7 @@ def test_cli_flags():
 
 def test_link_keys_and_hostile_values():
     pytest.importorskip("streamlit")
-    from ui.state import from_query, resolve, to_query
+    from ui.state.convert import from_query, resolve, to_query
 
     state, warnings = from_query({"model": "llama-3-8b", "pp": "2", "vpp": "2", "schedule": "interleaved",
                                   "micro_batches": "4", "stage_layers": "7,9,9,7"})

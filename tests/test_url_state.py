@@ -3,8 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ui.state import (ARCH_FIELDS, FIELD, FIELDS, PARAMS_ONLY, canonical, defaults, default_for, format_value,
-                      from_query, resolve, to_query)
+from ui.state.fields import ARCH_FIELDS, FIELD, FIELDS, PARAMS_ONLY, defaults, default_for
+from ui.state.convert import canonical, from_query, resolve, to_query
+from ui.state.text import format_value
 
 
 def value_for(f):
@@ -14,7 +15,7 @@ def value_for(f):
         return st.booleans()
     if f.kind == "multi":
         return st.lists(st.sampled_from(f.choices), unique=True).map(tuple)
-    if f.kind == "ints":                       # a pipeline's layers per stage (ui/state_stages.py)
+    if f.kind == "ints":                       # a pipeline's layers per stage (ui/state/stages.py)
         return st.lists(st.integers(0, 10_000), max_size=20).map(tuple)
     if f.kind == "points":                     # the samples' lengths (zerocalc/step/batches.py): rising points
         return st.lists(st.integers(1, 10_000), min_size=1, max_size=6).map(_points)

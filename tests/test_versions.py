@@ -174,7 +174,7 @@ def test_the_default_row_against_transformers_5_24_on_the_cpu(batch):
 
 
 def test_the_page_field_and_link_key_give_the_plan_its_versions():
-    from ui import state as S
+    from ui.state import convert as S
 
     st, warnings = S.from_query({"model": "mixtral-8x7b", "finetune": "qlora", "transformers_version": "4.45.2",
                                  "bitsandbytes_version": "0.43.1"})

@@ -1,4 +1,4 @@
-"""The page's link carries the vision fields (ui/state_vision.py): a link's images, resolution, budget and tower mode
+"""The page's link carries the vision fields (ui/state/vision.py): a link's images, resolution, budget and tower mode
 give the plan the CLI's flags give, byte for byte, and a bad value is refused naming the page's field."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from ui.state import from_query, resolve, to_query
+from ui.state.convert import from_query, resolve, to_query
 from zerocalc.cli.main import run
 from zerocalc.parallel.ranks import layout_report
 

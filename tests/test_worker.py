@@ -1,5 +1,6 @@
-"""The app's worker process (ui/worker.py): a costly answer computed there equals the one computed here, a refusal
-comes back as the FieldError it was (with its field and allowed text), and the page uses it for large searches."""
+"""The app's worker process (ui/server/worker.py): a costly answer computed there equals the one computed here, a
+refusal comes back as the FieldError it was (with its field and allowed text), and the page uses it for large
+searches."""
 
 import logging
 import os
@@ -11,9 +12,9 @@ import pytest
 
 from tests import worker_tasks
 from tests.app_helpers import alerts, run_app
-from ui import worker
-from ui.state import from_query, resolve
-from ui.worker import isolated, run
+from ui.server import worker
+from ui.state.convert import from_query, resolve
+from ui.server.worker import isolated, run
 from zerocalc.frameworks import FrameworkConfigError, import_config
 from zerocalc.output.report import full_report
 from zerocalc.scenario import FieldError
@@ -36,9 +37,9 @@ def test_a_refusal_comes_back_as_it_was_raised():
 
 def test_the_page_searches_a_large_world_through_the_worker(monkeypatch):
     calls = []
-    import ui.worker
-    real = ui.worker.call
-    monkeypatch.setattr(ui.worker, "call", lambda kind, fn, *a: calls.append(fn.__name__) or real(kind, fn, *a))
+    import ui.server.worker
+    real = ui.server.worker.call
+    monkeypatch.setattr(ui.server.worker, "call", lambda kind, fn, *a: calls.append(fn.__name__) or real(kind, fn, *a))
     at = run_app({"model": "qwen3-0.6b", "workers": "512"}, tab="Layouts and ranks")
     at.session_state["show_layouts"] = True
     at.run()
@@ -169,9 +170,9 @@ def test_a_paste_is_parsed_once_in_a_worker(monkeypatch):
 
 
 def test_an_unexpected_error_in_an_upload_is_a_message_and_a_logged_trace(monkeypatch, caplog):
-    import ui.imports
+    import ui.imports.configs
     from tests.test_app_imports import uploader
-    monkeypatch.setattr(ui.imports, "read_config", worker_tasks.fail)
+    monkeypatch.setattr(ui.imports.configs, "read_config", worker_tasks.fail)
     at = run_app(sections=["sec_load"])
     uploader(at, "Hugging Face config.json").upload("config.json", b"boom", "application/json")
     with caplog.at_level(logging.ERROR, logger="zerocalc.worker"):
@@ -202,9 +203,10 @@ def test_a_link_the_reader_chokes_on_opens_the_default_page_with_a_message(monke
 
 
 def test_compare_costs_each_pair_once_and_at_most_its_budget(monkeypatch):
-    """Compare's differences (ui/compare.py): computed once per pair of plans, in a worker; beyond COSTED_FIELDS the
-    fields are listed, not costed."""
-    from ui import compare, tasks
+    """Compare's differences (ui/views/compare.py): computed once per pair of plans, in a worker; beyond COSTED_FIELDS
+    the fields are listed, not costed."""
+    from ui.views import compare
+    from ui.server import tasks
     a = resolve(from_query({"model": "llama-3-8b", "workers": "24", "micro_batch": "3", "seq_len": "3000",
                             "stage": "1"})[0]).state
     b = resolve(from_query({"model": "llama-3-8b"})[0]).state

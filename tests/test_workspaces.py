@@ -83,11 +83,11 @@ def test_the_cli_flag(capsys):
 
 
 def test_the_ui_state_maps_minus_one_to_the_table():
-    from ui import state as ui_state
-    values = ui_state.defaults()
+    from ui.state import convert, fields
+    values = fields.defaults()
     arch = MODEL_PRESETS["llama-2-7b"][0]
-    assert ui_state.workload(values, arch).workspace_bytes is None
-    assert ui_state.workload({**values, "workspace_bytes": 0}, arch).workspace_bytes == 0
+    assert convert.workload(values, arch).workspace_bytes is None
+    assert convert.workload({**values, "workspace_bytes": 0}, arch).workspace_bytes == 0
 
 
 def test_rows_cite_their_code():

@@ -3,7 +3,7 @@ prove its results byte-identical: run it before and after, then `diff` the two f
 
 The matrix: every model preset under each layout class (pure data parallel, tp x pp with Megatron's kernels,
 interleaved pipeline, context parallel, expert parallel for MoE models) and the fine-tuning and offload variants,
-each through the app's path (a link's query -> ui.state.resolve -> full report with the layout search, the fixes
+each through the app's path (a link's query -> ui.state.convert.resolve -> full report with the layout search, the fixes
 for the checked stage, the assumption ranges, the activation formulas) and through the CLI (text and JSON).
 
     python tools/report_snapshot.py OUT.jsonl [--compare OLD.jsonl] [--quick] [--ignore KEY,KEY]
@@ -71,7 +71,7 @@ def _digest(value) -> str:
 
 
 def app_case(query: dict) -> dict:
-    from ui.state import from_query, resolve
+    from ui.state.convert import from_query, resolve
     from zerocalc.step.formulas import formulas_for
     from zerocalc.answers.fixes import fixes
     from zerocalc.answers.ranges import ranges, ranges_dict

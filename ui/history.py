@@ -20,7 +20,7 @@ from __future__ import annotations
 import streamlit as st
 from streamlit.runtime.scriptrunner_utils.script_run_context import get_script_run_ctx
 
-from .state import DENSE_IDS
+from .state.fields import DENSE_IDS
 
 EXTRAS = ("import_message", "framework_import", DENSE_IDS)     # session keys the link does not carry
 WRITTEN = "_history_extras"      # session key: {link as a sorted tuple of (key, values): those keys' values}

@@ -10,15 +10,21 @@ import streamlit as st
 
 from zerocalc.model.presets import MODEL_PRESETS
 
-from . import (calibration, compare, compute, finetune, imports, panels, plain, rl_import, rl_section, rl_view, share,
-               views, widgets, worker)
+from .views import calibration, compare, rl as rl_view, details
+from .server import compute, worker
+from .drawing import finetune, panels, plain
+from .imports import configs, rl as rl_import
+from .sidebar import rl as rl_section, widgets
+from . import share
 from .share import PLAN_A, TABS
-from .state import CUSTOM, DENSE_IDS, PARAMS_ONLY, resolve
+from .state.fields import CUSTOM, DENSE_IDS, PARAMS_ONLY
+from .state.convert import resolve
 
 # The views that read the report's answers (solvers, fits-on, scaling, DeepSpeed: zerocalc.output.report.ANSWER_KEYS);
 # with another view open the page asks the core for the bytes, peaks and fit alone.
 ANSWER_TABS = {"Model states", "Peak and step", "Layouts and ranks", "How to read it"}
-# A view whose answers are read only in sections drawn when opened (ui/panels.py lazy): asked for while one is open.
+# A view whose answers are read only in sections drawn when opened (ui/drawing/panels.py lazy): asked for while one is
+# open.
 LAZY_ANSWERS = {"Model states": (panels.SCALING, panels.DEEPSPEED)}
 
 
@@ -85,24 +91,24 @@ def render() -> None:
     if view == "Overview":
         panels.overview(report, unit, stage, resolved.state["breakdown"])
     elif view == "Model states":
-        views.model_states_tab(report, unit, stage, imported)
+        details.model_states_tab(report, unit, stage, imported)
     elif view == "Peak and step":
-        views.peak_tab(report, compute.ranges_of(resolved), unit, stage, lambda: compute.formulas_of(resolved),
+        details.peak_tab(report, compute.ranges_of(resolved), unit, stage, lambda: compute.formulas_of(resolved),
                        resolved, compute.sweep_of, compute.longest_of(resolved))
     elif view == "Layouts and ranks":
-        views.ranks_tab(report, unit, stage, resolved)
+        details.ranks_tab(report, unit, stage, resolved)
     elif view == "Compare":
         compare.panel(resolved.state, compute.report_of, unit)
     elif view == "Calibrate":
         calibration.panel(resolved, unit)
     elif view == "Framework configs":
-        imports.exports_tab(resolved)
+        configs.exports_tab(resolved)
     elif view == "RL":
         rl_view.panel(resolved, unit)
     elif view == "How to read it":
-        views.about_tab(report, unit)
+        details.about_tab(report, unit)
 
-    widgets.sidebar(imports.loaders, rl_import.loader)      # the sidebar's deltas follow the page's
+    widgets.sidebar(configs.loaders, rl_import.loader)      # the sidebar's deltas follow the page's
     if rl_plan is not None:
         return
     with fixes_slot.container():                            # last: the one answer this run may wait for

@@ -16,13 +16,14 @@ import streamlit as st
 from zerocalc.units import capacity_text, parse_capacity, parse_count
 
 from . import history
-from .labels import LABELS
-from .rl_section import seed as rl_seed, values as rl_values
-from .rl_state import RL_PREFIX, from_query as rl_from_query, to_query as rl_to_query
-from .state import CUSTOM, FIELD, FIELDS, PARAMS_ONLY, canonical, from_query, resolve, to_query, unknown_keys_warnings
-from .state_stages import LIST_HINT, layers_from_text, layers_text
-from .state_step import LENGTHS_HINT, lengths_from_text, lengths_text
-from .widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed, set_fields
+from .sidebar.labels import LABELS
+from .sidebar.rl import seed as rl_seed, values as rl_values
+from .state.rl import RL_PREFIX, from_query as rl_from_query, to_query as rl_to_query
+from .state.fields import CUSTOM, FIELD, FIELDS, PARAMS_ONLY
+from .state.convert import canonical, from_query, resolve, to_query, unknown_keys_warnings
+from .state.stages import LIST_HINT, layers_from_text, layers_text
+from .state.step import LENGTHS_HINT, lengths_from_text, lengths_text
+from .sidebar.widgets import GPU_MEMORY_TEXT, LENGTHS_TEXT, PARAMS_TEXT, STAGE_LAYERS_TEXT, VALUES, seed, set_fields
 
 PLAN_A = "plan_a"            # session key: the pinned plan's state dict (compare mode)
 A_PREFIX = "a."

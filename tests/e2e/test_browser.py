@@ -14,7 +14,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout, expect
 
 from tests.e2e.conftest import screenshot, wait_ready
-from ui.state import DTYPES, from_query, resolve
+from ui.state.fields import DTYPES
+from ui.state.convert import from_query, resolve
 from zerocalc.output.report import full_report
 from zerocalc.units import format_bytes
 
@@ -56,13 +57,13 @@ def view_button(page, name):
     return page.locator("[data-testid=stMain]").get_by_role("radio", name=name, exact=True)
 
 
-def open_tab(page, name, section=None):        # with `section`: open the lazy section (ui/panels.py) named `name`
+def open_tab(page, name, section=None):        # `section`: open the lazy section (ui/drawing/panels.py) `name`
     (page.locator(section, has_text=name) if section else view_button(page, name)).click()
     wait_ready(page)
 
 
 def open_section(page, pill):
-    """Open a sidebar section by its pill (ui.widgets.SECTIONS)."""
+    """Open a sidebar section by its pill (ui.sidebar.widgets.SECTIONS)."""
     page.locator("[data-testid=stSidebar]").get_by_role("button", name=pill, exact=True).click()
     wait_ready(page)
 
@@ -271,7 +272,7 @@ def test_tables_scroll_sideways_on_a_phone_with_the_formula_column_reachable(pag
     size(page, "phone")
     open_app(page, server, charts=False)
     open_tab(page, "Model states")
-    page.locator(".zc-table-wrap").nth(1).wait_for()          # static HTML tables (ui/static_table.py) in scrollers
+    page.locator(".zc-table-wrap").nth(1).wait_for()          # static HTML tables (drawing/static_table.py)
     state = page.evaluate("""() => Array.from(document.querySelectorAll('.zc-table-wrap')).map(s => {
         const before = s.scrollLeft; s.scrollLeft = s.scrollWidth; const after = s.scrollLeft;
         return {width: s.getBoundingClientRect().right, sw: s.scrollWidth, cw: s.clientWidth, moved: after > before}; })""")
@@ -313,7 +314,7 @@ STATE_BARS = """() => Array.from(document.querySelectorAll('[data-testid=stPlotl
 
 
 def test_the_display_section_changes_units_and_bars_and_no_byte(page, server):
-    """Units and "bars by" live in the sidebar's Display section (ui.state.DISPLAY_FIELDS): a click relabels the
+    """Units and "bars by" live in the sidebar's Display section (ui.state.fields.DISPLAY_FIELDS): a click relabels the
     page and the link, and the bytes stay the core's."""
     open_app(page, server, ISSUE_13)
     report = core_report(query_dict(ISSUE_13))

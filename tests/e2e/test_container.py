@@ -27,7 +27,7 @@ from zerocalc.units import format_bytes
 SHARED = "?model=llama-3-8b&workers=64&gpu=H200-141GB"
 UNDER = "zerocalc"                     # the path of the second container (STREAMLIT_SERVER_BASE_URL_PATH)
 HEADERS = {"Content-Security-Policy": "frame-ancestors 'self'", "X-Frame-Options": "SAMEORIGIN",
-           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}     # ui/headers.py
+           "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin"}     # ui/server/headers.py
 TIMES = {}                             # seconds, reported at the end of the module
 
 

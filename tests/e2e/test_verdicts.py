@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 from tests.e2e.conftest import wait_ready
 from tests.e2e.test_browser import core_report, open_app, open_tab, query_dict, view_button
 from tests.test_calibrate_verdict import oom
-from ui.state import from_query, resolve
+from ui.state.convert import from_query, resolve
 from zerocalc.answers.sweep import sweep
 
 

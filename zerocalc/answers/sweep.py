@@ -20,7 +20,7 @@ from ..tables import STAGES
 from .solve import largest_true, max_micro_batch, max_seq_len, min_workers, seq_len_step
 
 MAX_POINTS = 10
-LORA_RANK_LIMIT = 4096              # the page's own bound (ui.state); peft allows more, nobody trains them
+LORA_RANK_LIMIT = 4096              # the page's own bound (ui.state.fields); peft allows more, nobody trains them
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,12 @@ from zerocalc.model.inventory import counts
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.units import capacity_text
 
-from . import rl_section
+from . import rl
 from .labels import HELP, LABELS
-from .state_optimizer import OPTIMIZER_OPTIONS
-from .state_step import lengths_text
-from .state_vision import VISION_FIELDS
-from .state import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
+from ..state.optimizer import OPTIMIZER_OPTIONS
+from ..state.step import lengths_text
+from ..state.vision import VISION_FIELDS
+from ..state.fields import (ARCH_FIELDS, BASIC_ARCH_FIELDS, CUSTOM, DENSE_IDS, DISPLAY_FIELDS, FIELD,
                     FINETUNE_MODE_FIELDS, PARAMS_ONLY, PRECISION_FIELDS, VARIANT_ARCH_FIELDS, base_architecture,
                     default_for)
 
@@ -389,7 +389,7 @@ SECTIONS = (
     ("sec_vision", "Vision", "Vision-language: images, resolution, pixel budget, tower", _fields(VISION_FIELDS), True),
     ("sec_assumptions", "Assumptions", "Working-set assumptions", _fields(ASSUMPTION_FIELDS), False),
     ("sec_display", "Display", "Display: units and bars (no byte changes)", _fields(DISPLAY_FIELDS), False),
-    ("sec_rl", "RL", "RL post-training: algorithm, models, rollout engine (the RL view)", rl_section.section, True),
+    ("sec_rl", "RL", "RL post-training: algorithm, models, rollout engine (the RL view)", rl.section, True),
 )
 SECTION_PILLS = {key: pill for key, pill, *_ in SECTIONS}
 OPEN_SECTIONS = "sections"      # session key: the keys of the open sections
@@ -397,8 +397,8 @@ OPEN_SECTIONS = "sections"      # session key: the keys of the open sections
 
 def sidebar(loaders=None, rl_loader=None) -> None:
     """The common controls, then the sections. `loaders(container)` draws the config / Hub / framework loaders,
-    `rl_loader(container)` the RL config's uploader atop the RL section (drawers the page hands in: ui/imports.py
-    and ui/rl_import.py set this module's fields, so it cannot import them).
+    `rl_loader(container)` the RL config's uploader atop the RL section (drawers the page hands in:
+    ui/imports/configs.py and ui/imports/rl.py set this module's fields, so it cannot import them).
 
     The sections open from one row of pills (several at once), not from an expander each: one widget instead of
     eight, and only the open ones draw anything (a section costs the page nothing while it is closed)."""

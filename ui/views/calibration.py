@@ -12,14 +12,15 @@ import streamlit as st
 
 from zerocalc.scenario import FieldError
 
-from . import plain, tables, worker
-from .panels import PROBE as PROBE_SECTION, lazy
-from .tables import SYSTEM
-from .figures import STAGE_LABELS
-from .state import CUSTOM, FIELD
-from .widgets import set_fields
+from ..drawing import plain, tables
+from ..server import worker
+from ..drawing.panels import PROBE as PROBE_SECTION, lazy
+from ..drawing.tables import SYSTEM
+from ..drawing.figures import STAGE_LABELS
+from ..state.fields import CUSTOM, FIELD
+from ..sidebar.widgets import set_fields
 
-PROBE = Path(__file__).resolve().parents[1] / "tools" / "zerocalc_probe.py"
+PROBE = Path(__file__).resolve().parents[2] / "tools" / "zerocalc_probe.py"
 PROBE_USAGE = """Copy `zerocalc_probe.py` next to your training script, then:
 
 ```python
@@ -125,7 +126,7 @@ def _read(text: str, gb: str, resolved, stage: int, unit: str):
     """The paste's calibration, or None after saying why not. Parsed once per (paste, "GB", stage, unit, plan): the
     run that reads a new paste reruns the page (remember), and the rerun, like every later one, reuses the first
     reading instead of parsing the paste again."""
-    from .compute import state_key
+    from ..server.compute import state_key
     key = (hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest(), gb, stage, unit,
            state_key(resolved.state))
     kept = st.session_state.get(PARSED)
@@ -184,7 +185,7 @@ def panel(resolved, unit: str) -> None:
     remember(resolved.state, stage, m, text, attach=st.session_state.pop("calib_attach_now", False))
     plain.alert("success", f"Read as {m['source_format']}" + (f" ({m['gpu_name']})" if m.get("gpu_name") else "")
                 + f"; compared with {STAGE_LABELS[stage]} of this view.")
-    from .panels import table_with_csv
+    from ..drawing.panels import table_with_csv
     table_with_csv(tables.residual_table(calibration, unit), "calibration", None)
     if calibration["phases"]:
         st.markdown("**Per phase** (the probe's phases against the estimate's):")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from .rl_state import RL_FIELDS, RL_VALUES, defaults
+from ..state.rl import RL_FIELDS, RL_VALUES, defaults
 
 
 def values() -> dict:

@@ -1,5 +1,5 @@
-"""What the worker processes run for the page (ui/worker.py): each function reads a visitor's input with the core and
-returns plain data. No Streamlit here: a worker imports this module and the core only."""
+"""What the worker processes run for the page (ui/server/worker.py): each function reads a visitor's input with the core
+and returns plain data. No Streamlit here: a worker imports this module and the core only."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def read_config(data: bytes):
 
 
 def config_name(cfg: dict) -> str:
-    """A config's model_type / architectures[0], cut short (text from the file: shown through ui/plain.py)."""
+    """A config's model_type / architectures[0], cut short (text from the file: shown through ui/drawing/plain.py)."""
     arch = cfg.get("architectures")
     name = arch[0] if isinstance(arch, list) and arch and isinstance(arch[0], str) else None
     return " / ".join([str(cfg.get("model_type", "?"))[:40]] + ([name[:60]] if name else []))
@@ -33,7 +33,8 @@ def read_rl(fmt, data: bytes, gpus: int):
 
 
 def _shown(name: str, query: dict, state: dict) -> str:
-    from .state import FIELD, default_for, format_value
+    from ..state.fields import FIELD, default_for
+    from ..state.text import format_value
     if name in query:
         return query[name]
     return format_value(FIELD[name], default_for(name, state)) + " (default)"
@@ -44,8 +45,9 @@ def differences(a: dict, b: dict, costed: int = COSTED_FIELDS) -> list:
     A (zerocalc.answers.fixes.change_effect) for the first `costed` of them; the rest are listed with costed False."""
     from zerocalc.answers.fixes import change_effect, effect_dict
 
-    from .labels import LABELS
-    from .state import DISPLAY_FIELDS, FIELDS, canonical, from_query, resolve, to_query
+    from ..sidebar.labels import LABELS
+    from ..state.fields import DISPLAY_FIELDS, FIELDS
+    from ..state.convert import canonical, from_query, resolve, to_query
     qa, qb = to_query(canonical(a)), to_query(canonical(b))
     ra = resolve(a)
     before = (ra.scenario, ra.workload, ra.state["stage"])

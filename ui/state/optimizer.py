@@ -14,7 +14,7 @@ OPTIMIZER_OPTION_FIELDS = ("fallback_optimizer", "ns_dtype", "muon_tp", "optimiz
 
 
 def optimizer_fields(field) -> tuple:
-    """The fields, built with ui.state's Field, with the Scenario's defaults."""
+    """The fields, built with ui.state.fields's Field, with the Scenario's defaults."""
     return (field("fallback_optimizer", "choice", "adamw", FALLBACK_OPTIMIZERS),
             field("ns_dtype", "choice", "bf16", tuple(DTYPE_BITS)), field("muon_tp", "choice", "full", MUON_TP),
             field("optimizer_rank", "int", 128, (), *INT_LIMITS["optimizer_rank"]),

@@ -53,7 +53,7 @@ START_S = 60.0           # a worker that is not ready this long after its start 
 # Modules a worker imports before it says it is ready (the first paste then pays no import on its deadline).
 PRELOAD = ("zerocalc.output.report", "zerocalc.answers.combined", "zerocalc.answers.sweep",
            "zerocalc.answers.calibrate.compare", "zerocalc.answers.calibrate.parse", "zerocalc.frameworks",
-           "zerocalc.cli.frameworks", "zerocalc.rl.configs", "zerocalc.model.hf_config", "ui.tasks")
+           "zerocalc.cli.frameworks", "zerocalc.rl.configs", "zerocalc.model.hf_config", "ui.server.tasks")
 
 
 class WorkerError(RuntimeError):
@@ -101,7 +101,7 @@ def _spawn():
     """(a new worker process, our end of its pipe). Started by command line, not by multiprocessing's spawn: that
     would re-run the __main__ module in the child, and Streamlit (and AppTest) make the app's script __main__."""
     ours, theirs = multiprocessing.Pipe()
-    code = f"import sys; sys.path[:] = {sys.path!r}; from ui.worker import serve; serve({theirs.fileno()})"
+    code = f"import sys; sys.path[:] = {sys.path!r}; from ui.server.worker import serve; serve({theirs.fileno()})"
     proc = subprocess.Popen([sys.executable, "-c", code], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
     theirs.close()
     return proc, ours

@@ -20,7 +20,7 @@ LIST_HINT = (f"layer counts from {STAGE_LAYER_LIMITS[0]} to {STAGE_LAYER_LIMITS[
 
 
 def stage_fields(field) -> tuple:
-    """The fields, built with ui.state's Field (kind "ints": a tuple of counts, written "7,8,8,...")."""
+    """The fields, built with ui.state.fields's Field (kind "ints": a tuple of counts, written "7,8,8,...")."""
     hi = STAGE_LAYER_LIMITS[1]
     return (field("stage_split", "choice", "even", STAGE_SPLITS), field("stage_layers", "ints", (), (LIST_HINT,)),
             field("first_stage_layers", "int", 0, (), 0, hi), field("last_stage_layers", "int", 0, (), 0, hi),

@@ -11,13 +11,15 @@ import streamlit as st
 from zerocalc.answers.verdict import stage_verdicts
 from zerocalc.units import format_bytes, percent_text
 
-from . import figures, plain, tables, worker
-from .compute import _PerState, state_key
-from .figures import STAGE_LABELS
-from .share import PLAN_A
-from .state import FIELDS, resolve
-from .tasks import COSTED_FIELDS, differences
-from .widgets import set_fields
+from ..drawing import figures, plain, tables
+from ..server import worker
+from ..server.compute import _PerState, state_key
+from ..drawing.figures import STAGE_LABELS
+from ..share import PLAN_A
+from ..state.fields import FIELDS
+from ..state.convert import resolve
+from ..server.tasks import COSTED_FIELDS, differences
+from ..sidebar.widgets import set_fields
 
 
 def _pin(state: dict) -> None:
@@ -98,7 +100,7 @@ def panel(state: dict, report_of, unit: str) -> None:
     st.markdown(f"**{len(rows)} field(s) differ.** What each moves when it alone changes in plan A (the peak at "
                 f"the stage each plan checks, and the model states per worker there); changes that interact do not "
                 f"add up exactly.")
-    from .panels import table_with_csv
+    from ..drawing.panels import table_with_csv
     table_with_csv(tables.difference_table(rows, unit), "compare", b)
     if len(rows) > COSTED_FIELDS:
         st.caption(f"What each field moves alone is computed for the first {COSTED_FIELDS} of them; the other "

@@ -25,13 +25,15 @@ from zerocalc.model.hf_config import MAX_CONFIG_BYTES, ConfigError, architecture
 from zerocalc.scenario import FieldError
 from zerocalc.values import Given
 
-from . import plain, worker
-from .panels import EXPORTS as EXPORT_SECTIONS, lazy
-from .tasks import config_name, read_config
-from .state import (ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value, allowed, architecture,
-                    format_value, parse_value, resolve)
-from .state_stages import NONE as STAGE_NONE
-from .widgets import read_state, set_fields
+from ..drawing import plain
+from ..server import worker
+from ..drawing.panels import EXPORTS as EXPORT_SECTIONS, lazy
+from ..server.tasks import config_name, read_config
+from ..state.fields import ARCH_FIELDS, CUSTOM, DENSE_IDS, FIELD, PARAMS_ONLY, _arch_value
+from ..state.text import allowed, format_value, parse_value
+from ..state.convert import architecture, resolve
+from ..state.stages import NONE as STAGE_NONE
+from ..sidebar.widgets import read_state, set_fields
 
 HUB_ENDPOINT_ENV = "ZEROCALC_HUB_ENDPOINT"   # another Hub (a mirror, or the tests' local server); unset: the Hub
 HUB_CACHE_ENV = "ZEROCALC_HUB_CACHE"         # where the Hub caches live (one folder per token); unset: a temp folder
@@ -277,7 +279,7 @@ KEPT_BY_IMPORT = ("model", "gpu", "gpu_memory", "workers", "seq_len", "micro_bat
 def import_base(state: dict, model: str) -> tuple:
     """(the plan an import starts from, the fields kept from the page): every field at its default for the model
     (the file's preset, else the page's), but KEPT_BY_IMPORT and, for the page's own model, its architecture."""
-    from .state import from_query
+    from ..state.convert import from_query
     model = model or state["model"]
     base = from_query({"model": model})[0]
     kept = [k for k in KEPT_BY_IMPORT if k != "model" or model == state["model"]]
@@ -405,7 +407,7 @@ def exports_tab(resolved) -> None:
     from zerocalc.frameworks import FrameworkConfigError
     from zerocalc.frameworks.export import export_caveats, export_config
 
-    from .figures import STAGE_LABELS
+    from ..drawing.figures import STAGE_LABELS
 
     s, w, lay, stage = export_inputs(resolved)
     imported = st.session_state.get("framework_import")

@@ -16,7 +16,8 @@ from zerocalc.output.report import full_report
 from zerocalc.step.formulas import formulas_for
 
 from . import worker
-from .state import DENSE_IDS, DISPLAY_FIELDS, FIELDS, canonical
+from ..state.fields import DENSE_IDS, DISPLAY_FIELDS, FIELDS
+from ..state.convert import canonical
 
 LAYOUT_FIX_GPUS = 64          # beyond this world size, layouts join the fixes only once the search is asked for
 

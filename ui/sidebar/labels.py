@@ -82,7 +82,7 @@ LABELS = {
     "quant_type": "Base quantization", "quant_block_size": "4-bit block size",
     "double_quant": "Double quantization (quantize the scales)",
     "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
-    # vision-language models (issue 37: ui/state_vision.py)
+    # vision-language models (issue 37: ui/state/vision.py)
     "images_per_sample": "Images per sample", "image_width": "Image width (px)", "image_height": "Image height (px)",
     "pixel_budget": "Pixel budget per image (0: the checkpoint's)", "video_frames": "Video frames per sample (Qwen)",
     "pan_and_scan": "Pan and scan (Gemma 3)", "vision_training": "Vision tower", "vision_lora_rank": "Tower LoRA rank",

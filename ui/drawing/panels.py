@@ -2,7 +2,7 @@
 
 Order of the page: the title line and the verdict (which stages fit on the chosen GPU, at what peak and headroom)
 as one block of plain HTML, the share link, what would make the checked stage fit, then views that run only when
-open: the overview (here: per-stage model states beside the peak against the GPU), and in ui/views.py model
+open: the overview (here: per-stage model states beside the peak against the GPU), and in ui/views/details.py model
 states, peak and step, layouts and ranks and how to read the page (compare, calibrate and framework configs have
 modules of their own).
 """
@@ -19,9 +19,9 @@ from zerocalc.units import format_bytes, percent_text
 
 from . import finetune, plain, static_table
 from .figures import PHASE_LABELS, PLOTLY_CONFIG, STAGE_LABELS
-from .state import PRECISION_FIELDS, default_for
-from .state_stages import NONE as STAGE_NONE, ui_value
-from .widgets import set_fields
+from ..state.fields import PRECISION_FIELDS, default_for
+from ..state.stages import NONE as STAGE_NONE, ui_value
+from ..sidebar.widgets import set_fields
 
 _MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_{}[]()<>#+-.!|~$"})
 
@@ -44,7 +44,7 @@ def _csv(df) -> bytes:
 
 def table_with_csv(df, name: str, report) -> None:
     """A table (scrolling sideways when narrow) and its CSV download, stamped with the version and convention. A
-    small table is one static HTML block (ui/static_table.py), a long one the data grid."""
+    small table is one static HTML block (ui/drawing/static_table.py), a long one the data grid."""
     if len(df) <= static_table.MAX_ROWS:
         st.html(static_table.html_table(df, name))
     else:
@@ -299,7 +299,7 @@ def _batch_words(batch, stage: int, unit: str) -> str:
 def verdict_html(report: dict, ranges: dict, stage: int, unit: str, measured: dict = None) -> str:
     """The answer first: which stages fit on the chosen GPU, at what peak and headroom (red over, green under),
     the model-state subtotal beneath each, labelled as such ("" without a peak: see no_peak). `measured`: a
-    pasted measurement's verdict of one stage (ui.calibration.measured_verdict), which that card follows."""
+    pasted measurement's verdict of one stage (ui.views.calibration.measured_verdict), which that card follows."""
     if "peak" not in report:
         return ""
     peaks, gpu = report["peak"], report["gpu"]["name"]
@@ -404,6 +404,7 @@ def import_message() -> None:
 # --- overview -------------------------------------------------------------------------------------------------
 
 def overview(report: dict, unit: str, stage: int, breakdown: str) -> None:
-    """The overview view (ui/overview.py: a table of the peak's terms; the chart drawn when its section opens)."""
+    """The overview view (ui/drawing/overview.py: a table of the peak's terms; the chart drawn when its section
+    opens)."""
     from .overview import draw        # it draws with this module's chart and lazy
     draw(report, unit, stage, breakdown)

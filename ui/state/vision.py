@@ -1,5 +1,5 @@
-"""The page's vision fields (issue 37), kept apart from ui/state.py: images per sample and their resolution, a pixel
-budget, a video's frames, Gemma 3's pan-and-scan and the tower's training mode. A vision-language preset's tower
+"""The page's vision fields (issue 37), kept apart from ui/state/fields.py: images per sample and their resolution, a
+pixel budget, a video's frames, Gemma 3's pan-and-scan and the tower's training mode. A vision-language preset's tower
 joins the plan when an image field differs from its default, as an image flag does on the CLI (cli/vision.py); the
 sequence field is the text, the language model's sequence grows by the images' tokens (lm_seq_len)."""
 
@@ -20,7 +20,7 @@ _NAMES = {"images": "images_per_sample", "width": "image_width", "height": "imag
 
 
 def vision_fields(field) -> tuple:
-    """The fields, built with ui.state's Field."""
+    """The fields, built with ui.state.fields's Field."""
     lim = INPUT_LIMITS
     return (field("images_per_sample", "int", 0, (), *lim["images"]),
             field("image_width", "int", 448, (), *lim["width"]), field("image_height", "int", 448, (), *lim["height"]),

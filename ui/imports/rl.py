@@ -3,7 +3,7 @@ GRPOConfig as YAML or JSON, OpenRLHF's flags. The file is read as data by zeroca
 the CLI's --verl-config / --trl-config / --openrlhf-args read it; its plan settings become the RL fields and its
 policy flags the page's own fields (model, micro-batch, recompute, convention, GPUs...). A refusal names the file's
 key and leaves the view as it was; every ignored key is listed. Text from the file reaches the page through
-ui/plain.py only (imports._say)."""
+ui/drawing/plain.py only (imports._say)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,15 @@ from zerocalc.frameworks.common import FrameworkConfigError
 from zerocalc.model.presets import MODEL_PRESETS
 from zerocalc.scenario import FieldError
 
-from . import plain, worker
-from .tasks import read_rl
-from .imports import _say, clear_upload, refusal, shown_model, upload_key
-from .rl_state import RL_FIELD, RL_VALUES, defaults, values_from_settings
-from .state import ARCH_FIELDS, FIELD, PRECISION_FIELDS, default_for, parse_value, resolve
-from .widgets import read_state, set_fields
+from ..drawing import plain
+from ..server import worker
+from ..server.tasks import read_rl
+from .configs import _say, clear_upload, refusal, shown_model, upload_key
+from ..state.rl import RL_FIELD, RL_VALUES, defaults, values_from_settings
+from ..state.fields import ARCH_FIELDS, FIELD, PRECISION_FIELDS, default_for
+from ..state.text import parse_value
+from ..state.convert import resolve
+from ..sidebar.widgets import read_state, set_fields
 
 RL_UPLOAD = "rl_upload"
 FORMAT_KEY = "rl_upload_format"

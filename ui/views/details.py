@@ -17,15 +17,15 @@ from zerocalc.parallel.search import recompute_variant, split_for
 from zerocalc.step.formulas import LEGEND
 from zerocalc.units import format_bytes
 
-from . import figures, finetune, plain, static_table, tables
-from .figures import STAGE_LABELS
-from .panels import (CATALOGUE, CLUSTER, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_SWEEP,
+from ..drawing import figures, finetune, plain, static_table, tables
+from ..drawing.figures import STAGE_LABELS
+from ..drawing.panels import (CATALOGUE, CLUSTER, DEEPSPEED, PEAK_ACTIVATIONS, PEAK_FITS_ON, PEAK_RANGES, PEAK_SWEEP,
                      PEAK_TIMELINE, SCALING, chart, escape_markdown, lazy, table_with_csv)
-from .state_stages import ui_value
-from .widgets import set_fields
-from .worker import WorkerError, failure_text
+from ..state.stages import ui_value
+from ..sidebar.widgets import set_fields
+from ..server.worker import WorkerError, failure_text
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 DOC_PAGES = ("validation.md", "peak-memory.md", "parallelism.md", "rl.md", "benchmarks.md")
 
 

@@ -16,11 +16,11 @@ from zerocalc.rl.report import rl_report
 from zerocalc.scenario import FieldError
 from zerocalc.units import UNIT_BYTES, format_bytes, percent_text
 
-from . import figures
-from .compute import _key, _PerState
-from .panels import chart, table_with_csv
-from .rl_section import values
-from .rl_state import RL_FIELD, RL_FIELDS, settings_of
+from ..drawing import figures
+from ..server.compute import _key, _PerState
+from ..drawing.panels import chart, table_with_csv
+from ..sidebar.rl import values
+from ..state.rl import RL_FIELD, RL_FIELDS, settings_of
 
 # one colour per resident kind (Tableau 20, as the page's terms)
 GROUPS = (("engine KV cache", "#E15759"), ("engine weights", "#4E79A7"), ("engine", "#A0CBE8"),
@@ -120,7 +120,7 @@ def verdict_html(report: dict, unit: str) -> str:
     """With the RL view open the page's answer is the RL plan's (issue 33: one plan, one verdict): the core's
     verdict (zerocalc/rl/report.py "verdict", the engine's start-up rule included), one card per GPU class at its
     worst phase, in the page's card style."""
-    from .panels import CARD_CSS
+    from ..drawing.panels import CARD_CSS
 
     v = report["verdict"]
     world = report["rollout_gpus"] + report["training_gpus"] if report["placement"] == "split" else \

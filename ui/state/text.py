@@ -1,5 +1,5 @@
 """A field's text form in a link: what is allowed, its parse (never evaluated; bounded before parsing) and its
-format. Fields are ui.state.Field rows (kind, choices, lo, hi)."""
+format. Fields are ui.state.fields.Field rows (kind, choices, lo, hi)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 from zerocalc.units import parse_capacity, parse_count
 
-from .state_stages import parse_ints
-from .state_step import lengths_from_text, lengths_text
+from .stages import parse_ints
+from .step import lengths_from_text, lengths_text
 
 MAX_VALUE_CHARS = 64          # longer URL values are refused before parsing
 
@@ -32,7 +32,7 @@ def allowed(f) -> str:
 def parse_value(f, text: str):
     """The value a URL string denotes for this field; ValueError when it is not allowed."""
     text = str(text).strip()
-    if f.kind == "ints":             # bounded by its own reader (ui/state_stages.py)
+    if f.kind == "ints":             # bounded by its own reader (ui/state/stages.py)
         return parse_ints(text) if text else ()
     if f.kind == "points":           # bounded by its own reader (zerocalc/step/batches.py parse_points)
         if len(text) > 4 * MAX_VALUE_CHARS:

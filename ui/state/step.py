@@ -24,7 +24,7 @@ OWN_POLICY = "own"      # the op kinds ticked in op_saves (a "save:" policy)
 
 
 def step_fields(field) -> tuple:
-    """The fields, built with ui.state's Field."""
+    """The fields, built with ui.state.fields's Field."""
     units_lo, units_hi = WORKLOAD_LIMITS["allocator_units"]
     return (field("comm_buffers", "choice", "auto", COMM_BUFFERS), field("fsdp_wrap", "choice", "blocks", FSDP_WRAPS),
             field("fsdp_version", "int", 2, (), min(FSDP_VERSIONS), max(FSDP_VERSIONS)),   # an int, as imports give it

@@ -1,0 +1,1 @@
+"""Report -> figures, tables, panels and text; none computes a byte."""

@@ -1,0 +1,1 @@
+"""The views the page's switcher opens: details, compare, calibrate, RL."""
