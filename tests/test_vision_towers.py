@@ -112,14 +112,8 @@ def test_tower_training_modes_flag_the_tower_and_its_adapters():
 
 def test_lora_tower_adapters_equal_peft():
     peft = pytest.importorskip("peft")
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
-    vision = dict(depth=2, hidden_size=64, intermediate_size=96, num_heads=4, out_hidden_size=48, patch_size=14,
-                  spatial_merge_size=2, temporal_patch_size=2, fullatt_block_indexes=[1])
-    text = dict(hidden_size=48, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2, vocab_size=300,
-                rope_scaling={"rope_type": "default", "mrope_section": [2, 2, 2]})
-    with torch.device("meta"):
-        model = Qwen2_5_VLForConditionalGeneration(Qwen2_5_VLConfig(vision_config=vision, text_config=text))
+    from tests.test_vision_follow import small_qwen          # a small real Qwen2.5-VL on the meta device
+    model, _ = small_qwen()
     cfg = peft.LoraConfig(r=8, target_modules=r".*visual\.blocks\.\d+\.(attn\.(qkv|proj)|mlp\.\w+_proj)")
     wrapped = peft.get_peft_model(model, cfg)
     adapters = sum(p.numel() for n, p in wrapped.named_parameters() if "lora_" in n)
