@@ -64,13 +64,21 @@ async def open_page(browser):
     return context, page, errors
 
 
+async def open_chart(page) -> None:
+    """The page ready, then the overview's chart section opened (issue 36: the chart is drawn only while its
+    section is open; CHART_BYTES reads it)."""
+    await page.wait_for_selector(READY, timeout=120_000)
+    await page.locator("[data-testid=stExpander] summary", has_text="Chart: model states and peak").click()
+    await page.wait_for_selector("[data-testid=stPlotlyChart] .js-plotly-plot", timeout=120_000)
+
+
 async def session(browser, base: str, index: int, changes: int, results: dict, arrival_s: float = 0.0,
                   think_s: float = 0.0):
     await asyncio.sleep(arrival_s)           # users arrive a moment apart, not in the same millisecond
     context, page, errors = await open_page(browser)
     try:
         await page.goto(base + "/")
-        await page.wait_for_selector(READY, timeout=120_000)
+        await open_chart(page)
         for step in range(changes):
             await asyncio.sleep(think_s)          # a user reads the result before the next change
             workers = 16 + 8 * ((index * changes + step) % 500)  # a new value each time
@@ -145,7 +153,7 @@ async def soak(browser, base: str, pid: int, reruns: int) -> dict:
     samples, failures, latencies = [], [], []
     try:
         await page.goto(base + "/")
-        await page.wait_for_selector(READY, timeout=120_000)
+        await open_chart(page)
         samples.append(rss_bytes(pid))
         for i in range(reruns):
             try:
