@@ -69,10 +69,10 @@ def with_tower(args, arch):
     given = vision_given(args)
     if not given or arch is None:
         return arch
-    if not vision_given(args, INPUT_FLAGS):
-        raise FieldError(given[0][2:].replace("-", "_"), getattr(args, given[0][2:].replace("-", "_")),
-                         "with an image flag (" + ", ".join(vision_given(args, INPUT_FLAGS) or
-                                                            [f"--{f.replace('_', '-')}" for f in INPUT_FLAGS]) +
+    if not vision_given(args, INPUT_FLAGS):          # only a training-mode flag: nothing for a tower to see
+        flag = given[0][2:].replace("-", "_")
+        raise FieldError(flag, getattr(args, flag), "with an image flag (" +
+                         ", ".join(f"--{f.replace('_', '-')}" for f in INPUT_FLAGS) +
                          "): without one the plan is the language model alone, and has no tower to train")
     model = getattr(args, "model", None)
     tower = TOWERS.get(model or "")
