@@ -48,15 +48,25 @@ def scaling(report, workers=SCALING_WORKERS) -> Dict[str, list]:
     return rows
 
 
+NEAR_CARD = 1 << 30     # under the allocator's model, a card this close to a peak is checked with its own report
+
+
 def fits_on(report) -> List[dict]:
     """For each catalogued GPU: its capacity and, per stage, the worst rank's peak and whether it fits (a peak
     does not depend on the capacity it is checked against; only its library workspaces and NCCL buffers depend on
-    the card)."""
+    the card). Under the allocator's model the card's workspaces also move the replayed reserve (a few MiB): a
+    card within NEAR_CARD of a stage's peak gets its own report, so a "fits" here is the card's own verdict."""
+    from ..parallel.ranks import layout_report
+    w = report.workload
+    modelled = w is not None and w.fragmentation_percent is None and w.allocator != "flat"
     rows = []
     for key, gpu in GPU_CATALOG.items():
         capacity = gpu.usable_bytes
-        peak = {str(p.stage): p.peak_bytes if report.workload is None else peak_on_gpu(p, report.scenario, report.workload, key)
+        peak = {str(p.stage): p.peak_bytes if w is None else peak_on_gpu(p, report.scenario, w, key)
                 for p in report.peaks}
+        if modelled and any(abs(b - capacity) < NEAR_CARD for b in peak.values()):
+            own = layout_report(report.scenario, replace(w, gpu=key, gpu_memory=None)).peaks
+            peak = {str(p.stage): p.peak_bytes for p in own}
         rows.append({"gpu": key, "name": gpu.name, "capacity_bytes": capacity, "nvidia_smi_bytes": gpu.smi_bytes,
                      "estimated": gpu.estimated,
                      "fits": {stage: b <= capacity for stage, b in peak.items()},

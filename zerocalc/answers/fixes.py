@@ -32,7 +32,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..gpus import GPU_CATALOG, fast_links
 from ..layout import LAYOUT_LIMITS
-from ..parallel.ranks import layout_report
+from ..parallel.ranks import fitting_peak_at, layout_report
 from ..scenario import FieldError
 from ..step.activations import recompute_name
 from ..step.workload import recompute_resets
@@ -157,9 +157,12 @@ def _host_holds(scenario, workload, stage: int) -> bool:
 
 
 def _peak(scenario, workload, stage: int) -> Optional[int]:
-    """The worst rank's peak at `stage`, or None when the core refuses the combination."""
+    """The worst rank's peak at `stage` where it fits, else None, as where the core refuses the combination
+    (every caller asks whether it fits; that stage alone, and no replay for a plan whose floor does not fit:
+    ranks.fitting_peak_at)."""
     try:
-        return layout_report(scenario, workload).peaks[stage].peak_bytes
+        found = fitting_peak_at(scenario, workload, stage)
+        return found[1].peak_bytes if found else None
     except FieldError:
         return None
 

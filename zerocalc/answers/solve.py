@@ -120,10 +120,13 @@ class _Peaks:
         return self.seen[n, s, 0]
 
     def model(self, n: int, s: int) -> int:
+        """The model's peak where it may fit; where its floor (no reserve, no replay) is above the card, the
+        floor: every search asks only whether it fits, and the floor answers that."""
         if not self.modelled:
             return self.smooth(n, s)
         if (n, s, 1) not in self.seen:
-            self.seen[n, s, 1] = self.at(self.base, n, s).peak_bytes
+            floor = self.at(self.base, n, s, False).peak_bytes
+            self.seen[n, s, 1] = floor if floor > self.capacity else self.at(self.base, n, s).peak_bytes
         return self.seen[n, s, 1]
 
     def moved(self, n: Optional[int], s: int) -> int:
@@ -227,9 +230,11 @@ def max_seq_len(scenario, workload) -> Dict[int, int]:
     # stage's peak replays a step)
     cache: Dict[tuple, int] = {(workload.seq_len // step, p.stage): p.peak_bytes for p in base.peaks}
 
-    def peak(k: int, s: int) -> int:
+    def peak(k: int, s: int) -> int:          # under the model, a floor above the card stands for the peak
         if (k, s) not in cache:
-            cache[k, s] = peaks_at_seq_len(base, k * step, s).peak_bytes
+            floor = peaks_at_seq_len(base, k * step, s, False).peak_bytes if _modelled(workload) else None
+            cache[k, s] = floor if floor is not None and floor > capacity else \
+                peaks_at_seq_len(base, k * step, s).peak_bytes
         return cache[k, s]
 
     hi, start, capacity = WORKLOAD_LIMITS["seq_len"][1] // step, workload.seq_len // step, workload.capacity_bytes

@@ -8,7 +8,8 @@ from ..layout import stage_sizes
 from ..model.finetune import caveats, describe
 from ..versions import describe as describe_versions, rows_in_effect
 from ..model.inventory import largest_layer
-from ..parallel.search import SearchBoundError, search_layouts
+from ..parallel.search import SearchBoundError, modelled_search, search_layouts
+from ..step.allocator import DEFAULT_PERCENT
 from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers, framework
 from ..step.grad_lifetime import describe as grad_lifetime
@@ -172,7 +173,12 @@ def _layouts_text(report, unit) -> list:
              format_bytes(p.communication_bytes, unit), f"{100 * p.bubble:.0f}%", f"{100 * p.overhead:.0f}%",
              p.worst_rank] for p in plans[:10]]
     batch = report.scenario.workers * report.workload.micro_batch * report.workload.layout.micro_batches
-    return ["", f"Layouts of {gpus:,} GPUs that fit ({len(plans):,}; cheapest 10; the micro-batch and the global "
+    count = f"{len(plans):,}; cheapest 10"
+    if report.workload.fragmentation_percent is None and report.workload.allocator != "flat":
+        _plans, n, exact = modelled_search(report.scenario, report.workload, gpus)
+        count = f"{n:,}; cheapest {min(10, len(plans))}" if exact else \
+            f"{n:,} with a {DEFAULT_PERCENT}% reserve; cheapest {len(plans)} re-checked with the allocator's model"
+    return ["", f"Layouts of {gpus:,} GPUs that fit ({count}; the micro-batch and the global "
                 f"batch of {batch:,} sequences per step held):",
             _table(["dp x tp x pp x cp", "micro-batches", "stage", "recompute", "offload", "peak", "headroom",
                     "comm/step", "bubble", "time overhead", "worst rank"], rows),

@@ -19,6 +19,7 @@ from ..states.ledger import LedgerEntry, build_ledger
 from ..states.optimizers import check_optimizer
 from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
 from ..step.nccl import nccl_bytes
+from ..step.allocator import DEFAULT_PERCENT
 from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
 from ..step.shape import StepShape, param_groups, rank_shape
 from ..tables import STAGES
@@ -100,6 +101,34 @@ def layout_report(scenario, workload) -> LayoutReport:
                         tuple(worst))
 
 
+@lru_cache(maxsize=512)
+def worst_peak_at(scenario, workload, stage: int) -> Tuple[int, StagePeak]:
+    """(worst rank class's index, its StagePeak) at one ZeRO stage: layout_report's, without replaying the other
+    three stages under the allocator's model (fragmentation_percent None). The rank views, their model states and
+    shapes do not depend on the reserve, so they are read from the report at DEFAULT_PERCENT (no replay) and only
+    this stage is replayed, per rank class. The fixes and the layout search ask one stage of many plans."""
+    if workload.fragmentation_percent is not None or workload.allocator == "flat":
+        report = layout_report(scenario, workload)
+        return report.worst[stage], report.peaks[stage]
+    cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
+    peaks = [stage_peaks(scenario, workload, (v.stages[stage],), v.shape)[0] for v in cheap.ranks]
+    i = max(range(len(peaks)), key=lambda k: (peaks[k].peak_bytes, -k))
+    return i, peaks[i]
+
+
+def fitting_peak_at(scenario, workload, stage: int) -> Optional[Tuple[int, StagePeak]]:
+    """worst_peak_at where the plan fits at that stage, else None. Under the allocator's model a plan whose peak
+    with no reserve at all (stage_peaks' replay=False floor) is above the card is refused without a replay: most
+    candidates a search tries are far from fitting, and each replay costs a step's events."""
+    if workload.fragmentation_percent is None and workload.allocator != "flat":
+        cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
+        if any(stage_peaks(scenario, workload, (v.stages[stage],), v.shape, replay=False)[0].peak_bytes >
+               workload.capacity_bytes for v in cheap.ranks):
+            return None
+    found = worst_peak_at(scenario, workload, stage)
+    return found if found[1].fits else None
+
+
 def fitting_stages(scenario, workload) -> Tuple[int, ...]:
     """The ZeRO stages at which layout_report(scenario, workload) fits, without the rest of its report (no
     communication, cluster totals or one-copy sums): every rank has the same capacity, so the worst rank fits
@@ -173,29 +202,31 @@ def _worst(candidates) -> Tuple[StagePeak, ...]:
     return tuple(max((c[s] for c in candidates), key=lambda p: p.peak_bytes) for s in STAGES)
 
 
-def _peaks_with_step(report: LayoutReport, stage: int = None, **step):
+def _peaks_with_step(report: LayoutReport, stage: int = None, replay: bool = True, **step):
     """The worst rank's peaks with other step fields (micro-batch, sequence length): model states do not depend
     on them, so only each rank's step is recomputed (the numbers layout_report gives for that workload; the
     Workload re-checks the layout). With `stage`, that stage's peak alone (a search that asks one stage at a time
-    then replays one step per candidate, not four, under the allocator's model)."""
+    then replays one step per candidate, not four, under the allocator's model; replay=False: stage_peaks' floor,
+    no replay)."""
     s, w = report.scenario, replace(report.workload, **step)
     if stage is not None:
-        return max((stage_peaks(s, w, (v.stages[stage],), rank_shape(s, w, v.rank))[0] for v in report.ranks),
+        return max((stage_peaks(s, w, (v.stages[stage],), rank_shape(s, w, v.rank), replay)[0]
+                    for v in report.ranks),
                    key=lambda p: p.peak_bytes)
     return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
 
 
-def peaks_at_micro_batch(report: LayoutReport, micro_batch: int, stage: int = None):
+def peaks_at_micro_batch(report: LayoutReport, micro_batch: int, stage: int = None, replay: bool = True):
     """The worst rank's peaks at another micro-batch; with `stage`, that stage's StagePeak alone."""
-    return _peaks_with_step(report, stage, micro_batch=micro_batch)
+    return _peaks_with_step(report, stage, replay, micro_batch=micro_batch)
 
 
-def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None):
+def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None, replay: bool = True):
     """The worst rank's peaks at another sequence length; with `stage`, that stage's StagePeak alone."""
-    return _peaks_with_step(report, stage, seq_len=seq_len)
+    return _peaks_with_step(report, stage, replay, seq_len=seq_len)
 
 
-def peaks_at_workers(report: LayoutReport, workers: int, stage: int = None):
+def peaks_at_workers(report: LayoutReport, workers: int, stage: int = None, replay: bool = True):
     """The worst rank's peaks with another data-parallel degree (shard group = all of it): activations do not
     depend on it, so only the model states and what follows the shard divisor are recomputed. With `stage`, that
     stage's StagePeak alone (one replay per rank under the allocator's model, not four)."""
@@ -204,7 +235,7 @@ def peaks_at_workers(report: LayoutReport, workers: int, stage: int = None):
     for v in report.ranks:
         shape = v.shape._replace(groups=param_groups(s, w, v.rank), nccl=nccl_bytes(s, w))   # its communicators too
         stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
-        candidates.append(stage_peaks(s, w, stages if stage is None else (stages[stage],), shape))
+        candidates.append(stage_peaks(s, w, stages if stage is None else (stages[stage],), shape, replay))
     if stage is not None:
         return max((c[0] for c in candidates), key=lambda p: p.peak_bytes)
     return _worst(candidates)

@@ -26,6 +26,7 @@ from ..model.finetune import FineTune
 from ..model.inventory import param_count
 from ..model.presets import MODEL_PRESETS
 from ..scenario import FieldError, require_choice, require_int
+from ..step.allocator import DEFAULT_PERCENT
 from .batching import Batching, micro_batch_shape
 from .logprobs import LOGPROB_CHOICES, LOGPROB_PATHS
 from .plan import ALGORITHMS, FRAMEWORKS, RLModel, RLPlan
@@ -189,6 +190,11 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
     seq = s["prompt_length"] + s["response_length"] if isinstance(s["prompt_length"], int) and \
         isinstance(s["response_length"], int) else workload.seq_len
     workload = replace(workload, seq_len=seq)
+    if workload.fragmentation_percent is None:
+        # An RL plan's models keep the reserve at DEFAULT_PERCENT of their tensors, as its engines do: the view's
+        # placements and solvers build whole plans of up to four models each, and replaying every model's step
+        # through the allocator's model (step/timeline.py) took 3-6 s of CPU on the largest a link can hold.
+        workload = replace(workload, fragmentation_percent=DEFAULT_PERCENT)
     passes = _Passes(s, workload, framework)
     stage = s["policy_stage"] if s["policy_stage"] is not None else 3
     arch = workload.arch

@@ -64,6 +64,9 @@ def update_flags(workload) -> list:
     flags += ["--score-head", str(workload.arch.score_head)] if workload.arch.score_head else []
     flags += ["--loss", workload.loss] if workload.loss != "auto" else []
     flags += ["--reduce-dtype", workload.reduce_dtype] if workload.reduce_dtype else []
+    # an RL plan's models keep a percent reserve (rl/build.py), where the CLI's default is the allocator's model
+    flags += ["--fragmentation-percent", str(workload.fragmentation_percent)] \
+        if workload.fragmentation_percent is not None else []
     return flags + (["--grad-lifetime", workload.grad_lifetime] if workload.grad_lifetime != "auto" else [])
 
 

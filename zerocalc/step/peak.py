@@ -6,9 +6,8 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
   beside the one fp32 buffer its vocab-parallel cross entropy computes the softmax in), the gathered parameters;
 - backward (its start, when every activation is still saved): model states, activations, the loss's gradient
   transients (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32
-  gradient to the logits' dtype), the gathered parameters and the gradient buckets; under full recompute the
-  larger of that and the last block's re-run (_loss_or_recompute), or their sum where the block's backward is
-  not walked;
+  gradient to the logits' dtype), the gathered parameters and the gradient buckets; under full recompute that
+  and the last block's re-run, summed (the safe side of the published reserved figures: _phase_items);
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
   updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
@@ -157,8 +156,10 @@ def stage_peak(scenario, workload, stage: StageResult, shape: StepShape) -> Stag
     return stage_peaks(scenario, workload, (stage,), shape)[0]
 
 
-def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak, ...]:
-    """One rank's peak at each of its stage results (model_states.StageResult)."""
+def stage_peaks(scenario, workload, stages, shape: StepShape, replay: bool = True) -> Tuple[StagePeak, ...]:
+    """One rank's peak at each of its stage results (model_states.StageResult). replay=False under the allocator's
+    model takes its reserve as 0, no replay: a floor under the peak (the replayed reserve is never below 0) that
+    a search uses to drop a candidate far above the card before it replays it."""
     percent, capacity, units = workload.fragmentation_percent, workload.capacity_bytes, workload.allocator_units
     outside = outside_parts(workload, shape)
     context = sum(outside.values())
@@ -167,9 +168,10 @@ def stage_peaks(scenario, workload, stages, shape: StepShape) -> Tuple[StagePeak
         unit = cycle_unit_bytes(scenario, workload, s, shape)
         bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
         sim = None
-        if percent is None and workload.allocator != "flat":   # the allocator's model replays the step (issue 32)
-            replayed = {**bare, "backward": {k: v for k, v in items[3] if v}}
-            sim = simulated_reserve(StagePeak(s, replayed, capacity, {}, unit), shape, workload.allocator, False)[1]
+        if percent is None and workload.allocator != "flat" and not replay:
+            sim = 0
+        elif percent is None and workload.allocator != "flat":   # the allocator's model replays the step (issue 32)
+            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False)[1]
         phases, totals = {}, {}
         for name, parts in bare.items():
             tensors = sum(parts.values())
@@ -199,7 +201,7 @@ def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: Step
     for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):
         unit = cycle_unit_bytes(scenario, workload, s, shape)              # once per stage, not per phase
         peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit)
-                         for phase in items[:3]))
+                         for phase in items))
     return tuple(peaks)
 
 
@@ -267,53 +269,25 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         offload = offload_parts(scenario, workload, s, shape, comm)                        # fsdp_offload.py
         backward += offload.get("backward", [])
-        # the allocator's replay (timeline.py) runs the loss's transients and the rebuilt block in turn itself
-        replayed, (backward, whole) = backward, _loss_or_recompute(backward, shape, workload)
+        # Under full recompute the loss's transients and the rebuilt block stay summed, under every reserve, on
+        # purpose. torch.utils.checkpoint re-runs the last block only once the loss's transients are freed (a CPU
+        # lifetime trace; block_backward.py walks the re-run exactly), so allocated bytes peak at the larger
+        # moment. But the published reserved figures of such runs (Answer.AI's QLoRA, PEFT's) sit 7-21 % above
+        # the larger moment even with the allocator's model, and the sum covers them on the safe side
+        # (docs/peak-memory.md). The allocator's replay (timeline.py) runs the two moments in turn itself.
         if per_backward and grads or offload.get("backward end"):
-            replayed, backward = (_larger_end(b, grads if per_backward else 0, first_block_bytes(shape),
-                                              offload.get("backward end", ()), w)
-                                  for b, w in ((replayed, replayed), (backward, whole)))
-        yield s, (forward, backward, optimizer, replayed)
+            backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
+                                   offload.get("backward end", ()))
+        yield s, (forward, backward, optimizer)
 
 
-REBUILT, GRADIENTS = "recompute (one block)", "recompute (its backward's gradients)"
-
-
-def _loss_or_recompute(backward, shape: StepShape, workload):
-    """Backward under full recompute (the phase's parts and, for its end, all of them): torch.utils.checkpoint
-    re-runs the last block only once the loss's gradient transients and what the output end saved (the fp32
-    log-softmax, the head's input, the final norm) are freed (a lifetime trace: no T x V storage alive at the
-    re-run, tests/measure/recompute_loss_overlap.py). So, with the allocator's
-    model (fragmentation_percent None), the phase is the larger of the loss moment (every activation, the loss's transients) and the recompute moment (the
-    activations less the output end's, the rebuilt block and the gradients its backward holds at its worst op:
-    block_backward.py), not their sum. Where the block's backward is not walked (its family, Megatron's groups,
-    a multi-token-prediction module rebuilt beside its own loss), and under a flat reserve (the default: below),
-    the rebuilt block is summed as before."""
-    act = shape.act
-    parts = dict(backward)
-    if not parts.get(REBUILT) or act.recompute_backward is None or act.mtp_rebuilt:
-        return backward, backward
-    if workload.fragmentation_percent is not None:
-        # Under a flat reserve the two moments stay summed, on purpose: published reserved figures of these runs
-        # (Answer.AI's QLoRA, PEFT's) sit 12-27 % above the larger moment plus 5 %, and the sum is what covers them
-        # on the safe side. The allocator's model replays the two moments in turn and supplies that reserve itself.
-        return backward, backward
-    loss_moment = [item for item in backward if item[0] != REBUILT]
-    recompute_moment = [(n, v - sum(act.head.values())) if n == "activations" else (n, v) for n, v in backward
-                        if n != "logits and loss"] + [(GRADIENTS, act.recompute_backward)]
-    # and every part, for backward's end (_larger_end): the first block rebuilt with its backward's gradients
-    return max(loss_moment, recompute_moment, key=lambda items: sum(v for _, v in items)), \
-        backward + [(GRADIENTS, act.recompute_backward)]
-
-
-def _larger_end(backward, grads: int, first_block: int, at_end=(), whole=None):
+def _larger_end(backward, grads: int, first_block: int, at_end=()):
     """The backward phase when gradients live from backward on (grad_lifetime.py), or something else is held only
     at its end (`at_end`: FSDP1 offload's gradient shards): its start (every activation and the loss's transients,
     no gradient yet) or its end (every gradient, the first block's saves and the working sets that run with it),
-    whichever holds more. `whole`: every part of the phase where `backward` is one of its moments
-    (_loss_or_recompute), for the end's."""
+    whichever holds more."""
     start = [(n, v - grads) if n == "model states" else (n, v) for n, v in backward]
     gone = ("activations", "logits and loss", "router load-balancing loss")
-    end = [item for item in (whole or backward) if item[0] not in gone] + \
+    end = [item for item in backward if item[0] not in gone] + \
         [("activations (first block)", first_block), *at_end]
     return max(start, end, key=lambda items: sum(v for _, v in items))

@@ -20,8 +20,8 @@ The order is the one a training step allocates in, each named part of the report
 5. the optimizer step: its parts beyond the states (fp32 gradient copy, foreach or shaped-optimizer
    temporaries), one tensor per parameter tensor as foreach allocates them, then freed.
 A step is replayed twice (the second step meets the first one's cached blocks, as max_memory_reserved of a run
-does; a third reads as the second) for `blocks` blocks; blocks_reserve() replays every block of the rank up to 96
-and extrapolates beyond.
+does; a third reads as the second) for `blocks` blocks; blocks_reserve() replays every block of the rank up to WHOLE
+(72) and extrapolates beyond from 24 and 48 blocks.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from .caching_fast import State, eligible
 
 COMPUTE, ALL_GATHER, REDUCE_SCATTER = 0, "all-gather", "reduce-scatter"
 STATE_COPIES = 4              # parameter, gradient and two moments: a holding's share of the states, split in four
-REPLAYED = (48, 96)           # up to 96 blocks are replayed whole; beyond, extrapolated from these two counts
+REPLAYED = (24, 48)           # beyond WHOLE blocks, the reserve is extrapolated from these two block counts
+WHOLE = 72                    # up to this many blocks are replayed whole (72 = 24 + 48: never more blocks replayed)
 PER_STEP_FIXED = ("model states", "library workspaces", "measured beyond the estimate", "activations",
                   "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)",
                   "CUDA context", "NCCL buffers", "allocator reserve", "model output held by the loop")
@@ -55,10 +56,11 @@ class Plan(NamedTuple):
     unit_grad: int                # ZeRO-3: one block's unsharded gradient on the reduce-scatter stream
     buckets: int
     rebuilt: Tuple[int, ...]            # recompute: one block rebuilt in backward
-    step_temps: Tuple[int, ...]         # the optimizer step's temporaries, per parameter tensor
+    step_temps: Tuple[int, ...]         # the optimizer step's temporaries, per parameter tensor of one block
     layers: int
     in_flight: int = 0            # activations beyond one micro-batch's blocks and head, alive through the step
     dequantized: Tuple[int, ...] = ()   # QLoRA: each 4-bit weight of a block dequantized while its linear runs
+    outside_temps: Tuple[int, ...] = ()  # the optimizer step's temporaries of the tensors outside the blocks
 
 
 def _tensors(term: int, hidden: int) -> List[int]:
@@ -116,7 +118,9 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
     unit_grad = (cycle_unit - unit) * trained // max(1, shape.params) if unit else 0
     step_parts = sum(v for k, v in opt.items() if k not in PER_STEP_FIXED and k not in ("all-gather bucket",
                                                                                         "persistent parameters"))
-    everything = in_layer * layers + outside
+    # the step's temporaries, one per parameter tensor as foreach allocates them: a block's share per block (so a
+    # replay of fewer blocks than the rank holds allocates that many blocks' worth, as it does their states)
+    temps_layer = step_parts * per_layer_elems * layers // whole // layers if whole else 0
     # QLoRA: a block's 4-bit weights, each dequantized to the compute dtype around its matmul (the part is the
     # largest of them: step/peak.py's "dequantized 4-bit weight")
     largest_dq = fwd.get("dequantized 4-bit weight", 0)
@@ -132,7 +136,8 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
                 fwd.get("measured beyond the estimate", 0) + opt.get("model output held by the loop", 0), unit,
                 max(1, gathered // unit) if unit else 0,
                 unit_grad, bwd.get("gradient buckets", 0),
-                _split(rebuilt_bytes, saved or [1]), _split(step_parts, everything), layers, beyond, dequantized)
+                _split(rebuilt_bytes, saved or [1]), _split(temps_layer, in_layer), layers, beyond, dequantized,
+                _split(step_parts - temps_layer * layers, outside))
 
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
@@ -194,7 +199,7 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
                     free(pending.pop(0))
             free(transient, *rebuilt, unit, *saved.pop())
         free(*pending, buckets, in_flight)
-        temps = [malloc(t) for t in plan.step_temps]              # optimizer step
+        temps = [malloc(t) for t in plan.step_temps * blocks + plan.outside_temps]     # optimizer step
         free(*temps, *grads)
     return out * steps
 
@@ -229,10 +234,10 @@ def _persistent_state(layer_states, blocks, other_states, workspaces, extra, con
 @lru_cache(maxsize=512)
 def blocks_reserve(plan: Plan, config: Config = Config()) -> Dict[str, int]:
     """The simulated reserve (peak reserved - peak allocated) at the rank's block count: replayed whole, or above
-    REPLAYED[1] blocks extrapolated linearly from REPLAYED (the reserve does not grow evenly with the blocks: on
+    WHOLE blocks extrapolated linearly from REPLAYED (the reserve does not grow evenly with the blocks: on
     Llama-2-7B it moves in steps, 0.26 GiB at 2 blocks, 1.12 at 6, 1.38 at 16, 2.76 at 32, so few blocks do not
     predict many). Cached: a plan (tuples of ints) replays once; the dict returned is shared, do not change it."""
-    if plan.layers <= REPLAYED[1]:
+    if plan.layers <= WHOLE:
         r = replay(plan, plan.layers, config)
         return {"reserve": max(0, r.peak_reserved - r.peak_allocated), "allocated": r.peak_allocated}
     (a, b) = REPLAYED
