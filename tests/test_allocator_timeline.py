@@ -77,8 +77,9 @@ def test_the_model_against_the_ledgers_reserved_cases():
     """Before (5 % of the tensors) and with the model, on every expressed max_memory_reserved / device case
     (tools/allocator_compare.py): the median error goes from -5.3 % to +1.5 %, the cases under by more than 5 % from
     15 of 28 to 5, those within 10 % from 21 to 24; the worst under is AA-03 (-16.1 %, Answer.AI's QLoRA at 512
-    tokens), the worst over AA-04 (+16.3 %). With the model the backward phase under full recompute is the larger
-    of the loss moment and the rebuilt block's (step/peak.py _loss_or_recompute); at 5 % they stay summed."""
+    tokens), the worst over AA-04 (+16.3 %). Under full recompute the loss moment and the rebuilt block stay summed
+    with either reserve (step/peak.py _phase_items): with the larger moment alone, the Answer.AI and PEFT cases
+    read 7-21 % under with the model (11-12 under by more than 5 %, not 5)."""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
     assert len(rows) == 28

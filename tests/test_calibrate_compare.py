@@ -3,6 +3,7 @@ arithmetic on a worked example.
 """
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
@@ -125,7 +126,8 @@ def worked_peak() -> StagePeak:
 
 def test_compare_worked_example():
     peak = worked_peak()
-    work = Workload(MODEL_PRESETS["llama-2-7b"][0])          # 1 GiB context, 5 % reserve, H100
+    # 1 GiB context, a 5 % reserve set (the worked peak's; the default is the allocator's model), H100
+    work = Workload(MODEL_PRESETS["llama-2-7b"][0], fragmentation_percent=5)
     tensors = 53 * GIB + 10**9                                # backward: 20 + 30 + 3 GiB + 1 GB of buckets
     reserve = -(-tensors * 5 // 100)
     measured = Measurement(allocated_peak_bytes=58 * GIB, reserved_peak_bytes=63 * GIB,
@@ -150,6 +152,9 @@ def test_compare_worked_example():
     applied = cal.suggested_workload(work)
     assert (applied.fragmentation_percent, applied.cuda_context_bytes) == (9, GIB + 512 * MIB)
     json.dumps(cal.to_dict())
+    # Under the default (the allocator's model) "Set the reserve" still offers the same percent.
+    frag = compare(measured, peak, replace(work, fragmentation_percent=None)).suggestion("fragmentation_percent")
+    assert (frag.current, frag.suggested) == (None, 9) and "now the allocator model" in frag.sentence
 
 
 def test_compare_without_allocated_uses_the_estimate_and_says_so():

@@ -41,7 +41,8 @@ def test_the_documented_ranges():
     # Issue 32 (step/nccl.py): NCCL's buffers from 25 % to 200 % of the modelled communicators.
     assert r.low == {"cuda_context_bytes": GIB // 2, "fragmentation_percent": 0, "allocator_units": 0,
                      "nccl_percent": 25}
-    assert r.point == {"cuda_context_bytes": GIB, "fragmentation_percent": 5, "allocator_units": 0,
+    # Issue 32: the point's reserve is the caching allocator's model by default (fragmentation_percent None).
+    assert r.point == {"cuda_context_bytes": GIB, "fragmentation_percent": None, "allocator_units": 0,
                        "nccl_percent": 100}
     assert r.high == {"cuda_context_bytes": 3 * GIB // 2, "fragmentation_percent": 35, "allocator_units": 2,
                       "nccl_percent": 200}

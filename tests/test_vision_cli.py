@@ -51,7 +51,7 @@ def test_frozen_tower_has_no_gradients_or_optimizer_state():
 
 @pytest.mark.parametrize("model, flags, gpu", [
     ("qwen2.5-vl-7b", ["--image-size", "1344x896"], "L40S-48GB"),
-    ("gemma-3-4b", [], "L4-24GB"),
+    ("gemma-3-4b", [], "A100-40GB"),      # on an L4 the allocator model leaves ZeRO-3 no image (its 262k head)
     ("llama-3.2-11b-vision", [], "L40S-48GB"),
 ])
 def test_most_images_applied_give_the_promised_verdict(model, flags, gpu):

@@ -86,7 +86,8 @@ def render_md(doc: dict) -> str:
     lines += ["", "## How to read it", "",
               ("- **Like with like.** `max_memory_allocated` is compared with zerocalc's live tensors (the peak "
               "without its allocator reserve and CUDA context); `max_memory_reserved` with tensors + allocator "
-              "reserve at zerocalc's 5% reserve (the point error), its error to the reserve assumption's band, where "
+              "reserve at zerocalc's default point, the caching allocator's model (the point error), its error to the "
+              "reserve assumption's band, where "
               "the report gives one, beside it; a `device` reading (nvidia-smi, nvml) with the whole peak, CUDA "
               "context included."),
               ("- **Rank.** Megatron logs memory on rank world_size - 1, the last pipeline stage: that rank class is "

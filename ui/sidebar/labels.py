@@ -41,7 +41,7 @@ LABELS = {
     "prefetch_bucket_size": "stage3_prefetch_bucket_size", "max_live_parameters": "stage3_max_live_parameters",
     "param_persistence_threshold": "stage3_param_persistence_threshold", "overlap_comm": "overlap_comm",
     "cuda_context_bytes": "CUDA context + framework (bytes)", "nccl_buffsize": "NCCL_BUFFSIZE (bytes)",
-    "nccl_nvls": "NCCL NVLS buffers (NVSwitch, Hopper on)", "nccl_percent": "NCCL buffers counted (%)", "fragmentation_percent": "Allocator reserve (%)",
+    "nccl_nvls": "NCCL NVLS buffers (NVSwitch, Hopper on)", "nccl_percent": "NCCL buffers counted (%)", "fragmentation_percent": "Allocator reserve (%; -1: the model)",
     "measured_extra_bytes": "Measured beyond the estimate (bytes)",
     "host_ram_gb": "Host RAM per node (GB; 0: not checked)",
     "model_loading": "Model loading at start-up",
@@ -172,9 +172,11 @@ HELP = {
                        "cuBLAS workspaces (forward and backward threads; 32 MiB each on H100/H200, 8.1 MiB "
                        "elsewhere) plus Transformer Engine's under Megatron (32 MiB from sm90, else 4 MiB). "
                        "-1 takes that table; set CUBLAS_WORKSPACE_CONFIG runs' own figure here.",
-    "fragmentation_percent": "Caching-allocator reserve and fragmentation, as a share of live tensors: the point "
-                             "(5%). The band shown: 0-35% of the tensors plus two ZeRO-3 unit cycles with the "
-                             "default allocator, 0-10% with expandable segments, 0-15% flat (docs/peak-memory.md 3a).",
+    "fragmentation_percent": "Caching-allocator reserve and fragmentation. -1 (the default): the point is the "
+                             "caching allocator's model, the step's tensors replayed through PyTorch's allocator "
+                             "rules; a percent of the live tensors replaces it. The band shown: 0-35% of the "
+                             "tensors plus two ZeRO-3 unit cycles with the default allocator, 0-10% with "
+                             "expandable segments, 0-15% flat, reaching the model's point (docs/peak-memory.md 3a).",
     "model_loading": "How a node's processes load the model before it is sharded: the host RAM at start-up. auto: "
                      "zero.Init under DeepSpeed ZeRO-3 (the Hugging Face integration turns it on), meta under "
                      "Megatron, else every process's own fp32 copy (the safe side; transformers 5 loads a bf16 "

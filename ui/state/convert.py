@@ -150,7 +150,8 @@ def workload(state: dict, arch: Architecture) -> Workload:
         reduce_bucket_size=state["reduce_bucket_size"], allgather_bucket_size=state["allgather_bucket_size"],
         prefetch_bucket_size=state["prefetch_bucket_size"], max_live_parameters=state["max_live_parameters"],
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
-        cuda_context_bytes=state["cuda_context_bytes"], fragmentation_percent=state["fragmentation_percent"],
+        cuda_context_bytes=state["cuda_context_bytes"],
+        fragmentation_percent=None if state["fragmentation_percent"] < 0 else state["fragmentation_percent"],   # -1
         nccl_buffsize=state["nccl_buffsize"], nccl_nvls=bool(state["nccl_nvls"]), nccl_percent=state["nccl_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,
         gpu_memory=state["gpu_memory"] if state["gpu"] == CUSTOM else None, layout=layout(state),

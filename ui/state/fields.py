@@ -148,7 +148,7 @@ FIELDS: Tuple[Field, ...] = (
     Field("nccl_nvls", "bool", True),
     _i("nccl_percent", *_W["nccl_percent"], 100),
     *step_fields(Field),                                                    # the framework's buffers: state_step
-    _i("fragmentation_percent", *_W["fragmentation_percent"], 5),
+    _i("fragmentation_percent", -1, _W["fragmentation_percent"][1], -1),   # -1: the allocator's model (issue 32)
     _i("moe_imbalance_percent", *_W["moe_imbalance_percent"], 100),
     _i("moe_capacity_percent", *_W["moe_capacity_percent"], 0),
     _c("moe_dispatcher", DISPATCHERS, "alltoall"),

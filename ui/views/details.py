@@ -203,7 +203,10 @@ def layouts(report: dict, unit: str, resolved=None) -> None:
     found = solve["layouts"]
     state = None if resolved is None else resolved.state
     current = state is not None and any(tables.is_current(p, state) for p in found)
-    st.caption(f"{solve['layouts_count']:,} fit; the cheapest {len(found)} are listed."
+    at = solve.get("layouts_count_at_percent")
+    st.caption(f"{solve['layouts_count']:,} fit" + (f" with a {at}% allocator reserve; the cheapest {len(found)}, "
+                                                     "re-checked with the allocator's model, are listed."
+                                                     if at is not None else f"; the cheapest {len(found)} are listed.")
                + ("" if current or state is None else " The plan as set is not among them (it does not fit, or "
                   "cheaper layouts of the same GPUs come first)."))
     table_with_csv(tables.layouts_table(report, unit, state), "layouts", report)
@@ -239,9 +242,10 @@ small parameters; gradient reduce buckets (doubled with overlap_comm) and the al
 copy at the optimizer step; one rebuilt block under full recompute; the library workspaces (cuBLAS, and
 Transformer Engine's under Megatron, by GPU); a CUDA context and an allocator reserve.
 
-**Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve 5%
-(range 0-15%); DeepSpeed's defaults for bucket sizes, prefetch, live parameters and the persistence threshold;
-balanced expert routing; no KV cache during training.
+**Assumed (editable).** CUDA context and framework overhead 1 GiB (range 0.5-1.5 GiB); allocator reserve by
+default the caching allocator's model (the step's tensors replayed through PyTorch's allocator rules; a typed
+percent replaces it), its band 0-35% of the tensors plus two ZeRO-3 unit cycles; DeepSpeed's defaults for bucket
+sizes, prefetch, live parameters and the persistence threshold; balanced expert routing; no KV cache during training.
 
 **Parallel layouts and experts.** Tensor, sequence, context, pipeline and expert parallelism per rank: each
 rank's split of every tensor, ZeRO over dp x cp (experts over the expert-data-parallel group), in-flight

@@ -222,9 +222,9 @@ def _assumptions(g) -> None:
                    "band moves it 25-200)")
     g.add_argument("--workspace-bytes", type=_count,
                    help="GEMM workspaces held in PyTorch's allocator (default: by GPU and implementation: 2 cuBLAS workspaces, 32 MiB each on sm90, + Transformer Engine's under megatron)")
-    g.add_argument("--fragmentation-percent", type=_percent_or_model, help="allocator reserve, %% of tensors (5), or "
-                   "model: the step replayed through the caching allocator's model (step/timeline.py; slower: the "
-                   "solvers replay every candidate)")
+    g.add_argument("--fragmentation-percent", type=_percent_or_model, help="allocator reserve: model (the default: the "
+                   "step replayed through the caching allocator's model, step/timeline.py), or a percent of the "
+                   "tensors (5 was the default before issue 32)")
     g.add_argument("--allocator", choices=tuple(ALLOCATORS),
                    help="which allocator the reserve's band models: caching (PyTorch's default), expandable "
                         "(expandable_segments:True), flat (0-15%%, the band before issue 20)")

@@ -129,9 +129,9 @@ class Workload:
     # The GEMM workspaces libraries take from PyTorch's allocator and keep (step/workspaces.py: PyTorch's cuBLAS
     # per thread, Transformer Engine's under Megatron); None: that table's, by the card's compute capability.
     workspace_bytes: Optional[int] = None
-    # Caching-allocator reserve and fragmentation, as a percentage of what tensors need (assumed 5%); None: the
-    # caching allocator's model replays the step instead (step/allocator.py simulated_reserve, issue 32).
-    fragmentation_percent: Optional[int] = 5
+    # Caching-allocator reserve and fragmentation: None (the default, issue 32) replays the step through the
+    # caching allocator's model (step/allocator.py simulated_reserve); a percent of what tensors need replaces it.
+    fragmentation_percent: Optional[int] = None
     # Which allocator the reserve's band models (step/allocator.py): "caching" (PyTorch's default), "expandable"
     # (expandable_segments:True) or "flat" (0-15 % of the tensors, the band before issue 20); and how many unit
     # cycles of ZeRO-3's communication streams the reserve holds (0 at the point; the band's high end holds two).
