@@ -23,7 +23,7 @@ from itertools import combinations
 from typing import List, Optional
 
 from ..gpus import GPU_CATALOG
-from ..parallel.ranks import layout_report
+from ..parallel.ranks import layout_report, worst_peak_at
 from ..scenario import FieldError
 from ..step.allocator import DEFAULT_PERCENT
 from ..step.peak import peak_on_gpu
@@ -123,11 +123,22 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
         closest = _search(groups, scenario, ranked, stage, bigger, before, found, closest)
         if found:                         # three costly changes only where two and the free ones were not enough
             break
-    checked = [_exact(f, scenario, workload, ranked) for f in found]   # before the dominated are left out: a
-    missed = [f for f in checked if not f.fits]                      # bigger GPU may be what the model needs
-    listed = _undominated([f for f in checked if f.fits])[:LISTED]
+    # Re-checked in order, cheapest first, until LISTED undominated ones fit: a bigger GPU may be what the model
+    # needs, so the dominated are left out only among those that fit after the re-check; a combination sorts
+    # after every subset of it (its cost is theirs and more), so each one's subsets were checked before it.
+    listed, kept, missed = [], [], []
+    for fix in sorted(found, key=lambda f: f.order):
+        checked = _exact(fix, scenario, workload, ranked)
+        keys = {_key(p) for p in checked.parts}
+        if not checked.fits:
+            missed.append(checked)
+        elif not any(k <= keys for k in kept):
+            listed.append(checked)
+            kept.append(keys)
+            if len(listed) == LISTED:
+                break
     if listed:
-        return listed
+        return sorted(listed, key=lambda f: f.order)
     near = missed + ([_exact(closest, scenario, workload, ranked)] if closest is not None else [])
     return [min(near, key=lambda f: f.peak_bytes / f.capacity_bytes)] if near else []   # the closest, said so
 
@@ -140,7 +151,7 @@ def _exact(fix: Fix, scenario, workload, ranked) -> Fix:
                                workload.fragmentation_percent is not None):
         return fix
     s, w = apply(fix, scenario, workload)
-    return fix._replace(peak_bytes=layout_report(s, w).peaks[fix.stage].peak_bytes)
+    return fix._replace(peak_bytes=worst_peak_at(s, w, fix.stage)[1].peak_bytes)       # its stage alone
 
 
 def _distinct(group) -> bool:
@@ -149,17 +160,6 @@ def _distinct(group) -> bool:
 
 def _key(part: Fix) -> tuple:
     return part.kind, part.stage, repr(part.scenario), repr(part.workload), repr(part.layout)
-
-
-def _undominated(found: List[Fix]) -> List[Fix]:
-    """Leave out a combination that holds one already listed (a bigger GPU on top of what fits without it)."""
-    kept, sets = [], []
-    for fix in sorted(found, key=lambda f: len(f.parts)):
-        keys = {_key(p) for p in fix.parts}
-        if not any(k <= keys for k in sets):
-            kept.append(fix)
-            sets.append(keys)
-    return sorted(kept, key=lambda f: f.order)
 
 
 def _search(groups, scenario, workload, stage: int, bigger, before: dict, found: list, closest):

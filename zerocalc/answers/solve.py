@@ -58,6 +58,14 @@ def largest_true(fits: Callable[[int], bool], lo: int, hi: int, guess: int = Non
     return _bisect_down(fits, good, min(probe, hi + 1))
 
 
+def _bisect_up(fits, bad: int, good: int) -> int:
+    """Smallest n in (bad, good] with fits(n), for fits(bad) false and fits(good) true: a crossing."""
+    while good - bad > 1:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if fits(mid) else (good, mid)
+    return good
+
+
 def _bisect_down(fits, good: int, bad: int) -> int:
     while bad - good > 1:
         mid = (good + bad) // 2
@@ -310,7 +318,21 @@ def min_workers(scenario, workload, stages=STAGES) -> Dict[int, Optional[int]]:
         if p.modelled:
             moved = p.moved(near or hi, s)
             guess = _smallest_true(lambda n, s=s: p.smooth(n, s) + moved <= p.capacity, 1, hi, near)
-            near = _smallest_true(lambda n, s=s: p.model(n, s) <= p.capacity, 1, hi, guess)
+            for _ in range(2):       # the model's reserve at the guess moves it again (the peak falls slowly with
+                if guess is None:    # many workers, so one move can leave it hundreds of workers short)
+                    break
+                moved, before = p.moved(guess, s), guess
+                guess = _smallest_true(lambda n, s=s: p.smooth(n, s) + moved <= p.capacity, 1, hi, guess)
+                if guess == before:
+                    break
+            fits = lambda n, s=s: p.model(n, s) <= p.capacity              # noqa: E731
+            if guess is not None:
+                fits(guess)
+            known = {n: v <= p.capacity for (n, t, m), v in p.seen.items() if t == s and m == 1}
+            good = min((n for n, ok in known.items() if ok), default=None)
+            bad = max((n for n, ok in known.items() if not ok and good is not None and n < good), default=None)
+            # a fitting and a failing count already replayed bracket a crossing: bisect between them
+            near = _bisect_up(fits, bad, good) if bad is not None else _smallest_true(fits, 1, hi, guess)
         out[s] = near
     return out
 

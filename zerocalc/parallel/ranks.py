@@ -116,15 +116,23 @@ def worst_peak_at(scenario, workload, stage: int) -> Tuple[int, StagePeak]:
     return i, peaks[i]
 
 
+def floor_above_card(scenario, workload, stage: int) -> bool:
+    """Under the allocator's model: whether some rank's peak with no reserve at all (stage_peaks' replay=False
+    floor) is above the card, so the plan cannot fit at that stage, replayed or not (no replay needed). False
+    without the model."""
+    if workload.fragmentation_percent is not None or workload.allocator == "flat":
+        return False
+    cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
+    return any(stage_peaks(scenario, workload, (v.stages[stage],), v.shape, replay=False)[0].peak_bytes >
+               workload.capacity_bytes for v in cheap.ranks)
+
+
 def fitting_peak_at(scenario, workload, stage: int) -> Optional[Tuple[int, StagePeak]]:
-    """worst_peak_at where the plan fits at that stage, else None. Under the allocator's model a plan whose peak
-    with no reserve at all (stage_peaks' replay=False floor) is above the card is refused without a replay: most
-    candidates a search tries are far from fitting, and each replay costs a step's events."""
-    if workload.fragmentation_percent is None and workload.allocator != "flat":
-        cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
-        if any(stage_peaks(scenario, workload, (v.stages[stage],), v.shape, replay=False)[0].peak_bytes >
-               workload.capacity_bytes for v in cheap.ranks):
-            return None
+    """worst_peak_at where the plan fits at that stage, else None. Under the allocator's model a plan whose floor
+    is above the card (floor_above_card) is refused without a replay: most candidates a search tries are far from
+    fitting, and each replay costs a step's events."""
+    if floor_above_card(scenario, workload, stage):
+        return None
     found = worst_peak_at(scenario, workload, stage)
     return found if found[1].fits else None
 
