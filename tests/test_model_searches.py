@@ -66,3 +66,21 @@ def test_the_step_events_follow_the_blocks_replayed_not_the_layers():
         assert plan.step_temps and plan.layers == layers
         counts.append(len(step_events(plan, 4)))
     assert counts[0] == counts[1]
+
+
+def test_the_layout_search_lists_plans_that_fit_with_the_model_and_says_what_it_counted():
+    from zerocalc.parallel.search import SHOWN_MODELLED, _layout_for, search_dict, search_layouts
+    scenario, work = _plan("llama-3-8b", 8, Layout(), "H100-SXM-80GB", micro_batch=4)
+    d = search_dict(scenario, work)
+    assert 0 < len(d["layouts"]) <= SHOWN_MODELLED
+    for p in d["layouts"]:                      # each listed plan fits by its own report with the model
+        plan = next(q for q in search_layouts(scenario, work) if q.peak_bytes == p["peak_bytes"])
+        layout = _layout_for(work, plan.tp, plan.pp, plan.cp, plan.ep, plan.sequence_parallel, plan.micro_batches)
+        s = replace(scenario, workers=plan.dp, shard_group=None, offload_optimizer=plan.offload_optimizer,
+                    offload_params=plan.offload_params)
+        w = replace(work, layout=layout, recompute=plan.recompute)
+        assert layout_report(s, w).peaks[plan.stage].peak_bytes == plan.peak_bytes
+    flat = search_dict(scenario, replace(work, fragmentation_percent=5))
+    # more plans fit at 5 % than are re-checked: the count is the 5 % search's, and says so
+    assert flat["layouts_count"] > SHOWN_MODELLED and "layouts_count_at_percent" not in flat
+    assert d["layouts_count"] == flat["layouts_count"] and d["layouts_count_at_percent"] == 5
