@@ -25,7 +25,7 @@ from typing import List, Optional
 from ..gpus import GPU_CATALOG
 from ..parallel.ranks import layout_report, worst_peak_at
 from ..scenario import FieldError
-from ..step.allocator import DEFAULT_PERCENT
+from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.peak import peak_on_gpu
 from ..step.host import host_rows
 from .fixes import COSTS, RECOMPUTE_ORDER, Fix, _recipe_changes, apply, fixes, held_settings
@@ -112,7 +112,7 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
                 and not any(k <= {_key(p) for p in f.parts} for k in singles)]
     before = held_settings(scenario, workload, stage)
     ranked = workload       # under the allocator's model the search ranks at 5 % and re-checks what it lists
-    if workload.fragmentation_percent is None and workload.allocator != "flat":
+    if replays(workload):
         ranked = replace(workload, fragmentation_percent=DEFAULT_PERCENT)
     costly = _costly_moves(scenario, workload, stage)
     capacity = workload.capacity_bytes

@@ -10,6 +10,7 @@ from typing import Dict, List
 from ..gpus import GPU_CATALOG
 from ..states.groups import state_rows as group_rows
 from ..states.zero import StateRow, row_bytes
+from ..step.allocator import replays
 from ..step.peak import peak_on_gpu
 from ..step.shape import param_groups
 from ..tables import PARTITIONED
@@ -58,7 +59,7 @@ def fits_on(report) -> List[dict]:
     card within NEAR_CARD of a stage's peak gets its own report, so a "fits" here is the card's own verdict."""
     from ..parallel.ranks import layout_report
     w = report.workload
-    modelled = w is not None and w.fragmentation_percent is None and w.allocator != "flat"
+    modelled = w is not None and replays(w)
     rows = []
     for key, gpu in GPU_CATALOG.items():
         capacity = gpu.usable_bytes

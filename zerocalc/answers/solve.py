@@ -22,7 +22,7 @@ from typing import Callable, Dict, NamedTuple, Optional
 
 from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers
 from ..scenario import INT_LIMITS
-from ..step.allocator import DEFAULT_PERCENT
+from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.host import host_rows
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
@@ -104,9 +104,12 @@ def _linear_guess(peak1: int, peak2: int, capacity: int) -> Optional[int]:
     return max(1, 1 + (capacity - peak1) // slope)
 
 
-def _modelled(workload) -> bool:
-    """Whether the reserve is the allocator's model (each candidate replays a step: searches guess first)."""
-    return workload.fragmentation_percent is None and workload.allocator != "flat"
+def _replayed_or_floor(at, report, value: int, stage: int, capacity: int) -> int:
+    """One stage's peak under the allocator's model at another value (at: a ranks.peaks_at_* function), or its
+    floor (no reserve, no replay) where that is already above the card: every search asks only whether it fits,
+    and the floor answers that."""
+    floor = at(report, value, stage, False).peak_bytes
+    return floor if floor > capacity else at(report, value, stage).peak_bytes
 
 
 class _Peaks:
@@ -115,7 +118,7 @@ class _Peaks:
     which a search finds its guess; `model` the model's own, one stage (one replay per rank) per candidate."""
 
     def __init__(self, scenario, workload, at):
-        self.base, self.at, self.modelled = layout_report(scenario, workload), at, _modelled(workload)
+        self.base, self.at, self.modelled = layout_report(scenario, workload), at, replays(workload)
         self.cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)) \
             if self.modelled else self.base
         self.seen: Dict[tuple, int] = {}
@@ -128,13 +131,11 @@ class _Peaks:
         return self.seen[n, s, 0]
 
     def model(self, n: int, s: int) -> int:
-        """The model's peak where it may fit; where its floor (no reserve, no replay) is above the card, the
-        floor: every search asks only whether it fits, and the floor answers that."""
+        """The model's peak where it may fit, else its floor (_replayed_or_floor)."""
         if not self.modelled:
             return self.smooth(n, s)
         if (n, s, 1) not in self.seen:
-            floor = self.at(self.base, n, s, False).peak_bytes
-            self.seen[n, s, 1] = floor if floor > self.capacity else self.at(self.base, n, s).peak_bytes
+            self.seen[n, s, 1] = _replayed_or_floor(self.at, self.base, n, s, self.capacity)
         return self.seen[n, s, 1]
 
     def moved(self, n: Optional[int], s: int) -> int:
@@ -240,14 +241,13 @@ def max_seq_len(scenario, workload) -> Dict[int, int]:
 
     def peak(k: int, s: int) -> int:          # under the model, a floor above the card stands for the peak
         if (k, s) not in cache:
-            floor = peaks_at_seq_len(base, k * step, s, False).peak_bytes if _modelled(workload) else None
-            cache[k, s] = floor if floor is not None and floor > capacity else \
-                peaks_at_seq_len(base, k * step, s).peak_bytes
+            cache[k, s] = _replayed_or_floor(peaks_at_seq_len, base, k * step, s, capacity) if replays(workload) \
+                else peaks_at_seq_len(base, k * step, s).peak_bytes
         return cache[k, s]
 
     hi, start, capacity = WORKLOAD_LIMITS["seq_len"][1] // step, workload.seq_len // step, workload.capacity_bytes
     lo = workload.vision_tokens.text_tokens // step + 1       # a sample's images take their tokens of any sequence
-    if _modelled(workload):
+    if replays(workload):
         found = {s: _modelled_largest(lambda k, s=s: peak(k, s), scenario, workload, s, lo, hi, start)
                  for s in STAGES}
     else:

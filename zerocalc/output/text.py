@@ -9,7 +9,7 @@ from ..model.finetune import caveats, describe
 from ..versions import describe as describe_versions, rows_in_effect
 from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, modelled_search, search_layouts
-from ..step.allocator import DEFAULT_PERCENT
+from ..step.allocator import DEFAULT_PERCENT, replays
 from ..states.zero import workers_per_node
 from ..step.buffers import describe as comm_buffers, framework
 from ..step.grad_lifetime import describe as grad_lifetime
@@ -174,7 +174,7 @@ def _layouts_text(report, unit) -> list:
              p.worst_rank] for p in plans[:10]]
     batch = report.scenario.workers * report.workload.micro_batch * report.workload.layout.micro_batches
     count = f"{len(plans):,}; cheapest 10"
-    if report.workload.fragmentation_percent is None and report.workload.allocator != "flat":
+    if replays(report.workload):
         _plans, n, exact = modelled_search(report.scenario, report.workload, gpus)
         count = f"{n:,}; cheapest {min(10, len(plans))}" if exact else \
             f"{n:,} with a {DEFAULT_PERCENT}% reserve; cheapest {len(plans)} re-checked with the allocator's model"

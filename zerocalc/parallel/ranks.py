@@ -19,7 +19,7 @@ from ..states.ledger import LedgerEntry, build_ledger
 from ..states.optimizers import check_optimizer
 from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
 from ..step.nccl import nccl_bytes
-from ..step.allocator import DEFAULT_PERCENT
+from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
 from ..step.shape import StepShape, param_groups, rank_shape
 from ..tables import STAGES
@@ -107,11 +107,10 @@ def worst_peak_at(scenario, workload, stage: int) -> Tuple[int, StagePeak]:
     three stages under the allocator's model (fragmentation_percent None). The rank views, their model states and
     shapes do not depend on the reserve, so they are read from the report at DEFAULT_PERCENT (no replay) and only
     this stage is replayed, per rank class. The fixes and the layout search ask one stage of many plans."""
-    if workload.fragmentation_percent is not None or workload.allocator == "flat":
+    if not replays(workload):
         report = layout_report(scenario, workload)
         return report.worst[stage], report.peaks[stage]
-    cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
-    peaks = [stage_peaks(scenario, workload, (v.stages[stage],), v.shape)[0] for v in cheap.ranks]
+    peaks = [stage_peaks(scenario, workload, (v.stages[stage],), v.shape)[0] for v in _unreplayed(scenario, workload)]
     i = max(range(len(peaks)), key=lambda k: (peaks[k].peak_bytes, -k))
     return i, peaks[i]
 
@@ -120,11 +119,15 @@ def floor_above_card(scenario, workload, stage: int) -> bool:
     """Under the allocator's model: whether some rank's peak with no reserve at all (stage_peaks' replay=False
     floor) is above the card, so the plan cannot fit at that stage, replayed or not (no replay needed). False
     without the model."""
-    if workload.fragmentation_percent is not None or workload.allocator == "flat":
-        return False
-    cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
-    return any(stage_peaks(scenario, workload, (v.stages[stage],), v.shape, replay=False)[0].peak_bytes >
-               workload.capacity_bytes for v in cheap.ranks)
+    return replays(workload) and any(
+        stage_peaks(scenario, workload, (v.stages[stage],), v.shape, replay=False)[0].peak_bytes >
+        workload.capacity_bytes for v in _unreplayed(scenario, workload))
+
+
+def _unreplayed(scenario, workload) -> Tuple[RankView, ...]:
+    """The rank views (classes, model states, shapes: none depends on the reserve) of the report at
+    DEFAULT_PERCENT, which replays nothing."""
+    return layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)).ranks
 
 
 def fitting_peak_at(scenario, workload, stage: int) -> Optional[Tuple[int, StagePeak]]:

@@ -27,7 +27,7 @@ from typing import List, NamedTuple, Tuple
 
 from ..layout import LAYOUT_LIMITS, Layout, split_sizes
 from ..scenario import FieldError
-from ..step.allocator import DEFAULT_PERCENT
+from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.megatron_recompute import DEFAULT_MODULES
 from .costs import bubble_fraction, time_overhead
 from .ranks import fitting_peak_at, fitting_stages, layout_report
@@ -190,17 +190,13 @@ def search_layouts(scenario, workload, gpus: int = None, stage: int = None) -> T
     fits only under the model and not at 5 % is not found. `stage`: the cheapest plan of that stage alone (the
     fixes: re-checked in order until one fits)."""
     gpus = gpus or workload.layout.world(scenario.workers)
-    if _modelled(workload):
+    if replays(workload):
         smooth = _search(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT), gpus)
         if stage is not None:
             return next((c for c in (checked(scenario, workload, p) for p in smooth if p.stage == stage) if c), None),
         return modelled_search(scenario, workload, gpus)[0]
     plans = _search(scenario, workload, gpus)
     return plans if stage is None else (next((p for p in plans if p.stage == stage), None),)
-
-
-def _modelled(workload) -> bool:
-    return workload.fragmentation_percent is None and workload.allocator != "flat"
 
 
 @lru_cache(maxsize=16)
@@ -335,7 +331,7 @@ def search_dict(scenario, workload) -> dict:
         plans = search_layouts(scenario, workload)
     except SearchBoundError as exc:
         return {"layouts": [], "layouts_count": 0, "layouts_refused": str(exc), **out}
-    if _modelled(workload):           # the plans listed re-checked with the model; the count may be the search's at 5 %
+    if replays(workload):           # the plans listed re-checked with the model; the count may be the search's at 5 %
         _plans, count, exact = modelled_search(scenario, workload, out["layouts_gpus"])
         return {"layouts": [plan_dict(p) for p in plans], "layouts_count": count,
                 "layouts_count_at_percent": None if exact else DEFAULT_PERCENT, **out}

@@ -80,6 +80,12 @@ MODES = {0: "replicated", 1: "replicated", 2: "replicated", 3: "sharded"}
 DEFAULT_PERCENT = 5         # the point's percent where a reserve has no simulation (fragmentation_percent None)
 
 
+def replays(workload) -> bool:
+    """Whether the workload's reserve is the caching allocator model's replay (issue 32: the default): no percent
+    set, and an allocator with a model ("flat" has none)."""
+    return workload.fragmentation_percent is None and workload.allocator != "flat"
+
+
 def reserve_bytes(tensors: int, percent, units: int = 0, unit_bytes: int = 0, simulated=None) -> int:
     """The reserve over a phase's live tensors: percent of them rounded up, plus `units` cycles of `unit_bytes`.
     percent None (Workload.fragmentation_percent unset) takes the caching allocator model's reserve, `simulated`

@@ -28,7 +28,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..states.zero import StageResult
 from ..tables import DTYPE_BITS, bytes_of
-from .allocator import cycle_unit_bytes, reserve_bytes, simulated_reserve
+from .allocator import cycle_unit_bytes, replays, reserve_bytes, simulated_reserve
 from .async_tp import workspace_bytes as async_tp_workspace
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
@@ -168,10 +168,9 @@ def stage_peaks(scenario, workload, stages, shape: StepShape, replay: bool = Tru
         unit = cycle_unit_bytes(scenario, workload, s, shape)
         bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
         sim = None
-        if percent is None and workload.allocator != "flat" and not replay:
-            sim = 0
-        elif percent is None and workload.allocator != "flat":   # the allocator's model replays the step (issue 32)
-            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False)[1]
+        if replays(workload):         # the allocator's model replays the step (issue 32); its floor: no reserve
+            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator,
+                                    False)[1] if replay else 0
         phases, totals = {}, {}
         for name, parts in bare.items():
             tensors = sum(parts.values())
