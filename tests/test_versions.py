@@ -111,16 +111,62 @@ def test_a_2024_mixtral_qlora_reads_far_lower_with_its_release():
     assert dense["backward"]["model states"] == _peak(LLAMA8B, mode="qlora")["backward"]["model states"]
 
 
-def test_the_bitsandbytes_row_is_named_not_counted():
-    s = Scenario.from_convention("zero-paper", params=param_count(LLAMA8B), workers=1)
-    ft = FineTune(mode="qlora", versions=parse("bitsandbytes=0.43.1"))
-    old = full_report(s, Workload(LLAMA8B, recompute="full", finetune=ft))
-    new = full_report(s, Workload(LLAMA8B, recompute="full", finetune=FineTune(mode="qlora")))
-    assert old["peak"] == new["peak"]
+def _qlora_bf16(versions: str, recompute: str):
+    """Llama-3-8B QLoRA on q and v, a bf16 stream (no kbit prepare) and fp32 adapters (their own input copies)."""
+    s = Scenario.from_convention("pure-bf16", params=param_count(LLAMA8B), workers=1)
+    ft = FineTune(mode="qlora", kbit_prepare=False, versions=parse(versions))
+    return full_report(s, Workload(LLAMA8B, micro_batch=1, seq_len=2048, recompute=recompute, finetune=ft))
+
+
+def test_bitsandbytes_before_0_43_2_keeps_the_4_bit_linears_inputs():
+    # bitsandbytes 0.43.1 MatMul4Bit.forward: ctx.tensors = (A, B) when A needs a gradient (measured below); the
+    # q / k / v input, the gate / up input and the down input, each once (the linears reading one tensor share it)
+    T, h, f, L = 2048, LLAMA8B.hidden, LLAMA8B.ffn, LLAMA8B.layers
+    per_block = 2 * T * h + 2 * T * h + 2 * T * f
+    old, new = _qlora_bf16("bitsandbytes=0.43.1", "none"), _qlora_bf16("", "none")
+    grown = old["peak"][0]["phases"]["forward"]["activations"] - new["peak"][0]["phases"]["forward"]["activations"]
+    # the first block's q / k / v input needs no gradient (a frozen embedding, no checkpointing): not kept
+    assert grown == L * per_block - 2 * T * h
+    # under full recompute only the rebuilt block keeps them
+    old, new = _qlora_bf16("bitsandbytes=0.43.1", "full"), _qlora_bf16("", "full")
+    rebuilt = [r["peak"][0]["phases"]["backward"]["recompute (one block)"] for r in (old, new)]
+    assert rebuilt[0] - rebuilt[1] == per_block
     assert [r["row"] for r in old["versions"]["rows"]] == ["4-bit linear input saved"]
-    assert not old["versions"]["rows"][0]["modelled"]
-    assert any("0.43.2" in c for c in old["finetune"]["caveats"])
+    assert old["versions"]["rows"][0]["modelled"] and not old["finetune"]["caveats"]
     assert old["versions"]["assumed"]["bitsandbytes"] == "0.43.1" and new["versions"]["rows"] == []
+    # adapters on every linear, in the stream's dtype and without dropout, read the very inputs bitsandbytes keeps
+    s = Scenario.from_convention("pure-bf16", params=param_count(LLAMA8B), workers=1)
+    shared = [full_report(s, Workload(LLAMA8B, seq_len=2048, finetune=FineTune(
+        mode="qlora", kbit_prepare=False, lora_targets=("all-linear",), adapter_dtype="bf16",
+        versions=parse(v))))["peak"][0]["phases"]["forward"]["activations"] for v in ("bitsandbytes=0.43.1", "")]
+    assert shared[0] == shared[1]
+
+
+OLD_BNB = os.environ.get("ZEROCALC_OLD_BNB_PATH", "/tmp/bnb431")
+
+
+@pytest.mark.parametrize("release", ["installed", "0.43.1"])
+def test_what_matmul_4bit_keeps_on_the_cpu(release):
+    """tests/measure/bnb_versions.py: the installed 0.50.2 keeps nothing of the input, 0.43.1 all of it."""
+    pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed: pip install -r requirements-validation.txt")
+    env = dict(os.environ)
+    if release != "installed":
+        if not os.path.isdir(os.path.join(OLD_BNB, "bitsandbytes")):
+            if os.environ.get("CI"):
+                pytest.fail(f"bitsandbytes 0.43.1 is not at {OLD_BNB} (.ci/run installs it there)")
+            pytest.skip(f"no bitsandbytes 0.43.1 at {OLD_BNB}: pip install --no-deps --target {OLD_BNB} "
+                        "bitsandbytes==0.43.1 (ZEROCALC_OLD_BNB_PATH)")
+        env["PYTHONPATH"] = os.pathsep.join([OLD_BNB, str(ROOT)])
+    out = subprocess.run([sys.executable, "-m", "tests.measure.bnb_versions", "96", "256", "512"], cwd=ROOT,
+                         capture_output=True, text=True, env=env, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["input_grad_ok"] and got["input_bytes"] == 96 * 256 * 2
+    if release == "installed":
+        assert not applies(parse(f"bitsandbytes={got['bitsandbytes']}"), "4-bit linear input saved")
+        assert got["kept_after_forward"] == 0
+    else:
+        assert got["bitsandbytes"] == "0.43.1" and applies(parse("bitsandbytes=0.43.1"), "4-bit linear input saved")
+        assert got["kept_after_forward"] == got["input_bytes"]      # what the model counts per kept input
 
 
 def test_the_cli_flag_and_the_report_line():

@@ -65,7 +65,9 @@ ROWS = (
                "weight needs no weight gradient",
                "bitsandbytes 0.43.1 autograd/_functions.py:515-516 MatMul4Bit.forward (if any(ctx.needs_input_grad"
                "[:2]): ctx.tensors = (A, B)); 0.43.2 the same lines: (None, B) (PR #1270)",
-               "the code; not modelled: the report names it", modelled=False),
+               "CPU: MatMul4Bit of bitsandbytes 0.43.1 and 0.43.2 / 0.50.2 on a frozen weight and an input that "
+               "needs a gradient (tests/measure/bnb_versions.py): 0.43.1 keeps exactly the input's bytes, the others "
+               "none; counted as an 8-bit base's kept inputs (step/trainable.py)"),
 )
 ROW_KEYS = tuple(r.key for r in ROWS)
 

@@ -319,9 +319,6 @@ MLP_TARGETS = ("gate", "up", "down", ALL_LINEAR)
 def caveats(ft: FineTune, arch) -> tuple:
     """What this view leaves out, in sentences the report and the page show beside the fine-tuning line."""
     out = []
-    if ft.quantized in ("nf4", "fp4") and applies(ft.versions, "4-bit linear input saved"):
-        out.append("bitsandbytes < 0.43.2 kept every 4-bit linear's input for backward (its PR #1270): those "
-                   "saved inputs are not counted.")
     if ft.adapters and linear_experts(arch, ft):
         out.append("transformers < 5: the per-expert adapters' saved activations are counted as peft's fused "
                    "experts' (not measured at that release).")

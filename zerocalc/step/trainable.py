@@ -15,8 +15,10 @@ Measured with peft 0.21.2 on bf16 Llama models (tests/measure/lora_activations.p
 - DoRA adds per adapted module out x (w + 4) bytes per token (the base result and the fp32 LoRA result) and three
   fp32 vectors of out (weight norm, scale - 1, scale); with dropout the base linear runs again in fp32 on the dropped
   input and saves an fp32 copy of the weight (DoraLinearLayer, peft tuners/lora/dora.py);
-- an 8-bit base (bitsandbytes Linear8bitLt) keeps each linear's input (ctx.A) although the weight is frozen;
-  a 4-bit one (MatMul4Bit) saves nothing but the packed weight and dequantizes again in backward.
+- an 8-bit base (bitsandbytes Linear8bitLt) keeps each linear's input (ctx.A) although the weight is frozen, where
+  that input needs a gradient; a 4-bit one (MatMul4Bit) saves nothing but the packed weight and dequantizes again in
+  backward, from bitsandbytes 0.43.2 on: older releases keep the input as 8-bit does (versions.py, measured in
+  tests/measure/bnb_versions.py).
 Blocks before the first trainable one (freezing all but the last k) save nothing at all.
 """
 
@@ -68,7 +70,7 @@ class Training(NamedTuple):
     dropout: bool = False
     dora: bool = False
     adapter_bits: int = 32
-    saves_base_inputs: bool = False   # an 8-bit base keeps each linear's input
+    saves_base_inputs: bool = False   # an 8-bit base (a 4-bit one before bitsandbytes 0.43.2) keeps its inputs
     grads_from_start: bool = False    # the first block's input needs a gradient (checkpointing, a trained embedding)
     frozen_blocks: int = 0            # leading blocks no gradient reaches: they save nothing
     # peft's adapters on a MoE block's router ("router") and fused experts ("gate_up", "down"): finetune._moe_adapters
@@ -83,6 +85,12 @@ class Training(NamedTuple):
         if not first or self.grads_from_start:
             return True
         return any(MODULE_POSITION[m] <= position for m in self.trained | self.adapted)
+
+
+def _input_position(modules) -> int:
+    """The position whose output is these modules' input: a bitsandbytes base linear keeps its input only when
+    that input needs a gradient (MatMul8bitLt, and MatMul4Bit before 0.43.2: if any(ctx.needs_input_grad[:2]))."""
+    return min(MODULE_POSITION.get(m, MODULE_POSITION["down"]) for m in modules) - 1
 
 
 def norm_weight_bits(a, T: int, w: int, impl: str, width: int) -> int:
@@ -161,7 +169,8 @@ def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a,
             if name in NORM_TERMS and train.norms:       # the weight gradient still needs the normalised copy
                 out[name] = norm_weight_bits(a, t.outside, w, impl, a.hidden)
             continue
-        if name in WEIGHT_TERMS and not (train.saves_base_inputs or set(WEIGHT_TERMS[name]) & train.trained):
+        if name in WEIGHT_TERMS and not set(WEIGHT_TERMS[name]) & train.trained and not (
+                train.saves_base_inputs and train.needs_gradient(_input_position(WEIGHT_TERMS[name]), first)):
             continue
         if name in NORM_TERMS and not train.norms:
             bits -= norm_weight_bits(a, t.outside, w, impl, a.hidden)
@@ -262,6 +271,12 @@ def training_for(ft, arch, recompute: str, param_dtype: str, dtype_bits) -> Opti
         adapted -= {"gate", "up", "down"}
     return Training(frozenset(), adapted, False, "embed_tokens" in ft.modules_to_save,
                     "lm_head" in ft.modules_to_save, ft.lora_rank, ft.lora_dropout > 0, ft.mode == "dora",
-                    dtype_bits[ft.adapter_storage(param_dtype)], ft.quantized == "int8",
+                    dtype_bits[ft.adapter_storage(param_dtype)], _keeps_base_inputs(ft),
                     recompute == "full" or "embed_tokens" in ft.modules_to_save, moe_adapted=moe_adapted,
                     head_adapter=ft.head_adapter)
+
+
+def _keeps_base_inputs(ft) -> bool:
+    """bitsandbytes' base linears keep their inputs: 8-bit always, 4-bit before 0.43.2 (versions.py)."""
+    from ..versions import applies
+    return ft.quantized == "int8" or (ft.quantized in ("nf4", "fp4") and applies(ft.versions, "4-bit linear input saved"))

@@ -1,0 +1,51 @@
+"""What a 4-bit linear keeps for backward, in whichever bitsandbytes release is installed (test-only; needs torch and
+bitsandbytes). Run by tests/test_versions.py in this venv (0.50.2) and, as a script, with an older release put first
+on the path (bitsandbytes 0.43.1 beside torch 2.13: `pip install --no-deps --target /tmp/bnb431
+bitsandbytes==0.43.1`; ZEROCALC_OLD_BNB_PATH names the folder).
+
+A frozen 4-bit weight (requires_grad False) multiplies an input that needs a gradient, as a QLoRA block's base
+linear does: bnb.matmul_4bit(x, W.t(), quant_state) -> MatMul4Bit. The input is made inside the tracker
+(tests/measure/loss_peaks.py's LiveTracker, every new storage counted until freed) and dropped by the caller, so
+what stays live after the forward, less the output, is what the autograd function keeps of it.
+- 0.50.2 has a CPU backend: the weight is quantized for real (nf4, block 64).
+- 0.43.1 has no CPU kernels: functional.dequantize_4bit is replaced by a dense weight of the right shape, and the
+  quant state is that stand-in (it returns the weight transposed for the one-row packed B, as the release does); MatMul4Bit's own forward (what it saves in ctx.tensors) is the release's code.
+
+    PYTHONPATH=/tmp/bnb431 python -m tests.measure.bnb_versions [tokens in out]   # prints JSON
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def measure(tokens: int = 64, inp: int = 128, out: int = 256) -> dict:
+    import torch
+    import bitsandbytes as bnb
+    import bitsandbytes.functional as F
+
+    from tests.measure.loss_peaks import LiveTracker
+
+    torch.manual_seed(0)
+    dense = torch.randn(out, inp, dtype=torch.bfloat16)
+    try:
+        packed, state = F.quantize_4bit(dense, blocksize=64, quant_type="nf4")
+    except Exception:                                   # no CPU kernels in this release: a stand-in dequantize
+        packed, state = torch.zeros(out * inp // 2, 1, dtype=torch.uint8), dense.shape
+        # the release returns the weight transposed when handed the packed data transposed (B = W.t(), one row)
+        F.dequantize_4bit = lambda B, quant_state=None, *a, **k: dense.t()
+    source = torch.randn(tokens, inp, dtype=torch.bfloat16, requires_grad=True)
+    with LiveTracker() as tracker:
+        x = source * 1.0                                # the block's activation: new storage, needs a gradient
+        y = bnb.matmul_4bit(x, packed.t(), quant_state=state)
+        del x
+        kept = tracker.live - y.untyped_storage().nbytes()
+        y.float().sum().backward()
+    return {"bitsandbytes": bnb.__version__, "tokens": tokens, "in": inp, "out": out,
+            "input_bytes": tokens * inp * 2, "kept_after_forward": kept,
+            "input_grad_ok": source.grad is not None and tuple(source.grad.shape) == (tokens, inp)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(*[int(a) for a in sys.argv[1:4]])))
