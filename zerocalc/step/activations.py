@@ -80,6 +80,7 @@ class ActivationReport(NamedTuple):
     full_blocks: Dict[str, int] = {}     # under full recompute: one block's whole activations, by kind (dense, moe)
     mtp_rebuilt: int = 0                 # what backward rebuilds of one checkpointed MTP module (the last stage's)
     recompute_backward: Optional[int] = None   # its backward beyond its saves (block_backward.py; None: not walked)
+    rebuilt_terms: Dict[str, int] = {}   # under full recompute: the largest block's terms, as backward rebuilds them
 
     @property
     def per_layer_total(self) -> int:
@@ -432,7 +433,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                             _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, kept["moe"],
                             _bytes(sliding), kept["sliding"], first_delta, frozen,
                             _bytes(checkpoint) if every > 1 or megatron_full else {}, checkpointed,
-                            full_sizes, mtp_rebuilt, None if None in walked else -(-max(walked) // 8))
+                            full_sizes, mtp_rebuilt, None if None in walked else -(-max(walked) // 8),
+                            _bytes(full[max(kinds, key=full_sizes.get)]) if full_sizes else {})
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

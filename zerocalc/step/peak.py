@@ -32,6 +32,7 @@ from .allocator import cycle_unit_bytes, replays, reserve_bytes, simulated_reser
 from .async_tp import workspace_bytes as async_tp_workspace
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
+from .fsdp1_wrap import wrap_tensors
 from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
@@ -169,8 +170,8 @@ def stage_peaks(scenario, workload, stages, shape: StepShape, replay: bool = Tru
         bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
         sim = None
         if replays(workload):         # the allocator's model replays the step (issue 32); its floor: no reserve
-            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator,
-                                    False)[1] if replay else 0
+            sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False,
+                                    wrap_tensors(scenario, workload, shape, s))[1] if replay else 0
         phases, totals = {}, {}
         for name, parts in bare.items():
             tensors = sum(parts.values())

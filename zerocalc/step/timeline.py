@@ -61,6 +61,8 @@ class Plan(NamedTuple):
     in_flight: int = 0            # activations beyond one micro-batch's blocks and head, alive through the step
     dequantized: Tuple[int, ...] = ()   # QLoRA: each 4-bit weight of a block dequantized while its linear runs
     outside_temps: Tuple[int, ...] = ()  # the optimizer step's temporaries of the tensors outside the blocks
+    wrap_block: Tuple[int, ...] = ()    # FSDP1's wrapping: one block's tensors moved to the GPU (fsdp1_wrap.py)
+    wrap_root: Tuple[int, ...] = ()     # and the root's, flattened last
 
 
 def _tensors(term: int, hidden: int) -> List[int]:
@@ -84,8 +86,9 @@ def _split(total: int, weights: List[int]) -> Tuple[int, ...]:
     return tuple(x for x in out if x > 0)
 
 
-def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
-    """The timeline's inputs from a StagePeak (its phases' named parts) and the rank's StepShape."""
+def plan_of(peak, shape, cycle_unit: int = 0, wrap: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((), ())) -> Plan:
+    """The timeline's inputs from a StagePeak (its phases' named parts) and the rank's StepShape; `wrap`: FSDP1's
+    wrapping tensors (fsdp1_wrap.wrap_tensors)."""
     fwd, bwd, opt = (peak.phases[p] for p in ("forward", "backward", "optimizer_step"))
     act = shape.act
     layers = max(1, act.layers + act.moe_layers)
@@ -99,10 +102,15 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
     grown = max(0, max(bwd.get("model states", 0), opt.get("model states", 0)) - states)
     copies = [w for w in in_layer for _ in range(STATE_COPIES)]
     terms = act.per_layer if act.layers else act.per_moe_layer
+    block = terms
     if act.checkpointed_layers:
         terms = act.checkpointed
     hidden = terms.get("attention input") or terms.get("mlp input") or 0
     saved = [piece for v in terms.values() if v > 0 for piece in _tensors(v, hidden)]
+    # the block rebuilt under recompute: the tensors an un-checkpointed block saves, not its checkpoint's input
+    rebuilt_terms = act.rebuilt_terms or block
+    width = rebuilt_terms.get("attention input") or rebuilt_terms.get("mlp input") or hidden
+    rebuilt_pieces = [piece for v in rebuilt_terms.values() if v > 0 for piece in _tensors(v, width)] or saved or [1]
     head = [piece for v in act.head.values() if v > 0 for piece in _tensors(v, hidden)]
     # what the activations part holds beyond one micro-batch's blocks and head (pipeline micro-batches in flight,
     # embeddings, rotary tables): one lump alive through the step; a part below them scales the blocks down
@@ -136,21 +144,28 @@ def plan_of(peak, shape, cycle_unit: int = 0) -> Plan:
                 fwd.get("measured beyond the estimate", 0) + opt.get("model output held by the loop", 0), unit,
                 max(1, gathered // unit) if unit else 0,
                 unit_grad, bwd.get("gradient buckets", 0),
-                _split(rebuilt_bytes, saved or [1]), _split(temps_layer, in_layer), layers, beyond, dequantized,
-                _split(step_parts - temps_layer * layers, outside))
+                _split(rebuilt_bytes, rebuilt_pieces), _split(temps_layer, in_layer), layers, beyond, dequantized,
+                _split(step_parts - temps_layer * layers, outside), *wrap)
 
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
     """The allocation events of `steps` training steps over `blocks` blocks (tensor ids are unique per step)."""
-    return _persistent(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra) + \
-        step_events(plan, blocks, steps)
+    return _persistent(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra,
+                       plan.wrap_block, plan.wrap_root) + step_events(plan, blocks, steps)
 
 
-def _persistent(layer_states, blocks, other_states, workspaces, extra) -> list:
+def _persistent(layer_states, blocks, other_states, workspaces, extra, wrap_block=(), wrap_root=()) -> list:
     """The persistent tensors, allocated once into the empty allocator: the model states, the two library
-    workspaces and what calibration measured beyond the estimate (ids from 0)."""
+    workspaces and what calibration measured beyond the estimate (ids from 0); then FSDP1's wrapping, unit by unit
+    (fsdp1_wrap.py): the unit's tensors, their flat concatenation, both freed (ids from 1 << 39)."""
     sizes = [s for s in layer_states * blocks + other_states + (workspaces // 2, workspaces // 2, extra) if s > 0]
-    return [(MALLOC, i, size, COMPUTE) for i, size in enumerate(sizes)]
+    out = [(MALLOC, i, size, COMPUTE) for i, size in enumerate(sizes)]
+    ids = iter(range(1 << 39, 1 << 40))
+    for unit in [wrap_block] * (blocks if wrap_block else 0) + ([wrap_root] if wrap_root else []):
+        tensors = [(MALLOC, next(ids), size, COMPUTE) for size in unit]
+        flat = (MALLOC, next(ids), sum(unit), COMPUTE)
+        out += tensors + [flat] + [(FREE, t[1]) for t in tensors] + [(FREE, flat[1])]
+    return out
 
 
 def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
@@ -221,14 +236,16 @@ def replay(plan: Plan, blocks: int, config: Config = Config()) -> Result:
     """simulate(events(plan, blocks), config); on the fast path the persistent tensors' state is replayed once per
     (their sizes, config) and each replay goes on from a copy of it (solve() varies the step, not the states)."""
     if eligible(config):
-        state = _persistent_state(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra, config)
+        state = _persistent_state(plan.layer_states, blocks, plan.other_states, plan.workspaces, plan.extra,
+                                  plan.wrap_block, plan.wrap_root, config)
         return state.copy().run(step_events(plan, blocks)).result()
     return simulate(events(plan, blocks), config)
 
 
 @lru_cache(maxsize=64)
-def _persistent_state(layer_states, blocks, other_states, workspaces, extra, config):
-    return State(config).run(_persistent(layer_states, blocks, other_states, workspaces, extra))
+def _persistent_state(layer_states, blocks, other_states, workspaces, extra, wrap_block, wrap_root, config):
+    return State(config).run(_persistent(layer_states, blocks, other_states, workspaces, extra, wrap_block,
+                                         wrap_root))
 
 
 @lru_cache(maxsize=512)
