@@ -156,15 +156,24 @@ def events(plan: Plan, blocks: int, steps: int = 2) -> list:
 
 def _persistent(layer_states, blocks, other_states, workspaces, extra, wrap_block=(), wrap_root=()) -> list:
     """The persistent tensors, allocated once into the empty allocator: the model states, the two library
-    workspaces and what calibration measured beyond the estimate (ids from 0); then FSDP1's wrapping, unit by unit
-    (fsdp1_wrap.py): the unit's tensors, their flat concatenation, both freed (ids from 1 << 39)."""
-    sizes = [s for s in layer_states * blocks + other_states + (workspaces // 2, workspaces // 2, extra) if s > 0]
-    out = [(MALLOC, i, size, COMPUTE) for i, size in enumerate(sizes)]
-    ids = iter(range(1 << 39, 1 << 40))
-    for unit in [wrap_block] * (blocks if wrap_block else 0) + ([wrap_root] if wrap_root else []):
-        tensors = [(MALLOC, next(ids), size, COMPUTE) for size in unit]
-        flat = (MALLOC, next(ids), sum(unit), COMPUTE)
-        out += tensors + [flat] + [(FREE, t[1]) for t in tensors] + [(FREE, flat[1])]
+    workspaces and what calibration measured beyond the estimate (ids from 0). Under FSDP1's wrapping
+    (fsdp1_wrap.py) each unit's states are allocated where FSDP1 clones its shard, the root's last: the unit's
+    tensors, their flat concatenation, the states, then the flat tensor and the tensors freed (ids from 1 << 39)."""
+    out, ids, temps = [], iter(range(1 << 39)), iter(range(1 << 39, 1 << 40))
+
+    def states(sizes):
+        out.extend((MALLOC, next(ids), size, COMPUTE) for size in sizes if size > 0)
+
+    if not (wrap_block or wrap_root):
+        states(layer_states * blocks + other_states)
+    for unit, kept in ([(wrap_block, layer_states)] * blocks + [(wrap_root, other_states)]
+                       if wrap_block or wrap_root else []):
+        tensors = [(MALLOC, next(temps), size, COMPUTE) for size in unit]
+        flat = [(MALLOC, next(temps), sum(unit), COMPUTE)] if unit else []
+        out.extend(tensors + flat)
+        states(kept)
+        out.extend([(FREE, e[1]) for e in flat + tensors])
+    states((workspaces // 2, workspaces // 2, extra))
     return out
 
 
