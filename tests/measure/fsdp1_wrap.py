@@ -78,16 +78,16 @@ def _wrap(config: dict, rank: int, world: int, store: str) -> dict:
             tid = ids.pop(ptr, None)
             if tid is not None:
                 live.pop(tid, None)
-                stores.pop(tid, None)
+                stores.pop(ptr, None)
                 events.append((FREE, tid))
 
         def resized():
             # FlatParamHandle.shard frees the flat tensor by resizing its storage to 0 (orig_storage._resize_(0)):
             # the storage object lives on, so its death is seen here, at the next op, not by its finalizer
-            for tid, ref in list(stores.items()):
+            for ptr, ref in list(stores.items()):
                 st = ref()
                 if st is not None and st.nbytes() == 0:
-                    freed(next(p for p, t in ids.items() if t == tid))
+                    freed(ptr)
 
         class Record(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -101,7 +101,7 @@ def _wrap(config: dict, rank: int, world: int, store: str) -> dict:
                             ids[ptr] = next(next_id)
                             live[ids[ptr]] = n
                             events.append((MALLOC, ids[ptr], n, 0))
-                            stores[ids[ptr]] = weakref.ref(st)
+                            stores[ptr] = weakref.ref(st)
                             weakref.finalize(st, freed, ptr)
                 return out
 

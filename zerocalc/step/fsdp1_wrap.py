@@ -1,5 +1,5 @@
 """What FSDP1's wrapping leaves in the caching allocator before the first step (issue 32), for the allocator's model
-(timeline.py replays it after the model states).
+(timeline.py replays it with the model states).
 
 FSDP1 wraps a model that exists whole on the host (the Hugging Face Trainer and accelerate load it on the CPU, rank 0
 only with cpu_ram_efficient_loading / sync_module_states; Answer.AI's fsdp_qlora the same) one unit at a time, from
@@ -8,13 +8,14 @@ torch 2.13.0 (git cf30153c4c131c8164ee7798e5022d810682e2cb) torch/distributed/fs
   storage dtype (a 4-bit base as its packed bytes);
 - _flat_param.py flatten_tensors_into_flat_param: torch.cat of them, one flat tensor; the originals become views
   of it and their own storage is freed;
-- FlatParamHandle.shard: the rank's chunk cloned (the shard the model states count), then the flat storage freed.
+- FlatParamHandle.shard: the rank's chunk cloned (the shard the model states count), then the flat storage freed
+  (resized to 0) and, once the views replace them, the originals.
 The freed blocks stay cached on the compute stream: the next unit reuses them where sizes allow, and what remains
 after the root unit (the embeddings, final norm and head, wrapped last) is there when training starts. A step whose
 own transients fit in it reserves nothing new, so the reserved peak stops growing with the sequence: Answer.AI's
 Llama-2-7B LoRA reserves 10.24 GiB at 512 tokens and 10.22 at 2,048, with 8.28 and 9.16 GiB allocated
 (AnswerDotAI/fsdp_qlora benchmarks_03_2024.md).
-The shards themselves are the model states, allocated before (timeline.py); only the transient tensors replay here.
+The shards are the model states: timeline.py allocates each unit's where FSDP1 clones its shard.
 """
 
 from __future__ import annotations

@@ -101,10 +101,8 @@ def plan_of(peak, shape, cycle_unit: int = 0, wrap: Tuple[Tuple[int, ...], Tuple
     layer_share = states * per_layer_elems * layers // whole // layers if whole else 0
     grown = max(0, max(bwd.get("model states", 0), opt.get("model states", 0)) - states)
     copies = [w for w in in_layer for _ in range(STATE_COPIES)]
-    terms = act.per_layer if act.layers else act.per_moe_layer
-    block = terms
-    if act.checkpointed_layers:
-        terms = act.checkpointed
+    block = act.per_layer if act.layers else act.per_moe_layer
+    terms = act.checkpointed if act.checkpointed_layers else block
     hidden = terms.get("attention input") or terms.get("mlp input") or 0
     saved = [piece for v in terms.values() if v > 0 for piece in _tensors(v, hidden)]
     # the block rebuilt under recompute: the tensors an un-checkpointed block saves, not its checkpoint's input
@@ -164,10 +162,10 @@ def _persistent(layer_states, blocks, other_states, workspaces, extra, wrap_bloc
     def states(sizes):
         out.extend((MALLOC, next(ids), size, COMPUTE) for size in sizes if size > 0)
 
-    if not (wrap_block or wrap_root):
-        states(layer_states * blocks + other_states)
-    for unit, kept in ([(wrap_block, layer_states)] * blocks + [(wrap_root, other_states)]
-                       if wrap_block or wrap_root else []):
+    # (the unit's wrap tensors, the states allocated at its shard); no wrap: every state at once
+    units = [(wrap_block, layer_states)] * blocks + [(wrap_root, other_states)] if wrap_block or wrap_root \
+        else [((), layer_states * blocks + other_states)]
+    for unit, kept in units:
         tensors = [(MALLOC, next(temps), size, COMPUTE) for size in unit]
         flat = [(MALLOC, next(temps), sum(unit), COMPUTE)] if unit else []
         out.extend(tensors + flat)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Optional
 
 from ..model.architecture import ACTIVATION_SAVES
+from ..versions import applies
 
 STAT_BITS, MASK_BITS = 32, 8
 
@@ -278,5 +279,5 @@ def training_for(ft, arch, recompute: str, param_dtype: str, dtype_bits) -> Opti
 
 def _keeps_base_inputs(ft) -> bool:
     """bitsandbytes' base linears keep their inputs: 8-bit always, 4-bit before 0.43.2 (versions.py)."""
-    from ..versions import applies
-    return ft.quantized == "int8" or (ft.quantized in ("nf4", "fp4") and applies(ft.versions, "4-bit linear input saved"))
+    four_bit = ft.quantized in ("nf4", "fp4")
+    return ft.quantized == "int8" or (four_bit and applies(ft.versions, "4-bit linear input saved"))
