@@ -247,6 +247,7 @@ def test_the_allocator_models_point_when_fragmentation_percent_is_unset():
     from zerocalc.parallel.ranks import fitting_stages
     from zerocalc.step.allocator import simulated_reserve
     from zerocalc.step.peak import StagePeak
+    from zerocalc.step.replay_pieces import pieces_of
 
     scenario, work = setup(micro_batch=2, fragmentation_percent=None)
     report = layout_report(scenario, work)
@@ -255,7 +256,8 @@ def test_the_allocator_models_point_when_fragmentation_percent_is_unset():
         reserves = {parts["allocator reserve"] for parts in p.phases.values()}
         bare = {n: {k: v for k, v in parts.items() if k not in ("allocator reserve", "CUDA context")}
                 for n, parts in p.phases.items()}
-        sim = simulated_reserve(StagePeak(p.stage, bare, p.capacity_bytes, {}, p.cycle_unit_bytes), shape)[1]
+        sim = simulated_reserve(StagePeak(p.stage, bare, p.capacity_bytes, {}, p.cycle_unit_bytes), shape,
+                                pieces=pieces_of(scenario, work, shape, p.stage))[1]
         assert reserves == {sim} == {p.simulated_reserve} and sim > 0
         assert p.peak_phase == max(bare, key=lambda n: sum(bare[n].values()))
     r = ranges(scenario, work)

@@ -97,11 +97,11 @@ def test_the_timeline_reserves_what_the_recorded_wrap_reserves():
 
 def test_answer_ai_lora_reserves_alike_at_512_and_2048_tokens():
     """The residue takes the step's transients at 2,048 tokens that a fresh allocator would reserve anew: the
-    model's reserve no longer grows with the sequence as the tensors do (published: reserved 10.24 / 10.22 GiB,
-    allocated 8.28 / 9.16). Without the wrap, 512 tokens read 9.41 GiB (-8.1 %)."""
+    model's reserve shrinks as the tensors grow, as published (reserved 10.24 / 10.22 GiB, allocated 8.28 / 9.16:
+    a gap of 1.96 / 1.06 GiB; the model's 1.75 / 1.50 GiB). Without the wrap, 512 tokens read 9.41 GiB (-8.1 %)."""
     from tools.allocator_compare import compare
     from tools.validation_ledger import load_cases
     rows = {r["id"]: r for r in (compare(c) for c in load_cases() if c["id"] in ("AA-05", "AA-06"))}
     short, long = rows["AA-05"], rows["AA-06"]
     assert abs(short["after"] / short["measured"] - 1) < 0.03
-    assert abs(long["reserve"] - short["reserve"]) < 0.05 * short["reserve"]
+    assert long["reserve"] < 0.9 * short["reserve"]

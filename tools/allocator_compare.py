@@ -29,7 +29,7 @@ def compare(case: dict) -> dict:
     from zerocalc.parallel.ranks import report_for
     from zerocalc.step.allocator import DEFAULT_PERCENT, reserve_bytes
     from zerocalc.step.peak import OUTSIDE, tensor_bytes
-    from zerocalc.step.fsdp1_wrap import wrap_tensors
+    from zerocalc.step.replay_pieces import pieces_of
     from zerocalc.step.timeline import blocks_reserve, plan_of
     args = build_parser().parse_args(_resolve(case["argv"]))
     scenario, _arch, workload, _imported = _inputs(args)
@@ -43,8 +43,8 @@ def compare(case: dict) -> dict:
         parts = peak.phases[peak.peak_phase]
         tensors = tensor_bytes(peak)
         before = tensors + reserve_bytes(tensors, DEFAULT_PERCENT)     # the flat default before the model
-        wrap = wrap_tensors(scenario, workload, view.shape, stage)
-        sim = blocks_reserve(plan_of(peak, view.shape, peak.cycle_unit_bytes, wrap))
+        sim = blocks_reserve(plan_of(peak, view.shape, peak.cycle_unit_bytes,
+                                     pieces_of(scenario, workload, view.shape, stage)))
         after = tensors + sim["reserve"]
         context = sum(parts.get(k, 0) for k in OUTSIDE) if case["kind"] == "device" else 0
         row = (before + context, after + context, tensors, sim["reserve"])

@@ -12,6 +12,7 @@ import zlib
 
 import plotly.graph_objects as go
 
+from zerocalc.step.losses import GRAPH, HELD, PREVIOUS
 from zerocalc.units import UNIT_BYTES
 
 STAGE_LABELS = ["ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
@@ -30,6 +31,7 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "CPU offload: a unit's shard and gradient shard on the GPU": "#B6992D",
     "float8 casts (one linear)": "#7B4F8E", "one gradient (optimizer in backward)": "#C25A1E",
     "measured beyond the estimate": "#1F1F1F",
+    HELD: "#9C755F", GRAPH: "#E8A0BF", PREVIOUS: "#6B5B95",
 }
 TERM_MEANING = {
     "parameters": "the compute copy of the weights (ledger category)",
@@ -63,6 +65,9 @@ TERM_MEANING = {
     "one gradient (optimizer in backward)": "the optimizer steps each parameter in backward: one gradient lives",
     "measured beyond the estimate": "live tensors a pasted measurement of this plan showed beyond the estimate "
                                     "(Calibrate's Set)",
+    HELD: "the logits the model returned, kept by a loop that holds its output or its last loss (step/losses.py)",
+    GRAPH: "the autograd graph's bitsandbytes 8-bit (and pre-0.43.2 4-bit) inputs, kept while the loop holds the loss",
+    PREVIOUS: "the last step's logits and graph, alive in this forward until the loop takes the new (LitGPT's loop)",
     "one copy": "cluster bytes of one copy of every state",
     "redundant": "cluster bytes that duplicate a copy held elsewhere",
 }

@@ -61,6 +61,7 @@ LABELS = {
     "moe_capacity_percent": "MoE capacity factor (%; 0: dropless)",
     "moe_dispatcher": "Token dispatcher (expert parallelism)", "batch_mode": "Batch: fixed, padded or packed", "batch_lengths": "Sample lengths (percentiles)", "router_loss": "MoE load-balancing loss (output_router_logits)",
     "holds_output": "The loop holds the model's output (logits) through backward",
+    "holds_graph": "The loop keeps the last step's loss into the next step",
     "gpu": "GPU", "gpu_memory": "Custom capacity", "buffer_factor": "DeepSpeed buffer factor",
     "units": "Units", "breakdown": "Bars by", "stage": "ZeRO stage to check",
     "tp": "Tensor parallel (tp)", "pp": "Pipeline stages (pp)", "schedule": "Pipeline schedule",
@@ -277,6 +278,10 @@ HELP = {
     "holds_output": "A hand-written loop that keeps the model's output (output = model(...); loss = output.loss; "
                     "loss.backward()) holds the logits through backward and the optimizer step; the Trainer, "
                     "torchtune and torchtitan drop them first.",
+    "holds_graph": "A loop that assigns logits = model(...) and loss = ... each iteration and deletes nothing (LitGPT's "
+                   "finetune scripts) keeps the last step's logits and loss, and the autograd graph behind the loss, "
+                   "until the next step's replace them: through the optimizer step and into the next forward. The "
+                   "graph holds bitsandbytes' 8-bit (and pre-0.43.2 4-bit) base-linear inputs beyond backward.",
     "router_loss": "Hugging Face's load-balancing loss (output_router_logits): every MoE layer's router logits "
                    "kept to the loss and the loss's own tensors; 48 GiB of one-hot before transformers 5.16.",
     "moe_capacity_percent": "A capacity factor drops tokens above it (125: 1.25x a balanced share); 0: dropless "

@@ -371,6 +371,7 @@ def _step(box) -> None:
     hf = current("implementation") == "huggingface"  # its router loss (MoE) and a loop's held output; Megatron's fusion
     for name in ("router_loss", "holds_output")[:1 + (current("loss") == "auto")] if hf else ("loss_fusion",):
         widget(name, box)
+    widget("holds_graph", box)                  # a loop that keeps the last step's loss (LitGPT's)
     if current("recompute") == "full":
         widget("recompute_every", box)
 

@@ -160,7 +160,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         finetune=finetune(state), **step_workload(state),      # the router loss: MoE under Hugging Face only
         router_loss=bool(state["router_loss"]) and arch.moe_layers > 0 and state["implementation"] == "huggingface",
         holds_output=bool(state["holds_output"]) and state["implementation"] == "huggingface"
-        and state["loss"] == "auto")
+        and state["loss"] == "auto", holds_graph=bool(state["holds_graph"]))
 
 
 def finetune(state: dict) -> FineTune:

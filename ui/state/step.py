@@ -57,6 +57,7 @@ def step_fields(field) -> tuple:
             # the batch as it really is (issue 37, zerocalc/step/batches.py) and Hugging Face's router loss
             field("batch_mode", "choice", "fixed", BATCH_MODES), field("router_loss", "bool", False),
             field("holds_output", "bool", False),          # a loop that keeps the model's output (losses.py)
+            field("holds_graph", "bool", False),           # a loop that keeps the last step's loss (LitGPT's)
             field("batch_lengths", "points", (), (LENGTHS_HINT,)),      # padded: the samples' lengths
             # the library releases the run used (zerocalc/versions.py): one field per library with rows
             *(field(f"{lib}_version", "choice", releases[0], releases) for lib, releases in PAGE_RELEASES.items()))

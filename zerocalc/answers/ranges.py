@@ -225,7 +225,9 @@ def ranges(scenario, workload, vary=None, bounds: Optional[Dict[str, Tuple[int, 
     tensors = [[(tensor_bytes(v.peaks[s]), v.peaks[s].cycle_unit_bytes, v.peaks[s].simulated_reserve, v.shape)
                 for v in point_report.ranks] for s in STAGES]
 
-    def peaks(fields):
+    point_sims = [p.simulated_reserve for p in point_report.peaks]
+
+    def peaks(fields, high_end=False):
         if fields.keys() <= OVERHEAD_FIELDS:       # the step's tensors do not move: only its overheads do
             percent = fields.get("fragmentation_percent", workload.fragmentation_percent)
             units = fields.get("allocator_units", workload.allocator_units)
@@ -234,14 +236,18 @@ def ranges(scenario, workload, vary=None, bounds: Optional[Dict[str, Tuple[int, 
                        for shape in {id(v.shape): v.shape for v in point_report.ranks}.values()}
             return [max(with_overheads(t, outside[id(shape)], percent, units, u, sim) for t, u, sim, shape in ranks)
                     for ranks in tensors]
-        return [p.peak_bytes for p in layout_report(scenario, replace(workload, **fields)).peaks]
+        moved = layout_report(scenario, replace(workload, **fields)).peaks
+        # the allocator model's reserve is not monotone in the tensors (a larger step can fill blocks a smaller one
+        # left cached): a high end keeps at least the point's reserve, so more tensors never lower the band
+        return [p.peak_bytes + (max(0, sim - p.simulated_reserve) if high_end and None not in (sim, p.simulated_reserve)
+                                else 0) for p, sim in zip(moved, point_sims)]
 
     at_point = [p.peak_bytes for p in point_report.peaks]
-    at_low, at_high = peaks(low), peaks(high)
+    at_low, at_high = peaks(low), peaks(high, True)
     swings = {}
     for name in vary:
         own = ASSUMPTIONS[name].fields
-        swings[name] = (peaks({f: low[f] for f in own}), peaks({f: high[f] for f in own}))
+        swings[name] = (peaks({f: low[f] for f in own}), peaks({f: high[f] for f in own}, True))
     capacity = workload.capacity_bytes
     bands = []
     for s in STAGES:

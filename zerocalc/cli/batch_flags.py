@@ -9,7 +9,8 @@ from ..step.batches import BATCH_MODES, parse_points, points_from_csv
 
 # field -> flag, for the errors (cli/workload.py FLAG_NAMES)
 BATCH_FLAG_NAMES = {"batch_lengths": "lengths"}
-BATCH_FLAGS = ("batch_mode", "lengths", "lengths_csv", "token_budget", "router_loss", "holds_output")
+BATCH_FLAGS = ("batch_mode", "lengths", "lengths_csv", "token_budget", "router_loss", "holds_output",
+               "holds_graph")
 
 
 def add_batch_flags(m, count) -> None:
@@ -32,6 +33,10 @@ def add_batch_flags(m, count) -> None:
                    "the model's output (output = model(...); loss = output.loss; loss.backward(); "
                    "optimizer.step()): its logits stay through backward and the step (default no: the Trainer, "
                    "torchtune and torchtitan drop them first)")
+    m.add_argument("--holds-graph", nargs="?", const="yes", choices=("yes", "no"), help="the training loop keeps "
+                   "the last step's logits and loss until the next step's replace them (LitGPT's fit loops): "
+                   "they and what the graph keeps beyond backward (bitsandbytes' base-linear inputs) stay through "
+                   "the step and into the next forward (default no)")
 
 
 def batch_fields(args) -> dict:
@@ -65,7 +70,7 @@ def batch_fields(args) -> dict:
             out["seq_len"] = points[-1][1]                  # the longest sample
     if mode is not None:
         out["batch_mode"] = mode
-    for flag in ("router_loss", "holds_output"):
+    for flag in ("router_loss", "holds_output", "holds_graph"):
         if getattr(args, flag, None) is not None:
             out[flag] = getattr(args, flag) == "yes"
     return out

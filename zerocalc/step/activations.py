@@ -43,7 +43,7 @@ from .moe import Routing, moe_terms, routed_pairs
 from .mtp import mtp_module_terms, mtp_terms
 from .op_checkpoint import op_saved_terms
 from .parallel_blocks import kv_index, math_fallback, mlp_norm, sdpa_math_fallback
-from .trainable import adapt, adapt_ends
+from .trainable import adapt, adapt_ends, graph_held_bytes
 
 ATTENTION = ("eager", "flash")
 # op: torchtitan's op-level selective checkpointing (step/op_checkpoint.py); selective: Korthikanti et al.'s
@@ -81,6 +81,7 @@ class ActivationReport(NamedTuple):
     mtp_rebuilt: int = 0                 # what backward rebuilds of one checkpointed MTP module (the last stage's)
     recompute_backward: Optional[int] = None   # its backward beyond its saves (block_backward.py; None: not walked)
     rebuilt_terms: Dict[str, int] = {}   # under full recompute: the largest block's terms, as backward rebuilds them
+    graph_held: int = 0       # bitsandbytes' inputs on the autograd graph past backward (trainable.graph_held_bytes)
 
     @property
     def per_layer_total(self) -> int:
@@ -320,7 +321,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     hf = implementation == "huggingface"
     kinds = ("dense", "moe") if a.experts else ("dense",)
     tr = training
-    first_delta = 0
+    first_delta, held = 0, None
     every = recompute_every if recompute == "full" else 1
     mods = parse_modules(recompute_modules) if recompute == "selective" else ()
     if a.parallel_residual and mods and mods != ("core_attn",):
@@ -367,6 +368,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
             kind = "moe" if a.is_moe_layer(tr.frozen_blocks) else "dense"
             first = _layer(local, t, w, attention, implementation, mode, kind, moe, tr, tp, first=True)
             first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
+            held = (first, kind)
 
     embed = {"token ids": INDEX_BITS * t.inside}
     stage = {}
@@ -429,12 +431,13 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         kept, checkpointed, working = megatron_full_blocks(a, range(a.layers), recompute_method,
                                                            recompute_num_layers, full_sizes)
         kept = kept._asdict()
+    graph_held = graph_held_bytes(blocks, held, tr, kept) if held else 0
     return ActivationReport(_bytes(blocks["dense"]), _bytes(embed), _bytes(head), kept["dense"], working,
                             _bytes(stage), _bytes(blocks["moe"]) if a.experts else {}, kept["moe"],
                             _bytes(sliding), kept["sliding"], first_delta, frozen,
                             _bytes(checkpoint) if every > 1 or megatron_full else {}, checkpointed,
                             full_sizes, mtp_rebuilt, None if None in walked else -(-max(walked) // 8),
-                            _bytes(full[max(kinds, key=full_sizes.get)]) if full_sizes else {})
+                            _bytes(full[max(kinds, key=full_sizes.get)]) if full_sizes else {}, graph_held)
 
 
 def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:

@@ -120,7 +120,7 @@ def band(allocator: str, stage: int, tensors: int, unit_bytes: int, percent: int
     return 0, reserve_bytes(tensors, percent, units, unit_bytes), high
 
 
-def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR, low: bool = True, wrap=((), ())) -> tuple:
+def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR, low: bool = True, pieces=None) -> tuple:
     """(low, point) reserve of one stage by the caching allocator's model (issue 32): the step's allocation
     sequence (timeline.py) replayed through caching_allocator.py, peak reserved - peak allocated. The point is a
     run with room (nothing released, as max_memory_reserved of a run that fits reports); the low end replays the
@@ -128,10 +128,10 @@ def simulated_reserve(peak, shape, allocator: str = DEFAULT_ALLOCATOR, low: bool
     cached blocks before it would fail (low=False skips that replay: low is then None). "expandable" replays with
     expandable segments; "flat" has no model (0, 0)."""
     from .caching_allocator import K_LARGE_BUFFER, Config
-    from .timeline import blocks_reserve, plan_of, replay
+    from .timeline import Pieces, blocks_reserve, plan_of, replay
     if allocator == "flat":
         return 0, 0
-    plan = plan_of(peak, shape, peak.cycle_unit_bytes, wrap)
+    plan = plan_of(peak, shape, peak.cycle_unit_bytes, pieces or Pieces())
     roomy = Config(expandable_segments=allocator == "expandable")
     point = blocks_reserve(plan, roomy)
     if not low:

@@ -266,6 +266,41 @@ def fsdp_backward(units: FsdpUnits, wrap: str, pbits: int, rbits: int, held: boo
     return max(windows, key=sum)
 
 
+class Gathers(NamedTuple):
+    """FSDP's gathered parameters as the allocator's replay (timeline.py) allocates them on the all-gather stream,
+    in bytes: the unit kept through backward (the blocks wrap's root from forward's start, torchtitan's
+    [norm, lm_head] from the loss), one block's all-gather output, the units gathered at once (the running block
+    and the next one: FSDP2's implicit forward prefetch and its backward prefetch, FSDP1's limit_all_gathers
+    rate limiter that lets two run ahead and its BACKWARD_PRE), and one block's unsharded gradient with its
+    reduce-scatter input (on the reduce-scatter stream)."""
+    kept: int = 0
+    kept_from_start: bool = True
+    unit: int = 0
+    forward_window: int = 1
+    backward_window: int = 1
+    unit_grad: int = 0
+
+
+def fsdp_gathers(scenario, workload, shape, stage: int) -> Gathers:
+    """The rank's Gathers at `stage` under FSDP1 (fsdp_forward, fsdp_backward: the same units): each unit's padded
+    unsharded flat parameter is one allocation on the unshard stream (torch/distributed/fsdp/_flat_param.py
+    _alloc_padded_unsharded_flat_param, run under _runtime_utils.py _unshard's unshard stream). Gathers() where
+    nothing is gathered that way: below stage 3, another framework, nothing sharded, and FSDP2, whose all-gather
+    output (copy-in stream) and per-tensor copy-out (compute stream) the replay does not split yet: it keeps the
+    largest module as its unit (timeline.plan_of)."""
+    units = shape.fsdp
+    if stage < 3 or units is None or workload.fsdp_version != 1 or framework(scenario, workload, shape) != "fsdp":
+        return Gathers()
+    pbits = shape.compute_bits
+    rbits = reduce_bits(workload, pbits)
+    wrap = workload.fsdp_wrap
+    two = 2 if units.blocks > 1 else 1
+    u = units.block
+    return Gathers(fsdp_forward(units, wrap, pbits), wrap == "blocks" or units.tied, bytes_of(u.params, pbits),
+                   two, two if "compute" in PREFETCHED_IN[workload.fsdp_backward_prefetch] else 1,
+                   bytes_of(u.grads, pbits) + bytes_of(u.reduce, rbits))
+
+
 def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tuple[list, list, list]:
     """(forward, backward, optimizer step) components of one stage under the framework `name`. `ds` holds the
     DeepSpeed terms worked out once per rank (peak._phase_items)."""

@@ -210,15 +210,33 @@ def loss_row(workload) -> LossRow:
     return LOSSES["huggingface"]
 
 
-def held_output_bytes(workload, shape) -> int:
-    """The logits a loop that keeps the model's output holds through backward and the optimizer step: the tensor
-    the model returns (fp32 where transformers < 4.46 upcast it in the model, else the logits' own width). CPU,
-    transformers 5.24 Llama + peft, with and without recompute: 2 bytes per T x V more at backward's peak and after
-    it, bf16 (tests/test_held_output.py)."""
-    if not workload.holds_output or not shape.logits_elements:
+# The parts a loop's references keep (step/peak.py names them, timeline.py replays them as one lump)
+HELD = "model output held by the loop"      # Workload.holds_output / holds_graph: held_output_bytes
+GRAPH = "graph held by the loop (bitsandbytes inputs)"     # activations.graph_held, while the loop keeps the loss
+PREVIOUS = "last step's logits and graph, held by the loop"  # Workload.holds_graph: into the next forward
+
+
+def returned_logits_bytes(workload, shape) -> int:
+    """The logits the model returns, which a loop may keep: Hugging Face's with its own loss (fp32 where
+    transformers < 4.46 upcast them in the model, else the logits' own width), the chunked loss's list of logit
+    chunks (torchtune's and LitGPT's heads run in chunks) in their own width; none where the loss takes the head's
+    input instead (fused and Megatron losses)."""
+    if not shape.logits_elements:
+        return 0
+    if workload.loss == "chunked":
+        return bytes_of(shape.logits_elements, shape.act_bits)
+    if workload.loss != "auto" or workload.implementation != "huggingface":
         return 0
     upcast = applies(workload.finetune.versions, "logits upcast in the model")
     return bytes_of(shape.logits_elements, 32 if upcast else shape.act_bits)
+
+
+def held_output_bytes(workload, shape) -> int:
+    """The logits a loop that keeps the model's output (holds_output) or its last loss (holds_graph) holds through
+    backward and the optimizer step: the tensor the model returns (returned_logits_bytes). CPU, transformers 5.24
+    Llama + peft, with and without recompute: 2 bytes per T x V more at backward's peak and after it, bf16
+    (tests/test_held_output.py)."""
+    return returned_logits_bytes(workload, shape) if workload.holds_output or workload.holds_graph else 0
 
 
 def liger_chunk_rows(tokens: int, vocab: int, hidden: int) -> int:
@@ -234,13 +252,19 @@ def extents(workload, tokens: int) -> Dict[str, int]:
             "tile": min(tokens, TILE_TOKENS) * min(vocab, TILE_COLUMNS)}
 
 
-def loss_transients(workload, shape, grad_dtype: str = "bf16") -> Dict[str, int]:
-    """The loss's transients at each phase on the last stage (none elsewhere)."""
+def loss_tensors(workload, shape, grad_dtype: str = "bf16") -> Dict[str, Tuple[int, ...]]:
+    """The loss's transients at each phase on the last stage (none elsewhere), one size per tensor in the row's
+    order (the allocator's model replays them as tensors: timeline.py)."""
     if not shape.logits_elements:
-        return {"forward": 0, "backward": 0}
+        return {"forward": (), "backward": ()}
     w, row = shape.act_bits, loss_row(workload)
     size = extents(workload, shape.logits_elements // workload.vocab_columns)
     width = {"w": w, "g": DTYPE_BITS[grad_dtype]}
-    return {phase: sum(bytes_of(size[over], width.get(bits, bits)) for bits, over, narrow in terms
-                       if not narrow or w != 32)
+    return {phase: tuple(bytes_of(size[over], width.get(bits, bits)) for bits, over, narrow in terms
+                         if not narrow or w != 32)
             for phase, terms in (("forward", row.forward), ("backward", row.backward))}
+
+
+def loss_transients(workload, shape, grad_dtype: str = "bf16") -> Dict[str, int]:
+    """The loss's transients at each phase on the last stage, summed (loss_tensors)."""
+    return {phase: sum(sizes) for phase, sizes in loss_tensors(workload, shape, grad_dtype).items()}

@@ -32,11 +32,10 @@ from .allocator import cycle_unit_bytes, replays, reserve_bytes, simulated_reser
 from .async_tp import workspace_bytes as async_tp_workspace
 from .buffers import buffer_items, framework
 from .fsdp_offload import offload_parts
-from .fsdp1_wrap import wrap_tensors
 from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
-from .losses import held_output_bytes, loss_transients
+from .losses import GRAPH, HELD, PREVIOUS, held_output_bytes, loss_transients
 from .deepep import deepep_bytes
 from .nccl import nccl_bytes
 from .router_loss import router_loss_bytes
@@ -44,10 +43,10 @@ from .grad_lifetime import first_block_bytes, lifetime
 from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .optimizer_step import optimizer_step_items
 from .shape import StepShape, trainable_params
+from .replay_pieces import pieces_of
 from .workspaces import workspace_bytes
 
 PHASES = ("forward", "backward", "optimizer_step")
-HELD = "model output held by the loop"      # Workload.holds_output: step/losses.py held_output_bytes
 
 
 class StagePeak(NamedTuple):
@@ -171,7 +170,7 @@ def stage_peaks(scenario, workload, stages, shape: StepShape, replay: bool = Tru
         sim = None
         if replays(workload):         # the allocator's model replays the step (issue 32); its floor: no reserve
             sim = simulated_reserve(StagePeak(s, bare, capacity, {}, unit), shape, workload.allocator, False,
-                                    wrap_tensors(scenario, workload, shape, s))[1] if replay else 0
+                                    pieces_of(scenario, workload, shape, s))[1] if replay else 0
         phases, totals = {}, {}
         for name, parts in bare.items():
             tensors = sum(parts.values())
@@ -214,6 +213,10 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     grad_bits, param_bits = DTYPE_BITS[scenario.grad_dtype], DTYPE_BITS[scenario.param_dtype]
     logits = loss_transients(workload, shape, scenario.grad_dtype)
     held = held_output_bytes(workload, shape)          # a loop that keeps the model's output (losses.py)
+    # what the autograd graph keeps beyond backward (bitsandbytes' inputs), alive while the loop keeps the loss:
+    # through the step (holds_output, holds_graph) and into the next forward beside the last logits (holds_graph)
+    graph = shape.act.graph_held if workload.holds_output or workload.holds_graph else 0
+    previous = held + graph if workload.holds_graph else 0
     router = router_loss_bytes(workload, shape)              # router_loss.py: Hugging Face's, outside the layers
     reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
@@ -248,6 +251,10 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         if held:
             backward.append((HELD, held))
             optimizer.append((HELD, held))
+        if graph:
+            optimizer.append((GRAPH, graph))
+        if previous:
+            forward.append((PREVIOUS, previous))
         # gathered parameters and communication buckets of the framework (step/buffers.py: one row each)
         fwd, bwd, opt = buffer_items(comm, s, scenario, workload, shape, ds)
         forward += fwd

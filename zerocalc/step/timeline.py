@@ -10,8 +10,9 @@ The order is the one a training step allocates in, each named part of the report
    its checkpointed / MoE terms; a term of k hidden states is k tensors), QLoRA's 4-bit weights each dequantized
    around its share of them, a transient the size of its largest term, and under ZeRO-3 the block's gathered
    unit on the all-gather stream, freed once the prefetch window (the "gathered parameters" part) moves on;
-3. the loss: the head's saved terms and the forward "logits and loss" part; at backward's start its gradient
-   transients (the backward part), freed when the head's backward is done;
+3. the loss: the forward "logits and loss" part (the logits and their upcast) around the head's saved terms, freed
+   as forward returns; at backward's start its gradient transients (the backward part), freed with the saved
+   terms when the head's backward is done;
 4. backward, block by block from the last: the rebuilt block under recompute (its weights dequantized again
    under QLoRA), a gradient transient, each dequantized weight once more for its input's gradient, the block's
    share of any gradients that grow during backward (grad_lifetime.py), under ZeRO-3 the unsharded gradient on the
@@ -30,7 +31,9 @@ from functools import lru_cache
 from typing import Dict, List, NamedTuple, Tuple
 
 from .caching_allocator import FREE, MALLOC, Config, Result, simulate
+from .buffers import Gathers
 from .caching_fast import State, eligible
+from .losses import GRAPH, HELD, PREVIOUS
 
 COMPUTE, ALL_GATHER, REDUCE_SCATTER = 0, "all-gather", "reduce-scatter"
 STATE_COPIES = 4              # parameter, gradient and two moments: a holding's share of the states, split in four
@@ -38,7 +41,7 @@ REPLAYED = (24, 48)           # beyond WHOLE blocks, the reserve is extrapolated
 WHOLE = 72                    # up to this many blocks are replayed whole (72 = 24 + 48: never more blocks replayed)
 PER_STEP_FIXED = ("model states", "library workspaces", "measured beyond the estimate", "activations",
                   "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)",
-                  "CUDA context", "NCCL buffers", "allocator reserve", "model output held by the loop")
+                  "CUDA context", "NCCL buffers", "allocator reserve", HELD, GRAPH, PREVIOUS)
 
 
 class Plan(NamedTuple):
@@ -47,8 +50,8 @@ class Plan(NamedTuple):
     other_states: Tuple[int, ...]       # the tensors outside the blocks (embedding, head, final norm)
     grow_states: Tuple[int, ...]        # one block's gradients allocated during backward (0 when none grow)
     saved: Tuple[int, ...]              # one block's saved activation tensors
-    head: Tuple[int, ...]               # the loss's saved tensors and the forward logits part
-    head_backward: int            # the loss's backward transients
+    head: Tuple[int, ...]               # the loss's saved tensors
+    head_backward: Tuple[int, ...]      # the loss's backward transients, one per tensor
     workspaces: int
     extra: int
     unit: int                     # ZeRO-3: one block's gathered parameters (0 otherwise)
@@ -63,6 +66,28 @@ class Plan(NamedTuple):
     outside_temps: Tuple[int, ...] = ()  # the optimizer step's temporaries of the tensors outside the blocks
     wrap_block: Tuple[int, ...] = ()    # FSDP1's wrapping: one block's tensors moved to the GPU (fsdp1_wrap.py)
     wrap_root: Tuple[int, ...] = ()     # and the root's, flattened last
+    head_forward: Tuple[int, ...] = ()  # the loss's forward transients ("logits and loss"), gone by backward
+    kept: int = 0                 # FSDP: the unit kept gathered through backward (buffers.Gathers)
+    kept_from_start: bool = True  # gathered from forward's start (the root), else from the loss
+    backward_window: int = 1      # gathered units alive at once in backward
+
+
+class Pieces(NamedTuple):
+    """The tensors a replay takes beyond the peak's named parts, where a part is several tensors: FSDP1's
+    wrapping (fsdp1_wrap.wrap_tensors), the loss's transients (losses.loss_tensors) and FSDP1's gathered units
+    (buffers.fsdp_gathers); replay_pieces.pieces_of builds them. Empty: each part one lump."""
+    wrap_block: Tuple[int, ...] = ()
+    wrap_root: Tuple[int, ...] = ()
+    loss_forward: Tuple[int, ...] = ()
+    loss_backward: Tuple[int, ...] = ()
+    gathers: Gathers = Gathers()
+
+
+
+
+def _as_tensors(part: int, tensors: Tuple[int, ...]) -> Tuple[int, ...]:
+    """A part as its tensors where they add up to it (a part kept or replaced elsewhere: one lump)."""
+    return tensors if tensors and sum(tensors) == part else ((part,) if part > 0 else ())
 
 
 def _tensors(term: int, hidden: int) -> List[int]:
@@ -86,9 +111,9 @@ def _split(total: int, weights: List[int]) -> Tuple[int, ...]:
     return tuple(x for x in out if x > 0)
 
 
-def plan_of(peak, shape, cycle_unit: int = 0, wrap: Tuple[Tuple[int, ...], Tuple[int, ...]] = ((), ())) -> Plan:
-    """The timeline's inputs from a StagePeak (its phases' named parts) and the rank's StepShape; `wrap`: FSDP1's
-    wrapping tensors (fsdp1_wrap.wrap_tensors)."""
+def plan_of(peak, shape, cycle_unit: int = 0, pieces: Pieces = Pieces()) -> Plan:
+    """The timeline's inputs from a StagePeak (its phases' named parts) and the rank's StepShape; `pieces`: the
+    parts that are several tensors (replay_pieces.pieces_of)."""
     fwd, bwd, opt = (peak.phases[p] for p in ("forward", "backward", "optimizer_step"))
     act = shape.act
     layers = max(1, act.layers + act.moe_layers)
@@ -122,6 +147,10 @@ def plan_of(peak, shape, cycle_unit: int = 0, wrap: Tuple[Tuple[int, ...], Tuple
     unit = min(gathered, -(-shape.largest_layer_params * shape.compute_bits // 8)) if cycle_unit else 0
     trained = sum(g.params for g in shape.groups if not g.name.endswith("frozen"))
     unit_grad = (cycle_unit - unit) * trained // max(1, shape.params) if unit else 0
+    window = max(1, gathered // unit) if unit else 0
+    fsdp = pieces.gathers
+    if fsdp.unit and cycle_unit:      # FSDP: its own units (buffers.Gathers), not the largest module
+        unit, window, unit_grad = fsdp.unit, fsdp.forward_window, fsdp.unit_grad
     step_parts = sum(v for k, v in opt.items() if k not in PER_STEP_FIXED and k not in ("all-gather bucket",
                                                                                         "persistent parameters"))
     # the step's temporaries, one per parameter tensor as foreach allocates them: a block's share per block (so a
@@ -136,14 +165,16 @@ def plan_of(peak, shape, cycle_unit: int = 0, wrap: Tuple[Tuple[int, ...], Tuple
     rebuilt_bytes = bwd.get("recompute (one block)", 0)
     return Plan(_split(layer_share, copies), _split(states - layer_share * layers, outside * STATE_COPIES),
                 _split(grown // layers, in_layer), tuple(saved),
-                tuple(head) + (fwd.get("logits and loss", 0),),
-                bwd.get("logits and loss", 0), fwd.get("library workspaces", 0),
-                # a loop's held output: alive through the step, replayed as a lump like the measured extra
-                fwd.get("measured beyond the estimate", 0) + opt.get("model output held by the loop", 0), unit,
-                max(1, gathered // unit) if unit else 0,
-                unit_grad, bwd.get("gradient buckets", 0),
+                tuple(head),
+                _as_tensors(bwd.get("logits and loss", 0), pieces.loss_backward), fwd.get("library workspaces", 0),
+                # a loop's held output and graph: alive through the step, replayed as a lump like the measured extra
+                fwd.get("measured beyond the estimate", 0) + opt.get(HELD, 0) + opt.get(GRAPH, 0), unit,
+                window, unit_grad, bwd.get("gradient buckets", 0),
                 _split(rebuilt_bytes, rebuilt_pieces), _split(temps_layer, in_layer), layers, beyond, dequantized,
-                _split(step_parts - temps_layer * layers, outside), *wrap)
+                _split(step_parts - temps_layer * layers, outside), pieces.wrap_block, pieces.wrap_root,
+                _as_tensors(fwd.get("logits and loss", 0), pieces.loss_forward),
+                fsdp.kept if fsdp.unit and cycle_unit else 0, fsdp.kept_from_start,
+                fsdp.backward_window if fsdp.unit and cycle_unit else 1)
 
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
@@ -195,6 +226,7 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
     if steps > 0:                                                 # one step, repeated below
         saved, units = [], []
         in_flight = malloc(plan.in_flight)
+        kept = malloc(plan.kept, ALL_GATHER) if plan.kept_from_start else None
         for _b in range(blocks):                                  # forward
             if plan.unit:
                 units.append(malloc(plan.unit, ALL_GATHER))
@@ -203,13 +235,22 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
             saved.append(_run_linears(plan.dequantized, plan.saved, malloc, free))
             free(malloc(biggest))
         free(*units)
+        units = []
+        kept = kept or malloc(plan.kept, ALL_GATHER)
+        # the loss: its forward transients (the logits and their upcast) around the saved log-softmax, freed as
+        # forward returns, before backward's gradient transients
+        logits = [malloc(s) for s in plan.head_forward]
         head = [malloc(s) for s in plan.head]
-        head_grad = malloc(plan.head_backward)                    # backward
+        free(*logits)
+        head_grad = [malloc(s) for s in plan.head_backward]       # backward
         buckets = malloc(plan.buckets)
-        free(head_grad, *head)
+        free(*head_grad, *head)
         grads, pending = [], []
         for _b in range(blocks):
-            unit = malloc(plan.unit, ALL_GATHER) if plan.unit else None
+            if plan.unit:
+                units.append(malloc(plan.unit, ALL_GATHER))
+                if len(units) > plan.backward_window:
+                    free(units.pop(0))
             rebuilt = _run_linears(plan.dequantized if plan.rebuilt else (), plan.rebuilt, malloc, free)
             transient = malloc(biggest)
             for size in reversed(plan.dequantized):               # each linear's backward dequantizes again
@@ -219,8 +260,8 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
                 pending.append(malloc(plan.unit_grad, REDUCE_SCATTER))
                 if len(pending) > 1:
                     free(pending.pop(0))
-            free(transient, *rebuilt, unit, *saved.pop())
-        free(*pending, buckets, in_flight)
+            free(transient, *rebuilt, *saved.pop())
+        free(*units, kept, *pending, buckets, in_flight)
         temps = [malloc(t) for t in plan.step_temps * blocks + plan.outside_temps]     # optimizer step
         free(*temps, *grads)
     return out * steps

@@ -88,6 +88,34 @@ class Training(NamedTuple):
         return any(MODULE_POSITION[m] <= position for m in self.trained | self.adapted)
 
 
+# Each term a frozen base linear reads as its input -> the modules reading it (WEIGHT_TERMS, and the attention
+# core's output that the output projection reads)
+BASE_INPUTS = {**WEIGHT_TERMS, "attention output": ("o",)}
+
+
+def graph_held_bits(terms: Dict[str, int], train: Optional[Training], first: bool = False) -> int:
+    """Of one block's adapted terms, the bits bitsandbytes' base linears keep as autograd ctx attributes
+    (MatMul8bitLt's ctx.tensors = (CAt, subA, A); MatMul4Bit's ctx.tensors = (A, B) before 0.43.2), not as saved
+    tensors: backward does not release them, so they live as long as the graph, as long as the loop keeps the loss
+    or the output (measured on the CPU: tests/measure/bnb_versions.py measure_held)."""
+    if train is None or not train.saves_base_inputs:
+        return 0
+    return sum(bits for name, bits in terms.items() if name in BASE_INPUTS
+               and not set(BASE_INPUTS[name]) & train.trained
+               and train.needs_gradient(_input_position(BASE_INPUTS[name]), first))
+
+
+def graph_held_bytes(blocks: Dict[str, Dict[str, int]], first, train: Training, counts: Dict[str, int]) -> int:
+    """A rank's graph_held_bits in bytes: each block kind's (blocks: kind -> its adapted terms) times the blocks of
+    that kind a gradient reaches (counts, layer_counts' dict), the first of them as `first` = (its terms, its kind)
+    says."""
+    terms, kind = first
+    if not any(counts.get(k, 0) for k in blocks):
+        return 0
+    bits = sum(counts.get(k, 0) * graph_held_bits(v, train) for k, v in blocks.items())
+    return -(-(bits + graph_held_bits(terms, train, True) - graph_held_bits(blocks[kind], train)) // 8)
+
+
 def _input_position(modules) -> int:
     """The position whose output is these modules' input: a bitsandbytes base linear keeps its input only when
     that input needs a gradient (MatMul8bitLt, and MatMul4Bit before 0.43.2: if any(ctx.needs_input_grad[:2]))."""

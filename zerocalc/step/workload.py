@@ -161,6 +161,11 @@ class Workload:
     # step) holds the returned logits through backward and the step; the HF Trainer, torchtune and torchtitan drop
     # them first (step/losses.py held_output_bytes).
     holds_output: bool = False
+    # A loop that keeps the last step's logits and loss until the next step's replace them (LitGPT's fit loops:
+    # `logits = model(...)` and `loss = ...` at the top of each iteration, nothing deleted): through backward and
+    # the optimizer step, and into the next step's forward, the logits and what the autograd graph behind the loss
+    # holds beyond backward (bitsandbytes' base-linear inputs: step/activations.py graph_held).
+    holds_graph: bool = False
     # The batch as it really is (step/batches.py): fixed (every sample seq_len long), padded (micro_batch samples
     # padded to their longest; seq_len the longest a sample may be) or packed (micro_batch rows of seq_len tokens,
     # flash-attention varlen); batch_lengths: the samples' lengths as (percentile, tokens) points, the last at 100.
@@ -235,7 +240,7 @@ class Workload:
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
         for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
-                      "nccl_nvls", "router_loss", "holds_output"):
+                      "nccl_nvls", "router_loss", "holds_output", "holds_graph"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
         if self.async_tp and isinstance(self.layout, Layout) and async_tp_refusal(self):

@@ -16,7 +16,9 @@ litgpt/args.py TrainArgs, litgpt/utils.py):
   fully_shard and checkpoint_wrapper); on one, no checkpointing;
 - train: micro_batch_size and global_batch_size (accumulation = global // devices // micro: TrainArgs
   gradient_accumulation_iters; the scripts' defaults 1 and 16), max_seq_length None (the model's block size);
-- optimizer "AdamW" (torch.optim's), or {class_path, init_args}.
+- optimizer "AdamW" (torch.optim's), or {class_path, init_args};
+- fit() assigns `logits = model(...)` and `loss = chunked_cross_entropy(...)` each iteration and deletes neither
+  (lora.py:355-358, full.py:282-284): holds_graph, the last step's logits and loss alive into the next forward.
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ class _Reader:
         self.method(lora, quant, dtype, mixed)
         self.optimizer(quant)
         self.ledger(dtype, mixed, gpus, lora)
+        b.set("workload", "holds_graph", True, "LitGPT's fit loop assigns logits = model(...) and loss = ... each "
+              "iteration and deletes neither (finetune/lora.py and full.py fit): the last step's stay into the next")
         for key in doc.leftovers():
             b.ignore(key, IGNORED.get(key) or IGNORED.get(key.split(".", 1)[0]) or "no effect on the bytes "
                                                                                      "zerocalc counts")
