@@ -23,6 +23,9 @@ figure's error to the band of the reserve assumption sits beside it. Every row s
 the measurement (the unsafe side: the plan would be told it fits when it may not) or over; the summary lists
 every under-prediction, per source.
 
+The verdict cases (validation/verdicts.json: a reported out-of-memory or ran outcome against the report's verdict)
+are tools/validation_verdicts.py's, in their own section.
+
 An RL run (`rl_argv`: the arguments of `python -m zerocalc rl`) is read from the plan's phases on the training
 processes' GPU class, at one end of the band (`rl_end`: "max", every sequence at its longest, or "typical"), in the
 phase the case names or the worst one (`rl_phase`), like with like: max_memory_allocated is the phase's
@@ -255,9 +258,11 @@ def ledger(cases: list) -> dict:
     summary["sources"] = {name: summarise([r for r in rows if r["source_name"] == name])
                           for name in sorted({r["source_name"] for r in rows})}
     from zerocalc import __version__
+    from tools.validation_verdicts import load_verdicts, verdict_ledger
     return {"about": "zerocalc against published GPU peak memories; regenerate with "
                      "`python tools/validation_ledger.py --write`",
-            "zerocalc_version": __version__, "summary": summary, "cases": rows}
+            "zerocalc_version": __version__, "summary": summary, "cases": rows,
+            "verdicts": verdict_ledger(load_verdicts())}
 
 
 # ---- the documents -----------------------------------------------------------------------------------------------
@@ -308,6 +313,10 @@ def main(argv=None) -> int:
     summary = json.loads(docs[DOC_JSON])["summary"]
     for line in summary_lines(summary):
         print(line)
+    v = json.loads(docs[DOC_JSON])["verdicts"]["summary"]
+    if v["expressed"]:
+        print(f"verdicts: {v['agree']} of {v['expressed']} agree with the reported outcome; reported out of memory "
+              f"where zerocalc says it fits: {', '.join(v['dangerous']) or 'none'}")
     for name, t in summary["sources"].items():
         print(f"  {name}: {t['expressed']}/{t['cases']} expressed, point error median {pct(t['median_error'])}, "
               f"worst {pct(t['worst_error'])} ({t['worst_case']}), within 10% {share(t['within_10_percent'])}; "

@@ -42,6 +42,16 @@ def cell(text: str) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
+def table_row(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def quoted_case(r: dict, gpu: str, command_text: str, rule: str = "", extra=()) -> list:
+    """A case's lines under its table: its command, stage and verbatim quote, then `extra` and its assumptions."""
+    return [f"- **{r['id']}**{gpu}: {command_text}, ZeRO stage {r['stage']}{rule}. Quoted (verbatim): "
+            f"{cell(r['quoted'])}"] + [f"  - {cell(a)}" for a in [*extra, *r.get("assumptions", [])]]
+
+
 def command(argv: list) -> str:
     return "`python -m zerocalc " + " ".join(argv) + "`"
 
@@ -72,6 +82,11 @@ def render_md(doc: dict) -> str:
              "when this file differs from what zerocalc computes now. zerocalc " + doc["zerocalc_version"] + ".", "",
              "## Summary", ""]
     lines += summary_lines(s)
+    v = doc.get("verdicts", {}).get("summary", {})
+    if v.get("expressed"):
+        lines.append(f"- **verdicts**: {v['agree']} of {v['expressed']} reported outcomes (out of memory or ran) agree "
+                     f"with zerocalc's ({v['agree_share']:.0%}); reported out of memory where zerocalc says it fits: "
+                     f"{', '.join(v['dangerous']) or 'none'} (section below)")
     lines += ["", "| source | cases | expressed | median point error | worst point error | within 10% (point) | "
               "under / over | median to the band | within 10% (band) |", "|---|---|---|---|---|---|---|---|---|"]
     for name, t in s["sources"].items():
@@ -119,25 +134,26 @@ def render_md(doc: dict) -> str:
             band = f" (band {gib(res['band_bytes'][0])}..{gib(res['band_bytes'][1])})" if "band_bytes" in res \
                 else ""
             to_band = pct(res["band_error"]) if "band_error" in res else "-"
-            lines.append(f"| {r['id']} | {link(r['source'])} | {cell(r['figure']['value'])} "
-                         f"{r['figure']['printed_unit']} | {r['kind']} | {gib(r['measured_bytes'])} | "
-                         f"{gib(res['zerocalc_bytes'])}{band} | {cell(res['rank'])} (ZeRO {r['stage']}), "
-                         f"{res['phase']} | {pct(res['point_error'])} | {res['side']} | {to_band} |")
+            lines.append(table_row(r["id"], link(r["source"]), f"{cell(r['figure']['value'])} "
+                                   f"{r['figure']['printed_unit']}", r["kind"], gib(r["measured_bytes"]),
+                                   f"{gib(res['zerocalc_bytes'])}{band}",
+                                   f"{cell(res['rank'])} (ZeRO {r['stage']}), {res['phase']}",
+                                   pct(res["point_error"]), res["side"], to_band))
         lines += ["", "Commands and assumptions:", ""]
         for r in mine:
-            lines.append(f"- **{r['id']}** ({cell(r['gpu'])}): {case_command(r)}, ZeRO stage {r['stage']}, "
-                         f"read on the {r['result']['rank_rule']}. Quoted (verbatim): {cell(r['quoted'])}")
             res = r["result"]
             parts = ", ".join(f"{k} {gib(v)}" for k, v in res["parts"].items())
-            lines.append(f"  - zerocalc's parts at that phase: {parts}")
+            extra = [f"zerocalc's parts at that phase: {parts}"]
             if "steady_error" in res:
-                lines.append(f"  - between steps the run kept {gib(r['steady_bytes'])} allocated "
+                extra.append(f"between steps the run kept {gib(r['steady_bytes'])} allocated "
                              f"({cell(r['steady_note'])}): zerocalc's model states + library workspaces "
                              f"({gib(res['steady_bytes'])}) are {pct(res['steady_error'])} "
                              f"off it, the step's transients (peak - steady) {pct(res['transient_error'])}")
-            for a in r["assumptions"]:
-                lines.append(f"  - {cell(a)}")
+            lines += quoted_case(r, f" ({cell(r['gpu'])})", case_command(r),
+                                 f", read on the {res['rank_rule']}", extra)
         lines.append("")
+    from tools.validation_verdicts import render_verdicts
+    lines += render_verdicts(doc["verdicts"]) if "verdicts" in doc else []
     lines += ["## Cases zerocalc cannot express yet", "",
               "| id | source | quoted figure | kind | measured | missing |", "|---|---|---|---|---|---|"]
     for r in rows:
