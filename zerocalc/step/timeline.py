@@ -30,8 +30,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Dict, List, NamedTuple, Tuple
 
-from .caching_allocator import FREE, MALLOC, Config, Result, simulate
 from .buffers import Gathers
+from .caching_allocator import FREE, MALLOC, Config, Result, simulate
 from .caching_fast import State, eligible
 from .losses import GRAPH, HELD, PREVIOUS
 
@@ -81,8 +81,6 @@ class Pieces(NamedTuple):
     loss_forward: Tuple[int, ...] = ()
     loss_backward: Tuple[int, ...] = ()
     gathers: Gathers = Gathers()
-
-
 
 
 def _as_tensors(part: int, tensors: Tuple[int, ...]) -> Tuple[int, ...]:
