@@ -43,25 +43,21 @@ def evaluate_verdict(case: dict) -> dict:
            "phase": row["peak_phase"], "rank": row["rank"],
            "agrees": fits == (case["outcome"] == "ran"),
            "dangerous": fits and case["outcome"] == "oom"}
-    try:
-        from zerocalc.answers.ranges import ranges
-        band = ranges(scenario, workload).band(stage)
-        out["band_bytes"] = [band.low_bytes, band.high_bytes]
-        out["band_fits"] = band.high_bytes <= row["capacity_bytes"]
-    except (ImportError, ValueError, KeyError):
-        pass
+    from zerocalc.answers.ranges import ranges
+    band = ranges(scenario, workload).band(stage)
+    out["band_bytes"] = [band.low_bytes, band.high_bytes]
+    out["band_fits"] = band.high_bytes <= row["capacity_bytes"]
     return out
 
 
 def summarise_verdicts(rows: list) -> dict:
     """How many verdicts agree with the reported outcomes, the dangerous disagreements, every disagreement."""
-    done = [r for r in rows if "argv" in r]
-    agree = [r for r in done if r["result"]["agrees"]]
-    return {"cases": len(rows), "expressed": len(done),
-            "oom": sum(r["outcome"] == "oom" for r in done), "ran": sum(r["outcome"] == "ran" for r in done),
-            "agree": len(agree), "agree_share": len(agree) / len(done) if done else None,
-            "dangerous": [r["id"] for r in done if r["result"]["dangerous"]],
-            "disagree": [r["id"] for r in done if not r["result"]["agrees"]]}
+    agree = [r for r in rows if r["result"]["agrees"]]
+    return {"cases": len(rows), "expressed": len(rows),
+            "oom": sum(r["outcome"] == "oom" for r in rows), "ran": sum(r["outcome"] == "ran" for r in rows),
+            "agree": len(agree), "agree_share": len(agree) / len(rows) if rows else None,
+            "dangerous": [r["id"] for r in rows if r["result"]["dangerous"]],
+            "disagree": [r["id"] for r in rows if not r["result"]["agrees"]]}
 
 
 def verdict_ledger(cases: list) -> dict:

@@ -281,6 +281,11 @@ class Gathers(NamedTuple):
     unit_grad: int = 0
 
 
+def fsdp1_flattens(scenario, workload, shape, stage: int) -> bool:
+    """Whether FSDP1 flattens and shards the rank's units at `stage`: FULL_SHARD (stage 3) under the fsdp row."""
+    return stage == 3 and workload.fsdp_version == 1 and framework(scenario, workload, shape) == "fsdp"
+
+
 def fsdp_gathers(scenario, workload, shape, stage: int) -> Gathers:
     """The rank's Gathers at `stage` under FSDP1 (fsdp_forward, fsdp_backward: the same units): each unit's padded
     unsharded flat parameter is one allocation on the unshard stream (torch/distributed/fsdp/_flat_param.py
@@ -289,7 +294,7 @@ def fsdp_gathers(scenario, workload, shape, stage: int) -> Gathers:
     output (copy-in stream) and per-tensor copy-out (compute stream) the replay does not split yet: it keeps the
     largest module as its unit (timeline.plan_of)."""
     units = shape.fsdp
-    if stage < 3 or units is None or workload.fsdp_version != 1 or framework(scenario, workload, shape) != "fsdp":
+    if units is None or not fsdp1_flattens(scenario, workload, shape, stage):
         return Gathers()
     pbits = shape.compute_bits
     rbits = reduce_bits(workload, pbits)

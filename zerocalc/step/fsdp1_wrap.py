@@ -23,14 +23,13 @@ from __future__ import annotations
 from typing import Tuple
 
 from ..tables import DTYPE_BITS
-from .allocator import MODES
-from .buffers import framework, tower_block
+from .buffers import fsdp1_flattens, tower_block
 
 
 def wrap_tensors(scenario, workload, shape, stage: int) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
     """(one decoder block's tensors, the root's tensors) in bytes as FSDP1 moves them to the GPU to flatten them, or
     ((), ()) where no FSDP1 unit is flattened on the rank (FSDP2, DeepSpeed, nothing sharded)."""
-    if workload.fsdp_version != 1 or MODES[stage] != "sharded" or framework(scenario, workload, shape) != "fsdp":
+    if not fsdp1_flattens(scenario, workload, shape, stage):
         return (), ()
     kinds, root = {"all": {}, "dense": {}, "moe": {}}, []
     for group in shape.groups:

@@ -98,11 +98,17 @@ def graph_held_bits(terms: Dict[str, int], train: Optional[Training], first: boo
     (MatMul8bitLt's ctx.tensors = (CAt, subA, A); MatMul4Bit's ctx.tensors = (A, B) before 0.43.2), not as saved
     tensors: backward does not release them, so they live as long as the graph, as long as the loop keeps the loss
     or the output (measured on the CPU: tests/measure/bnb_versions.py measure_held)."""
-    if train is None or not train.saves_base_inputs:
+    if train is None:
         return 0
-    return sum(bits for name, bits in terms.items() if name in BASE_INPUTS
-               and not set(BASE_INPUTS[name]) & train.trained
-               and train.needs_gradient(_input_position(BASE_INPUTS[name]), first))
+    return sum(bits for name, bits in terms.items() if _base_input_kept(name, train, first))
+
+
+def _base_input_kept(name: str, train: Training, first: bool) -> bool:
+    """Does a bitsandbytes base linear keep this term, its input, for backward: the term is the input of frozen
+    linears, bitsandbytes keeps inputs (saves_base_inputs) and this one needs a gradient."""
+    modules = BASE_INPUTS.get(name)
+    return bool(modules) and train.saves_base_inputs and not set(modules) & train.trained \
+        and train.needs_gradient(_input_position(modules), first)
 
 
 def graph_held_bytes(blocks: Dict[str, Dict[str, int]], first, train: Training, counts: Dict[str, int]) -> int:
@@ -198,8 +204,8 @@ def adapt(terms: Dict[str, int], full_terms: Dict[str, int], train: Training, a,
             if name in NORM_TERMS and train.norms:       # the weight gradient still needs the normalised copy
                 out[name] = norm_weight_bits(a, t.outside, w, impl, a.hidden)
             continue
-        if name in WEIGHT_TERMS and not set(WEIGHT_TERMS[name]) & train.trained and not (
-                train.saves_base_inputs and train.needs_gradient(_input_position(WEIGHT_TERMS[name]), first)):
+        if name in WEIGHT_TERMS and not set(WEIGHT_TERMS[name]) & train.trained and \
+                not _base_input_kept(name, train, first):
             continue
         if name in NORM_TERMS and not train.norms:
             bits -= norm_weight_bits(a, t.outside, w, impl, a.hidden)
