@@ -5,8 +5,11 @@ words, AUTO maps conventions to rows); "auto" takes it from the scenario's conve
 `buffer_items`, applies the row to one stage of one rank.
 
 - deepspeed: DeepSpeed's fixed-size buckets (deepspeed/runtime/zero/config.py defaults, in elements):
-  reduce buckets `min(reduce_bucket_size, trained)` in the gradient dtype, twice with overlap_comm (the ipg
-  double buffer, stage_1_and_2.py setup_buckets); the all-gather bucket of updated parameters at stages 1-2;
+  the ipg reduce bucket is `reduce_bucket_size` elements in the gradient dtype whatever the trained count (LoRA
+  carries all of it): at stages 1-2 from backward's first gradient to its end, twice with overlap_comm
+  (stage_1_and_2.py setup_buckets), at stage 3 one from initialize on (stage3.py _setup_for_real_optimizer);
+  measured against DeepSpeed 0.19.8 (tests/measure/deepspeed_buckets.py). Stage 0's engine flattens at most the
+  gradients into its all-reduce bucket. The all-gather bucket of updated parameters at stages 1-2;
   at stage 3 the largest module plus prefetch up to max_live_parameters, the persistent small parameters and the
   gathered module's gradient. DeepSpeed allocates them whatever the data-parallel size (setup_buckets has no
   world-size test), so an explicit "deepspeed" keeps them at one GPU.
@@ -327,11 +330,17 @@ def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tupl
         return ([("gathered parameters", fsdp_forward(shape.fsdp, wrap, pbits))],
                 [("gathered parameters", gathered), ("gradient buckets", grads)], [])
     forward, backward, optimizer = [], [], []
-    if s == 3:
-        forward.append(("gathered parameters", ds["gathered"]))
+    if s == 3:     # stage3.py allocates one bucket per communication dtype at init and keeps it for the run
+        forward.extend([("gathered parameters", ds["gathered"]), ("gradient buckets", ds["reduce_bucket"])])
         backward.append(("gathered parameters", ds["gathered"] + ds["layer_grad"]))
-        optimizer.append(("persistent parameters", ds["persistent"]))
+        backward.append(("gradient buckets", ds["reduce_bucket"]))
+        optimizer.extend([("persistent parameters", ds["persistent"]), ("gradient buckets", ds["reduce_bucket"])])
+        return forward, backward, optimizer
+    if s == 0:     # the engine's buffered_allreduce_fallback flattens at most the gradients into one bucket
+        backward.append(("gradient buckets", min(ds["reduce_bucket"], ds["trained_grads"])))
+        return forward, backward, optimizer
+    # stages 1-2 (stage_1_and_2.py setup_buckets): allocated at backward's first gradient, a second with
+    # overlap_comm, freed at backward's end
     backward.append(("gradient buckets", (2 if workload.overlap(s) else 1) * ds["reduce_bucket"]))
-    if s in (1, 2):
-        optimizer.append(("all-gather bucket", ds["allgather_bucket"]))
+    optimizer.append(("all-gather bucket", ds["allgather_bucket"]))
     return forward, backward, optimizer

@@ -218,7 +218,9 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     graph = shape.act.graph_held if workload.holds_output or workload.holds_graph else 0
     previous = held + graph if workload.holds_graph else 0
     router = router_loss_bytes(workload, shape)              # router_loss.py: Hugging Face's, outside the layers
-    reduce_bucket = bytes_of(min(workload.reduce_bucket_size, trained), grad_bits)
+    # DeepSpeed's ipg bucket is torch.empty(reduce_bucket_size) whatever the trained count (measured: tests/measure/
+    # deepspeed_buckets.py), so LoRA and small models carry the whole bucket
+    reduce_bucket = bytes_of(workload.reduce_bucket_size, grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
     # ZeRO-3's live parameters: the gathered layer (plus prefetch, up to max_live) and the persistent small ones.
     live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
@@ -226,7 +228,8 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     gathered = bytes_of(live, shape.compute_bits) + persistent
     # layer_grad: the gathered layer's gradient at stage 3
     ds = {"gathered": gathered, "layer_grad": bytes_of(L, grad_bits), "persistent": persistent,
-          "reduce_bucket": reduce_bucket, "allgather_bucket": allgather_bucket}
+          "reduce_bucket": reduce_bucket, "trained_grads": bytes_of(trained, grad_bits),
+          "allgather_bucket": allgather_bucket}
     comm = framework(scenario, workload, shape)
     workspaces = workspace_bytes(workload)
     fused_step = workload.optimizer_in_backward          # optimizer_in_backward.py: no gradient set lives
