@@ -30,7 +30,7 @@ def test_the_8bit_lora_example_is_lora_on_an_int8_base_with_the_embeddings_saved
     assert got.model == "llama-3-8b"                             # NousResearch/Meta-Llama-3-8B
     assert got.finetune == {"mode": "qlora", "quant_type": "int8", "lora_rank": 32, "lora_dropout": 0.05,
                             "lora_targets": ("all-linear",), "modules_to_save": ("embed_tokens", "lm_head"),
-                            "base_dtype": "bf16"}
+                            "base_dtype": "bf16", "kbit_prepare": False}
     assert got.workload["micro_batch"] == 2 and got.layout["micro_batches"] == 4
     assert got.workload["seq_len"] == 4096 and got.workload["recompute"] == "full"
     assert got.workload["attention"] == "flash" and got.workload["activation_dtype"] == "bf16"
@@ -46,6 +46,10 @@ def test_the_qlora_example_is_nf4_with_double_quantization_and_paged_adam():
     assert got.finetune["mode"] == "qlora" and got.finetune["quant_type"] == "nf4"
     assert got.finetune["double_quant"] is True and got.finetune["lora_rank"] == 32
     assert got.scenario["optimizer"] == "paged-adamw"           # paged_adamw_32bit
+    # prepare_model_for_kbit_training's fp32 upcast is undone: loaders/model.py casts the norms and embeddings back
+    # to the loaded dtype (should_convert), so nothing but the adapters is fp32
+    assert got.finetune["kbit_prepare"] is False
+    assert "should_convert" in got.sources["finetune.kbit_prepare"]
 
 
 def test_a_full_fine_tune_trains_the_weights_in_the_loaded_bf16():

@@ -14,7 +14,8 @@ axolotl-ai-cloud/axolotl commit 067b021c8b87a9e5e380b9173c704cf7340e30f5:
 - utils/config resolve_dtype: bf16 "auto" is bf16 on a GPU that has it (assumed: Ampere or newer), fp16 only
   where asked; the model loads in that dtype (cfg.torch_dtype), and nothing upcasts a full fine-tune's weights
   outside FSDP / DeepSpeed: the weights, gradients and AdamW states live in bf16. LoRA adapters are fp32 (peft's
-  autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double quantization (loaders/model.py);
+  autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double quantization (loaders/model.py), and nothing
+  else stays fp32: prepare_model_for_kbit_training's upcast is cast back (should_convert) or skipped (FSDP, ZeRO-3);
 - FSDP: axolotl hands fsdp and fsdp_config to TrainingArguments (core/builders/base.py), which the Trainer's FSDP
   reader (hf_trainer/fsdp.py) then reads; accelerate upcasts the trainable weights to fp32 shards.
 """
@@ -194,6 +195,9 @@ class _Reader:
                   else "load_in_8bit: LLM.int8")
             if quant == "nf4":
                 b.set("finetune", "double_quant", True, "axolotl's BitsAndBytesConfig: bnb_4bit_use_double_quant")
+            b.set("finetune", "kbit_prepare", False, "no fp32 stream: loaders/model.py casts the norms and "
+                  "embeddings back to the model's dtype after prepare_model_for_kbit_training (should_convert), "
+                  "and skips that preparation under FSDP or ZeRO-3")
         if doc.data.get("lora_r") is None:
             raise FrameworkConfigError("lora_r", doc.data.get("lora_r"), "a positive integer with adapter "
                                        f"{adapter} (axolotl passes it to peft's LoraConfig r; it has no default)")
