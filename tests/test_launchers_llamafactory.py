@@ -72,6 +72,8 @@ def test_quantization_bit_4_is_qlora_nf4_with_double_quantization():
     got = import_llamafactory(text("qwen3_lora_sft_otfq.yaml"))
     assert got.finetune["mode"] == "qlora" and got.finetune["quant_type"] == "nf4"
     assert got.finetune["double_quant"] is True                 # model_args.py double_quantization default
+    # no prepare_model_for_kbit_training (model_utils/checkpointing.py): the embeddings and norms stay bf16
+    assert got.finetune["kbit_prepare"] is False
 
 
 def test_quantization_bit_8_is_int8_and_fp4_is_read():

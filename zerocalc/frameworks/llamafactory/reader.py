@@ -169,6 +169,8 @@ class _Reader:
             b.set("finetune", "double_quant", boolean("double_quantization",
                                                       doc.get("double_quantization", default=True)),
                   self.src("double_quantization", "true"))
+            b.set("finetune", "kbit_prepare", False, "LLaMA-Factory never calls prepare_model_for_kbit_training: "
+                  "model_utils/checkpointing.py prepare_model_for_training upcasts only with upcast_layernorm")
         b.set("finetune", "lora_rank", count("lora_rank", doc.get("lora_rank", default=8), 1, 1_000_000),
               self.src("lora_rank", "8"))
         b.set("finetune", "lora_dropout", number("lora_dropout", doc.get("lora_dropout", default=0.0), 0.0, 1.0),
