@@ -36,6 +36,7 @@ def test_the_qlora_and_full_scripts():
     qlora = import_swift(text("qlora_bnb_train.sh"))
     assert qlora.finetune["mode"] == "qlora" and qlora.finetune["quant_type"] == "nf4"
     assert qlora.finetune["double_quant"] is True
+    assert qlora.finetune["kbit_prepare"] is False       # no prepare_model_for_kbit_training: no fp32 stream
     full = import_swift(text("full_train.sh"))
     assert full.finetune == {"mode": "full"} and full.scenario["param_dtype"] == "bf16"   # trained as loaded
     assert full.scenario["optimizer_dtype"] == "bf16" and full.scenario["convention"] == "pure-bf16"

@@ -171,6 +171,8 @@ class _Reader:
         b.set("finetune", "mode", mode, self.src(key, "lora") + (" / quant_bits" if quant else ""))
         if quant:
             b.set("finetune", "quant_type", quant, "quant_method bnb / quant_bits / bnb_4bit_quant_type")
+            b.set("finetune", "kbit_prepare", False, "ms-swift never calls prepare_model_for_kbit_training "
+                  "(pipelines/train/tuner.py casts only fp16 trainable parameters to fp32)")
             if quant != "int8":
                 b.set("finetune", "double_quant", boolean("bnb_4bit_use_double_quant",
                                                           self.get("bnb_4bit_use_double_quant", True)),
