@@ -27,7 +27,8 @@ def test_the_zephyr_qlora_recipe_is_qlora_rank_16_on_every_projection():
     assert got.model == "mistral-7b"                             # mistralai/Mistral-7B-v0.1
     assert got.finetune == {"mode": "qlora", "quant_type": "nf4", "double_quant": False, "lora_rank": 16,
                             "lora_dropout": 0.05, "lora_targets": ("q", "k", "v", "o", "gate", "up", "down"),
-                            "base_dtype": "bf16"}
+                            "base_dtype": "bf16", "kbit_prepare": False}    # TRL >= 0.26: no kbit preparation
+    assert any("TRL before 0.26" in n for n in got.notes)
     assert got.workload["micro_batch"] == 4 and got.layout["micro_batches"] == 2
     assert got.workload["seq_len"] == 2048                       # max_seq_length (TRL's older name)
     assert got.workload["recompute"] == "full" and got.workload["attention"] == "flash"

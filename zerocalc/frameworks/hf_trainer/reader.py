@@ -104,6 +104,11 @@ def _peft(doc: Doc, b: Builder, compute) -> None:
                                                          "'You can't use 8 bit and 4 bit precision at the same time')")
     mode = "qlora" if four or eight else "dora" if boolean("use_dora", doc.get("use_dora", default=False)) else "lora"
     b.set("finetune", "mode", mode, "use_peft" + (" / load_in_4bit" if four else " / load_in_8bit" if eight else ""))
+    if four or eight:
+        b.set("finetune", "kbit_prepare", False, "TRL's SFTTrainer and DPOTrainer no longer call "
+              "prepare_model_for_kbit_training (moved to trl.experimental, huggingface/trl PR #4704, v0.26)")
+        b.note("TRL before 0.26 called prepare_model_for_kbit_training on a quantized model it did not shard: "
+               "fp32 embeddings, head, norms and activations; for such a run set --kbit-prepare yes.")
     if four:
         b.set("finetune", "quant_type", one_of("bnb_4bit_quant_type", doc.get("bnb_4bit_quant_type", default="nf4"),
                                                ("nf4", "fp4")), "bnb_4bit_quant_type")
