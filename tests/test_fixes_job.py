@@ -33,7 +33,8 @@ def test_full_recompute_is_offered_beside_op_level_outside_megatron():
     s, w = plan(model="gemma-3-27b", gpu="H100-SXM-80GB", workers=16)
     kinds = [f.kind for f in fixes(s, w, 3)]
     assert "recompute_full" in kinds and "recompute_block" not in kinds and "recompute_modules" not in kinds
-    s, w = plan(model="gemma-3-27b", gpu="H100-SXM-80GB", workers=8, implementation="megatron")
+    # 12 workers: on 8 DeepSpeed's resident parameters (1e9 beside the running module) leave no recompute enough
+    s, w = plan(model="gemma-3-27b", gpu="H100-SXM-80GB", workers=12, implementation="megatron")
     assert {"recompute_block", "recompute_modules"} & {f.kind for f in fixes(s, w, 3)}
 
 

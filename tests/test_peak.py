@@ -62,17 +62,22 @@ def test_phase_components_are_named_and_the_peak_is_the_largest_phase():
             assert parts["allocator reserve"] == -(-tensors * 5 // 100) and p.simulated_reserve is None
 
 
-def test_zero3_gathers_the_largest_layer_plus_prefetch_and_doubles_buckets_with_overlap():
+def test_zero3_keeps_max_live_resident_and_one_bucket_while_stages_1_2_double_it_with_overlap():
+    """DeepSpeed 0.19.8 (tests/test_deepspeed_live.py, tests/test_deepspeed_buckets.py): at stage 3 the largest
+    module plus max_live_parameters resident, and one reduce bucket from initialize on, in every phase; at stages
+    1-2 the bucket lives through backward, two of them with overlap_comm."""
     scenario, work = setup()
     p3 = peaks(scenario, work)[3]
     L = largest_layer(work.arch)[1]
     persistent = layout_report(scenario, work).ranks[0].shape.persistent_params
-    assert p3.phases["forward"]["gathered parameters"] == 2 * (L + 50_000_000) + 2 * persistent
-    assert p3.phases["backward"]["gradient buckets"] == 2 * 2 * 500_000_000   # overlap_comm on at stage 3
+    live = min(scenario.params, L + 1_000_000_000)
+    assert p3.phases["forward"]["gathered parameters"] == 2 * live + 2 * persistent
+    for phase in ("forward", "backward", "optimizer_step"):
+        assert p3.phases[phase]["gradient buckets"] == 2 * 500_000_000           # one, whatever overlap_comm
     p2 = peaks(scenario, work)[2]
-    assert p2.phases["backward"]["gradient buckets"] == 2 * 500_000_000       # off at stages 0-2
-    off = peaks(scenario, replace(work, overlap_comm="off"))[3]
-    assert off.phases["backward"]["gradient buckets"] == 2 * 500_000_000
+    assert p2.phases["backward"]["gradient buckets"] == 2 * 500_000_000       # overlap off at stages 0-2
+    on = peaks(scenario, replace(work, overlap_comm="on"))[2]
+    assert on.phases["backward"]["gradient buckets"] == 2 * 2 * 500_000_000
 
 
 def test_fp32_gradient_copy_only_when_gradients_are_narrower_than_the_master():

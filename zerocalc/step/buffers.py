@@ -9,9 +9,9 @@ words, AUTO maps conventions to rows); "auto" takes it from the scenario's conve
   carries all of it): at stages 1-2 from backward's first gradient to its end, twice with overlap_comm
   (stage_1_and_2.py setup_buckets), at stage 3 one from initialize on (stage3.py _setup_for_real_optimizer);
   measured against DeepSpeed 0.19.8 (tests/measure/deepspeed_buckets.py). Stage 0's engine flattens at most the
-  gradients into its all-reduce bucket. The all-gather bucket of updated parameters at stages 1-2;
-  at stage 3 the largest module plus prefetch up to max_live_parameters, the persistent small parameters and the
-  gathered module's gradient. DeepSpeed allocates them whatever the data-parallel size (setup_buckets has no
+  gradients into its all-reduce bucket. The all-gather bucket of updated parameters at stages 1-2; at stage 3
+  the largest module plus max_live_parameters resident (zero3_live_params), the persistent small parameters and
+  the gathered module's gradient. DeepSpeed allocates them whatever the data-parallel size (setup_buckets has no
   world-size test), so an explicit "deepspeed" keeps them at one GPU.
 - megatron: nothing beyond the ledger. Megatron-Core's DDP reduces (all-reduce, or reduce-scatter with the
   distributed optimizer) in place in the contiguous grad buffer the 18-byte ledger counts as fp32 main gradients,
@@ -307,6 +307,20 @@ def fsdp_gathers(scenario, workload, shape, stage: int) -> Gathers:
     return Gathers(fsdp_forward(units, wrap, pbits), wrap == "blocks" or units.tied, bytes_of(u.params, pbits),
                    two, two if "compute" in PREFETCHED_IN[workload.fsdp_backward_prefetch] else 1,
                    bytes_of(u.grads, pbits) + bytes_of(u.reduce, rbits))
+
+
+REUSE_DISTANCE = 1_000_000_000      # DeepSpeed's stage3_max_reuse_distance default (elements); not a plan field
+
+
+def zero3_live_params(params: int, largest_module: int, max_live: int, prefetch: int,
+                      reuse: int = REUSE_DISTANCE) -> int:
+    """ZeRO-3's gathered parameters at once: the running module plus what stays resident beside it. The prefetcher's
+    scan marks every queued use it passes as fetched (partitioned_param_coordinator.py fetch_sub_module), so nothing
+    it passed is released before that use, and with any prefetch it runs ahead until max_live parameters are
+    resident. Without prefetch, parameters reused within stage3_max_reuse_distance elements are kept (__params_to_
+    release), at most that many: its default is counted, on the safe side. Measured on DeepSpeed 0.19.8 (tests/
+    measure/deepspeed_live.py): the resident elements reach max_live and stay within one module of it."""
+    return min(params, largest_module + (max_live if prefetch else reuse))
 
 
 def buffer_items(name: str, s: int, scenario, workload, shape, ds: dict) -> tuple[list, list, list]:

@@ -30,7 +30,7 @@ from ..states.zero import StageResult
 from ..tables import DTYPE_BITS, bytes_of
 from .allocator import cycle_unit_bytes, replays, reserve_bytes, simulated_reserve
 from .async_tp import workspace_bytes as async_tp_workspace
-from .buffers import buffer_items, framework
+from .buffers import buffer_items, framework, zero3_live_params
 from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
@@ -222,8 +222,7 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
     # deepspeed_buckets.py), so LoRA and small models carry the whole bucket
     reduce_bucket = bytes_of(workload.reduce_bucket_size, grad_bits)
     allgather_bucket = bytes_of(min(workload.allgather_bucket_size, trained), param_bits)
-    # ZeRO-3's live parameters: the gathered layer (plus prefetch, up to max_live) and the persistent small ones.
-    live = min(P, max(L, min(workload.max_live_parameters, L + workload.prefetch_bucket_size)))
+    live = zero3_live_params(P, L, workload.max_live_parameters, workload.prefetch_bucket_size)
     persistent = bytes_of(min(shape.persistent_params, P), shape.compute_bits)
     gathered = bytes_of(live, shape.compute_bits) + persistent
     # layer_grad: the gathered layer's gradient at stage 3

@@ -70,6 +70,7 @@ class Plan(NamedTuple):
     kept: int = 0                 # FSDP: the unit kept gathered through backward (buffers.Gathers)
     kept_from_start: bool = True  # gathered from forward's start (the root), else from the loss
     backward_window: int = 1      # gathered units alive at once in backward
+    units_stay: bool = False      # DeepSpeed ZeRO-3: forward's resident units carried into backward (Pieces.resident)
 
 
 class Pieces(NamedTuple):
@@ -81,6 +82,7 @@ class Pieces(NamedTuple):
     loss_forward: Tuple[int, ...] = ()
     loss_backward: Tuple[int, ...] = ()
     gathers: Gathers = Gathers()
+    resident: bool = False        # DeepSpeed ZeRO-3: the gathered window stays resident across the loss and backward
 
 
 def _as_tensors(part: int, tensors: Tuple[int, ...]) -> Tuple[int, ...]:
@@ -172,7 +174,8 @@ def plan_of(peak, shape, cycle_unit: int = 0, pieces: Pieces = Pieces()) -> Plan
                 _split(step_parts - temps_layer * layers, outside), pieces.wrap_block, pieces.wrap_root,
                 _as_tensors(fwd.get("logits and loss", 0), pieces.loss_forward),
                 fsdp.kept if fsdp.unit and cycle_unit else 0, fsdp.kept_from_start,
-                fsdp.backward_window if fsdp.unit and cycle_unit else 1)
+                fsdp.backward_window if fsdp.unit and cycle_unit else window if pieces.resident else 1,
+                bool(unit) and pieces.resident)
 
 
 def events(plan: Plan, blocks: int, steps: int = 2) -> list:
@@ -232,8 +235,9 @@ def step_events(plan: Plan, blocks: int, steps: int = 2) -> list:
                     free(units.pop(0))
             saved.append(_run_linears(plan.dequantized, plan.saved, malloc, free))
             free(malloc(biggest))
-        free(*units)
-        units = []
+        if not plan.units_stay:      # FSDP reshards after forward; DeepSpeed's prefetcher keeps them resident
+            free(*units)
+            units = []
         kept = kept or malloc(plan.kept, ALL_GATHER)
         # the loss: its forward transients (the logits and their upcast) around the saved log-softmax, freed as
         # forward returns, before backward's gradient transients

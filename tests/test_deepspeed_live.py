@@ -1,0 +1,52 @@
+"""ZeRO-3's resident parameters against the installed DeepSpeed 0.19.8 (tests/measure/deepspeed_live.py, one gloo
+process on the CPU, a 279,360-parameter Llama, every block checkpointed, reuse distance 0): with any prefetch the
+coordinator keeps parameters resident until max_live_parameters is reached, whatever the bucket size, so the
+resident elements sit between max_live and max_live plus the largest module; without prefetch only the running
+module. zerocalc's zero3_live_params (step/buffers.py) is that upper end, and a plan's "gathered parameters" follow."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from zerocalc import Scenario
+from zerocalc.model.inventory import param_count
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.step.buffers import zero3_live_params
+from zerocalc.step.workload import Workload
+
+
+@pytest.fixture(scope="module")
+def measured():
+    pytest.importorskip("deepspeed", reason="deepspeed==0.19.8 is in requirements-validation.txt (CI installs it)")
+    env = dict(os.environ, DS_BUILD_OPS="0", ZEROCALC_DS_PORT="29543")
+    out = subprocess.run([sys.executable, "-m", "tests.measure.deepspeed_live"], capture_output=True, text=True,
+                         env=env, timeout=600, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_resident_parameters_reach_max_live_and_stay_within_one_module(measured):
+    for plan in measured:
+        got = zero3_live_params(plan["params"], plan["largest_module"], plan["max_live"], plan["prefetch"], reuse=0)
+        assert got >= plan["resident_peak"], plan                  # zerocalc's figure is never under
+        assert got - plan["resident_peak"] < plan["largest_module"], plan
+        if plan["prefetch"] and plan["max_live"] < plan["params"]:
+            assert plan["resident_peak"] >= plan["max_live"]        # the prefetcher runs ahead to the cap
+
+
+def test_a_plan_gathers_max_live_parameters_at_stage_3():
+    """Llama-3-8B under DeepSpeed ZeRO-3: 1e9 resident elements plus the largest module (the 525M-parameter
+    embedding) in bf16, beside the persistent small parameters; a smaller max_live gathers less."""
+    a = MODEL_PRESETS["llama-3-8b"][0]
+    sc = Scenario.from_convention("deepspeed", params=param_count(a), workers=8, param_dtype="bf16")
+
+    def gathered(**work):
+        report = layout_report(sc, Workload(a, micro_batch=1, seq_len=1024, comm_buffers="deepspeed", **work))
+        return report.ranks[0].peaks[3].phases["forward"]["gathered parameters"]
+
+    # each resident element is one bf16 parameter more; the embedding (the largest module) runs on top
+    assert gathered() - gathered(max_live_parameters=10**8) == 2 * (10**9 - 10**8)
+    assert gathered() >= 2 * (10**9 + 128256 * 4096)
