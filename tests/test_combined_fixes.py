@@ -36,9 +36,9 @@ def test_seventy_billion_on_eight_40_gb_cards_needs_two_changes_together():
     found = promised(scenario, work, 3)
     assert found and all(f.fits and len(f.parts) >= 2 for f in found)
     kinds = {p.kind for p in found[0].parts}
-    # the allocator model's reserve (the default, issue 32) leaves the pair 0.6 GB over the 40 GB card: a 48 GB
-    # card joins it; with the flat 5 % reserve the pair alone fits
-    assert kinds == {"recompute_full", "offload", "gpu"}
+    # with the allocator model's reserve (the default, issue 32) the pair fits with 0.4 GB to spare (DeepSpeed's
+    # resident window replayed through backward, timeline.Pieces.resident), as with the flat 5 % reserve
+    assert kinds == {"recompute_full", "offload"}
     assert [f.cost for f in found] == sorted(f.cost for f in found)
     flat = promised(scenario, replace(work, fragmentation_percent=5), 3)
     assert {p.kind for p in flat[0].parts} == {"recompute_full", "offload"}

@@ -256,12 +256,15 @@ HELP = {
                "workspaces are not counted.",
     "loss_fusion": "Megatron's native fused cross entropy (off by default): its backward holds a second fp32 copy of "
                    "the softmax and a bf16 copy of the gradient.",
-    "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements (doubled with overlap_comm).",
+    "reduce_bucket_size": "DeepSpeed's gradient reduce bucket, in elements, allocated whole however little trains "
+                          "(doubled with overlap_comm at stages 1-2).",
     "allgather_bucket_size": "DeepSpeed's bucket for gathering updated parameters at stages 1-2, in elements.",
-    "prefetch_bucket_size": "ZeRO-3 parameters fetched ahead of use, in elements.",
-    "max_live_parameters": "ZeRO-3: most gathered parameters alive at once, in elements.",
+    "prefetch_bucket_size": "ZeRO-3 parameters fetched ahead of use, in elements; any value above 0 lets the "
+                            "prefetcher run ahead until max_live_parameters are gathered.",
+    "max_live_parameters": "ZeRO-3: the gathered parameters DeepSpeed keeps resident beside the running module, in "
+                           "elements (1e9 by default: 2 GB in bf16).",
     "param_persistence_threshold": "ZeRO-3 keeps parameters this small (elements) whole on every worker.",
-    "overlap_comm": "auto: on for stage 3 only, as DeepSpeed; on doubles the reduce buckets.",
+    "overlap_comm": "auto: on for stage 3 only, as DeepSpeed; on doubles the reduce buckets at stages 1-2.",
     "buffer_factor": "The factor DeepSpeed's estimate_zero*_model_states_mem_needs multiplies by.",
     "moe_imbalance_percent": "Under expert parallelism, the routed tokens the busiest rank's experts receive, as "
                              "a share of a balanced load (100: balanced routing).",

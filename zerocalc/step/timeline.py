@@ -147,7 +147,8 @@ def plan_of(peak, shape, cycle_unit: int = 0, pieces: Pieces = Pieces()) -> Plan
     unit = min(gathered, -(-shape.largest_layer_params * shape.compute_bits // 8)) if cycle_unit else 0
     trained = sum(g.params for g in shape.groups if not g.name.endswith("frozen"))
     unit_grad = (cycle_unit - unit) * trained // max(1, shape.params) if unit else 0
-    window = max(1, gathered // unit) if unit else 0
+    # gathered units alive at once; DeepSpeed's resident window rounded up, so the replay holds no less than the sum
+    window = max(1, -(-gathered // unit) if pieces.resident else gathered // unit) if unit else 0
     fsdp = pieces.gathers
     if fsdp.unit and cycle_unit:      # FSDP: its own units (buffers.Gathers), not the largest module
         unit, window, unit_grad = fsdp.unit, fsdp.forward_window, fsdp.unit_grad
