@@ -19,17 +19,36 @@ from zerocalc.step.buffers import zero3_live_params
 from zerocalc.step.workload import Workload
 
 
-@pytest.fixture(scope="module")
-def measured():
+def _measure(*args, port: str) -> list:
     pytest.importorskip("deepspeed", reason="deepspeed==0.19.8 is in requirements-validation.txt (CI installs it)")
-    env = dict(os.environ, DS_BUILD_OPS="0", ZEROCALC_DS_PORT="29543")
-    out = subprocess.run([sys.executable, "-m", "tests.measure.deepspeed_live"], capture_output=True, text=True,
-                         env=env, timeout=600, check=True)
+    env = dict(os.environ, DS_BUILD_OPS="0", ZEROCALC_DS_PORT=port)
+    out = subprocess.run([sys.executable, "-m", "tests.measure.deepspeed_live", *args], capture_output=True,
+                         text=True, env=env, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.fixture(scope="module")
+def measured():
+    return _measure(port="29543")
+
+
+@pytest.fixture(scope="module")
+def measured_two_ranks():
+    return _measure("2", port="29544")
+
+
 def test_the_resident_parameters_reach_max_live_and_stay_within_one_module(measured):
-    for plan in measured:
+    _check(measured)
+
+
+def test_the_same_on_two_ranks(measured_two_ranks, measured):
+    """Two gloo processes, each holding half of every parameter: the coordinator's count is the same."""
+    _check(measured_two_ranks)
+    assert measured_two_ranks == measured[:2]
+
+
+def _check(plans):
+    for plan in plans:
         got = zero3_live_params(plan["params"], plan["largest_module"], plan["max_live"], plan["prefetch"], reuse=0)
         assert got >= plan["resident_peak"], plan                  # zerocalc's figure is never under
         assert got - plan["resident_peak"] < plan["largest_module"], plan

@@ -10,6 +10,7 @@ NOT_AVAILABLE are summed; the largest sum over the third step (the trace is comp
 per plan with the model's sizes.
 
     python -m tests.measure.deepspeed_live      # prints JSON
+    python -m tests.measure.deepspeed_live 2    # the same on two gloo processes (rank 0's figures, two plans)
 """
 
 from __future__ import annotations
@@ -61,15 +62,39 @@ def measure_one(prefetch: int, max_live: int) -> dict:
             "largest_module": max(p.ds_numel for p in params), "resident_peak": max(resident)}
 
 
-def measure() -> list:
+def measure(rank: int = 0, world: int = 1, plans=PLANS) -> list:
     os.environ.setdefault("DS_BUILD_OPS", "0")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("ZEROCALC_DS_PORT", "29563"),
-                      RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+                      RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="gloo")
-    return [measure_one(prefetch, max_live) for prefetch, max_live in PLANS]
+    return [measure_one(prefetch, max_live) for prefetch, max_live in plans]
+
+
+def _rank(rank: int, world: int, out) -> None:
+    found = measure(rank, world, PLANS[:2])
+    if rank == 0:
+        out.put(found)
+
+
+def measure_ranks(world: int) -> list:
+    """measure() on `world` gloo processes (the partitions are real shards), rank 0's figures."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(r, world, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    found = out.get(timeout=600)
+    for p in procs:
+        p.join()
+    return found
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure()))
+    import sys
+
+    world = int(sys.argv[1]) if len(sys.argv) > 1 else 1
+    print(json.dumps(measure() if world == 1 else measure_ranks(world)))
