@@ -10,6 +10,8 @@ The order is the one a training step allocates in, each named part of the report
    its checkpointed / MoE terms; a term of k hidden states is k tensors), QLoRA's 4-bit weights each dequantized
    around its share of them, a transient the size of its largest term, and under ZeRO-3 the block's gathered
    unit on the all-gather stream, freed once the prefetch window (the "gathered parameters" part) moves on;
+   DeepSpeed's window stays resident across the loss and through backward (Pieces.resident: its prefetcher keeps
+   max_live parameters gathered, buffers.zero3_live_params), FSDP's units are resharded after forward;
 3. the loss: the forward "logits and loss" part (the logits and their upcast) around the head's saved terms, freed
    as forward returns; at backward's start its gradient transients (the backward part), freed with the saved
    terms when the head's backward is done;
