@@ -63,6 +63,20 @@ def test_a_full_fine_tune_trains_the_weights_in_the_loaded_bf16():
     assert any(n.startswith("sample_packing:") for n in got.notes)
 
 
+def test_a_full_fine_tune_under_sdpa_says_its_fp32_embeddings_are_not_counted():
+    """loaders/model.py _configure_embedding_dtypes: outside FSDP the embeddings, head and norms go to fp32 after
+    loading and come back only for kernels other than SDPA / eager (attn_needs_dtype_cast) or cut_cross_entropy."""
+    flash = import_axolotl(text("llama3_fft_8b.yaml"))                   # attn_implementation: flash_attention_2
+    assert not any("keeps embed_tokens, lm_head and the norms in fp32" in n for n in flash.notes)
+    body = yaml.safe_load(text("llama3_fft_8b.yaml"))
+    for attention in (None, "sdpa", "eager"):
+        edited = {k: v for k, v in body.items() if k != "attn_implementation"}
+        if attention:
+            edited["attn_implementation"] = attention
+        got = import_axolotl(yaml.safe_dump(edited))
+        assert any("keeps embed_tokens, lm_head and the norms in fp32" in n for n in got.notes), attention
+
+
 def test_fsdp1_with_offload_shards_everything_to_the_cpu():
     got = import_axolotl(text("llama3_qlora_fsdp_70b.yaml"))
     assert got.model == "llama-3-70b" and got.selected_stage == 3

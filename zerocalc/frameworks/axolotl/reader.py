@@ -12,8 +12,10 @@ axolotl-ai-cloud/axolotl commit 067b021c8b87a9e5e380b9173c704cf7340e30f5:
   names); attn_implementation None (transformers' SDPA) or the legacy flash_attention / sdp_attention / ... flags;
   deepspeed (followed by the caller: hf_trainer/follow.py); fsdp / fsdp_config / fsdp_version (1 by default);
 - utils/config resolve_dtype: bf16 "auto" is bf16 on a GPU that has it (assumed: Ampere or newer), fp16 only
-  where asked; the model loads in that dtype (cfg.torch_dtype), and nothing upcasts a full fine-tune's weights
-  outside FSDP / DeepSpeed: the weights, gradients and AdamW states live in bf16. LoRA adapters are fp32 (peft's
+  where asked; the model loads in that dtype (cfg.torch_dtype), and a full fine-tune's weights, gradients and
+  AdamW states live in it outside FSDP / DeepSpeed, but for the embeddings, head and norms: loaders/model.py puts
+  them in fp32 and casts them back only for attention kernels other than SDPA / eager (a note says the fp32 ones
+  are not counted). LoRA adapters are fp32 (peft's
   autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double quantization (loaders/model.py), and nothing
   else stays fp32: prepare_model_for_kbit_training's upcast is cast back (should_convert) or skipped (FSDP, ZeRO-3);
 - FSDP: axolotl hands fsdp and fsdp_config to TrainingArguments (core/builders/base.py), which the Trainer's FSDP
@@ -100,6 +102,7 @@ def import_axolotl(source, context=None) -> ImportedConfig:
 class _Reader:
     def __init__(self, doc: Doc):
         self.doc, self.b = doc, Builder("axolotl")
+        self.casts_back = False          # kernels(): whether the fp32 embeddings and norms are cast back
 
     def src(self, key: str, default_text: str) -> str:
         return key if self.doc.has(key) and self.doc.data[key] is not None else f"default: axolotl {key} {default_text}"
@@ -303,6 +306,8 @@ class _Reader:
                                                         "combined with legacy attention flags')")
         key = "attn_implementation" if impl is not None else legacy[0] if legacy else None
         impl = LEGACY_ATTENTION[legacy[0]] if legacy else impl
+        # loaders/model.py casts the embeddings, head and norms back from fp32 only for such kernels (or CCE)
+        self.casts_back = impl is not None and impl not in ("eager", "sdpa")
         if impl is None:
             b.set("workload", "attention", "flash", "default: axolotl attn_implementation none (transformers' SDPA)")
         else:
@@ -339,6 +344,7 @@ class _Reader:
             raise FrameworkConfigError("plugins", plugins, "a list of plugin class paths")
         if any(p.endswith("CutCrossEntropyPlugin") for p in plugins):
             b.set("workload", "loss", "cut", "plugins: CutCrossEntropyPlugin")
+            self.casts_back = True
         elif any(p.endswith("LigerPlugin") for p in plugins) and self.flag("liger_fused_linear_cross_entropy"):
             b.set("workload", "loss", "liger", "liger_fused_linear_cross_entropy (LigerPlugin)")
 
@@ -380,6 +386,12 @@ class _Reader:
                                  ("comm_dtype", None), ("offload_params", "none"), ("offload_optimizer", "none")):
                 b.set("scenario", field, value, src)
             b.set("workload", "activation_dtype", dtype, src)
+            if not self.casts_back:
+                b.note("under this attention (SDPA or eager) axolotl keeps embed_tokens, lm_head and the norms in "
+                       "fp32 after loading (loaders/model.py _configure_embedding_dtypes casts them back only for "
+                       "other kernels or cut_cross_entropy), with their gradients, AdamW states and an fp32 "
+                       "residual stream; zerocalc counts them in the loaded dtype, so this plan reads low. "
+                       "attn_implementation: flash_attention_2 avoids it.")
         else:
             hf.amp_ledger(b, dtype, "the adapters in fp32 (peft autocast_adapter_dtype), the base in "
                                     f"{dtype}")
