@@ -4,13 +4,9 @@ at stages 1-2 and only through backward (stage_1_and_2.py setup_buckets / _relea
 initialize on (stage3.py _setup_for_real_optimizer). zerocalc's "gradient buckets" per phase must read the same
 count of buckets for a LoRA plan whose trained count is far below the bucket."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
+from tests.measure.deepspeed_run import run_measurement
 from zerocalc import Scenario
 from zerocalc.model.finetune import FineTune
 from zerocalc.model.inventory import param_count
@@ -24,10 +20,7 @@ BUCKET = 200_000_000          # elements: far above the LoRA plan's ~3.4M traine
 @pytest.fixture(scope="module")
 def measured():
     pytest.importorskip("deepspeed", reason="deepspeed==0.19.8 is in requirements-validation.txt (CI installs it)")
-    env = dict(os.environ, DS_BUILD_OPS="0", ZEROCALC_DS_PORT="29541")
-    out = subprocess.run([sys.executable, "-m", "tests.measure.deepspeed_buckets"], capture_output=True, text=True,
-                         env=env, timeout=300, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_measurement("deepspeed_buckets", port="29541")
 
 
 def _zerocalc(stage: int, overlap: bool) -> dict:

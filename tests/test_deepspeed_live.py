@@ -4,13 +4,9 @@ coordinator keeps parameters resident until max_live_parameters is reached, what
 resident elements sit between max_live and max_live plus the largest module; without prefetch only the running
 module. zerocalc's zero3_live_params (step/buffers.py) is that upper end, and a plan's "gathered parameters" follow."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 
+from tests.measure.deepspeed_run import run_measurement
 from zerocalc import Scenario
 from zerocalc.model.inventory import param_count
 from zerocalc.model.presets import MODEL_PRESETS
@@ -21,10 +17,7 @@ from zerocalc.step.workload import Workload
 
 def _measure(*args, port: str) -> list:
     pytest.importorskip("deepspeed", reason="deepspeed==0.19.8 is in requirements-validation.txt (CI installs it)")
-    env = dict(os.environ, DS_BUILD_OPS="0", ZEROCALC_DS_PORT=port)
-    out = subprocess.run([sys.executable, "-m", "tests.measure.deepspeed_live", *args], capture_output=True,
-                         text=True, env=env, timeout=600, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_measurement("deepspeed_live", *args, port=port)
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ axolotl-ai-cloud/axolotl commit 067b021c8b87a9e5e380b9173c704cf7340e30f5:
   where asked; the model loads in that dtype (cfg.torch_dtype), and a full fine-tune's weights, gradients and
   AdamW states live in it outside FSDP / DeepSpeed, but for the embeddings, head and norms: loaders/model.py puts
   them in fp32 and casts them back only for attention kernels other than SDPA / eager (a note says the fp32 ones
-  are not counted). LoRA adapters are fp32 (peft's
-  autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double quantization (loaders/model.py), and nothing
-  else stays fp32: prepare_model_for_kbit_training's upcast is cast back (should_convert) or skipped (FSDP, ZeRO-3);
+  are not counted). LoRA adapters are fp32 (peft's autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double
+  quantization (loaders/model.py), and nothing else stays fp32: prepare_model_for_kbit_training's upcast is cast
+  back (should_convert) or skipped (FSDP, ZeRO-3);
 - FSDP: axolotl hands fsdp and fsdp_config to TrainingArguments (core/builders/base.py), which the Trainer's FSDP
   reader (hf_trainer/fsdp.py) then reads; accelerate upcasts the trainable weights to fp32 shards.
 """
