@@ -9,7 +9,7 @@ asks `applies(versions, key)`. A row not modelled (`modelled` False) is named in
 from __future__ import annotations
 
 import re
-from typing import Dict, NamedTuple, Tuple
+from typing import Dict, NamedTuple, Optional, Tuple
 
 from .scenario import FieldError
 
@@ -26,6 +26,7 @@ class VersionRow(NamedTuple):
     source: str
     checked: str
     modelled: bool = True
+    families: Tuple[str, ...] = ()   # the vision families (model/vision.py PROJECTORS) it holds for; () every model
 
 
 ROWS = (
@@ -43,6 +44,24 @@ ROWS = (
                "transformers 4.48.0 loss/loss_utils.py:38 ForCausalLMLoss; removed by huggingface/transformers "
                "PR #35646 (4.49.0 pads the labels instead)",
                "CPU: transformers 4.45.2 (its model-side copy, the same line); 4.46-4.48 from the code"),
+    VersionRow("Qwen-VL logits upcast in the model", "transformers", "4.52",
+               "Qwen2-VL / Qwen2.5-VL's ForConditionalGeneration computes its own loss: logits.float() in place "
+               "of the logits, then the shifted slice's .contiguous() (a copy once a micro-batch holds two "
+               "sequences), as LlamaForCausalLM before 4.46; the model returns the fp32 logits",
+               "transformers 4.51.3 models/qwen2_5_vl/modeling_qwen2_5_vl.py Qwen2_5_VLForConditionalGeneration"
+               ".forward (\"Upcast to float if we need to compute the loss\"); 4.52.4 calls self.loss_function",
+               "CPU: transformers 4.51.3, torch 2.13, a one-layer Qwen2.5-VL (tests/measure/vlm_loss_versions.py): "
+               "8 bytes per T x V beyond the saved log-softmax at the loss's forward at batch 2, 4 at batch 1 (6 "
+               "at 5.24)", families=("qwen2.5-vl",)),
+    VersionRow("Gemma 3 logits upcast and masked copy", "transformers", "5.17",
+               "Gemma 3's ForConditionalGeneration computes its own loss: logits.float() in place of the logits, "
+               "then the shifted slice indexed by the attention mask (a copy at any batch size); the model "
+               "returns the fp32 logits",
+               "transformers 5.16.1 models/gemma3/modeling_gemma3.py Gemma3ForConditionalGeneration.forward "
+               "(shift_logits[shift_attention_mask != 0].contiguous()); 5.17.0 calls self.loss_function",
+               "CPU: transformers 5.16.1, torch 2.13, a one-layer Gemma 3 (tests/measure/vlm_loss_versions.py): "
+               "8 bytes per T x V beyond the saved log-softmax at the loss's forward at batch 1 and 2 (6 at "
+               "5.24)", families=("gemma3",)),
     VersionRow("experts as linears", "transformers", "5",
                "mixture-of-experts blocks hold one nn.Linear per expert (Mixtral w1 / w2 / w3, Qwen2-MoE / "
                "Qwen3-MoE gate_proj / up_proj / down_proj), not fused 3-D tensors: QLoRA quantizes the experts "
@@ -120,13 +139,22 @@ def assumed(versions: Tuple[Tuple[str, str], ...]) -> Dict[str, str]:
     return {**DEFAULTS, **dict(versions)}
 
 
-def applies(versions: Tuple[Tuple[str, str], ...], key: str) -> bool:
+def applies(versions: Tuple[Tuple[str, str], ...], key: str, family: Optional[str] = None) -> bool:
+    """Whether the row `key` holds for these releases and, for a row of some families only, this plan's vision
+    family (model/vision.py PROJECTORS; None: a language model)."""
     row = next(r for r in ROWS if r.key == key)
+    if row.families and family not in row.families:
+        return False
     return older(assumed(versions)[row.library], row.below)
 
 
-def rows_in_effect(versions: Tuple[Tuple[str, str], ...]) -> Tuple[VersionRow, ...]:
-    return tuple(r for r in ROWS if applies(versions, r.key))
+def family_of(arch) -> Optional[str]:
+    """The vision family the family rows are keyed by: the tower's projector (None for a language model)."""
+    return arch.vision.projector if getattr(arch, "vision", None) is not None else None
+
+
+def rows_in_effect(versions: Tuple[Tuple[str, str], ...], family: Optional[str] = None) -> Tuple[VersionRow, ...]:
+    return tuple(r for r in ROWS if applies(versions, r.key, family))
 
 
 def describe(versions: Tuple[Tuple[str, str], ...]) -> str:
@@ -135,12 +163,12 @@ def describe(versions: Tuple[Tuple[str, str], ...]) -> str:
     return ", ".join(f"{lib} {v}" + ("" if lib in given else " (default)") for lib, v in assumed(versions).items())
 
 
-def versions_dict(versions: Tuple[Tuple[str, str], ...]) -> dict:
+def versions_dict(versions: Tuple[Tuple[str, str], ...], family: Optional[str] = None) -> dict:
     """The report's "versions": every library's release assumed, the ones the plan set, and the older-release rows
-    in effect with their sources (modelled False: named, not counted)."""
+    in effect for this plan's family with their sources (modelled False: named, not counted)."""
     return {"assumed": assumed(versions), "given": dict(versions),
             "rows": [{"library": r.library, "below": r.below, "row": r.key, "change": r.change, "source": r.source,
-                      "checked": r.checked, "modelled": r.modelled} for r in rows_in_effect(versions)]}
+                      "checked": r.checked, "modelled": r.modelled} for r in rows_in_effect(versions, family)]}
 
 
 # One release in each range the rows tell apart, newest first: the page's choices (a link carries the release).

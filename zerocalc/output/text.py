@@ -6,7 +6,7 @@ from ..answers.solve import solve
 from ..gpus import GPU_CATALOG
 from ..layout import stage_sizes
 from ..model.finetune import caveats, describe
-from ..versions import describe as describe_versions, rows_in_effect
+from ..versions import describe as describe_versions, family_of, rows_in_effect
 from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, modelled_search, search_layouts
 from ..step.allocator import DEFAULT_PERCENT, replays
@@ -218,7 +218,7 @@ def peak_text(report, units, measured: dict = None) -> str:
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
         f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}"
         f"{', fused cross entropy' if workload.loss_fusion else ''}); recipe: {recipe_text(workload)}.",
-        versions_line(workload.finetune.versions),
+        versions_line(workload.finetune.versions, family_of(workload.arch)),
         f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
         f"micro-batch x {heaviest.rank.layers} layers{_checkpointed(shape.act, units)}, "
         f"{format_bytes(shape.activation_bytes, units)} in flight"
@@ -268,9 +268,10 @@ def peak_text(report, units, measured: dict = None) -> str:
     return "\n".join(lines)
 
 
-def versions_line(versions) -> str:
-    """The library releases the plan assumes, and the older-release rows they switch on (zerocalc/versions.py)."""
-    rows = rows_in_effect(versions)
+def versions_line(versions, family=None) -> str:
+    """The library releases the plan assumes, and the older-release rows they switch on for the plan's family
+    (zerocalc/versions.py)."""
+    rows = rows_in_effect(versions, family)
     return f"  library versions assumed: {describe_versions(versions)}" + (
         "; older-release rows: " + "; ".join(f"{r.library} < {r.below}: {r.key}"
                                              + ("" if r.modelled else " (not counted)") for r in rows)

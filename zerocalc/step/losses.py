@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Dict, NamedTuple, Tuple
 
 from ..tables import DTYPE_BITS, bytes_of
-from ..versions import applies
+from ..versions import applies, family_of
 
 
 class LossRow(NamedTuple):
@@ -202,8 +202,11 @@ def loss_row(workload) -> LossRow:
         return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
     if workload.layout.tp > 1 and workload.layout.loss_parallel:
         return LOSSES["huggingface, loss parallel"]
-    versions = workload.finetune.versions
-    if applies(versions, "logits upcast in the model"):
+    versions, family = workload.finetune.versions, family_of(workload.arch)
+    if applies(versions, "Gemma 3 logits upcast and masked copy", family):
+        return LOSSES["huggingface, transformers < 4.46"]           # the mask's index copies at any batch size
+    if applies(versions, "logits upcast in the model") or applies(versions, "Qwen-VL logits upcast in the model",
+                                                                  family):
         return LOSSES["huggingface, transformers < 4.46" + ("" if workload.micro_batch > 1 else ", one sequence")]
     if applies(versions, "shifted logits copy") and workload.micro_batch > 1:
         return LOSSES["huggingface, transformers < 4.49"]
@@ -227,8 +230,16 @@ def returned_logits_bytes(workload, shape) -> int:
         return bytes_of(shape.logits_elements, shape.act_bits)
     if workload.loss != "auto" or workload.implementation != "huggingface":
         return 0
-    upcast = applies(workload.finetune.versions, "logits upcast in the model")
+    upcast = model_upcasts_logits(workload)
     return bytes_of(shape.logits_elements, 32 if upcast else shape.act_bits)
+
+
+def model_upcasts_logits(workload) -> bool:
+    """Whether the model's forward replaces its logits by their fp32 upcast (and returns those): transformers
+    < 4.46 for every model, and the vision families that kept their own loss longer (versions.py)."""
+    versions, family = workload.finetune.versions, family_of(workload.arch)
+    return any(applies(versions, key, family) for key in (
+        "logits upcast in the model", "Qwen-VL logits upcast in the model", "Gemma 3 logits upcast and masked copy"))
 
 
 def held_output_bytes(workload, shape) -> int:
