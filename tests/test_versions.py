@@ -260,3 +260,13 @@ def test_experts_as_linears_against_transformers_4_45_2_and_peft_0_13_2_on_the_c
             rows = inventory(arch, FineTune(mode="lora", lora_targets=targets, versions=v4), "bf16")
             assert total(rows, lambda t: t.role == "adapter") == sum(got[family][key].values()), (family, key)
     assert got["mixtral"]["down"] == {}          # w1 / w2 / w3: no named target reaches Mixtral's experts
+
+
+def test_the_page_offers_a_release_in_every_range_the_rows_tell_apart():
+    from zerocalc.versions import PAGE_RELEASES, ROWS
+    for lib, releases in PAGE_RELEASES.items():
+        bounds = sorted({r.below for r in ROWS if r.library == lib}, key=lambda v: tuple(map(int, v.split("."))))
+        edges = [None] + bounds + [None]          # each range [lo, hi) holds one offered release
+        for lo, hi in zip(edges, edges[1:]):
+            inside = [v for v in releases if (lo is None or not older(v, lo)) and (hi is None or older(v, hi))]
+            assert len(inside) == 1, (lib, lo, hi, inside)

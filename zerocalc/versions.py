@@ -172,4 +172,5 @@ def versions_dict(versions: Tuple[Tuple[str, str], ...], family: Optional[str] =
 
 
 # One release in each range the rows tell apart, newest first: the page's choices (a link carries the release).
-PAGE_RELEASES = {"transformers": ("5.24.0", "4.57.1", "4.48.3", "4.45.2"), "bitsandbytes": ("0.50.2", "0.43.1")}
+PAGE_RELEASES = {"transformers": ("5.24.0", "5.16.1", "5.15.1", "4.57.1", "4.51.3", "4.48.3", "4.45.2"),
+                 "bitsandbytes": ("0.50.2", "0.43.1")}

@@ -184,11 +184,13 @@ HELP = {
                      "checkpoint in 16 bits: every-rank-16bit). rank0: one process per node loads and broadcasts "
                      "(FSDP sync_module_states, accelerate's cpu_ram_efficient_loading).",
     "transformers_version": "The transformers release the run used: before 4.49 the loss copies the shifted fp32 "
-                            "logits, before 4.46 the model upcasts them itself, before 5 mixture-of-experts blocks "
-                            "hold one nn.Linear per expert (QLoRA quantizes them, all-linear LoRA targets them). "
-                            "One release stands for each range (docs/peak-memory.md).",
+                            "logits, before 4.46 the model upcasts them itself (Qwen2.5-VL before 4.52, Gemma 3 "
+                            "with images before 5.17), before 5 mixture-of-experts blocks hold one nn.Linear per "
+                            "expert (QLoRA quantizes them, all-linear LoRA targets them), before 5.16 the router "
+                            "loss builds every layer's one-hot at once. One release stands for each range "
+                            "(docs/peak-memory.md).",
     "bitsandbytes_version": "The bitsandbytes release the run used: before 0.43.2 every 4-bit linear kept its input "
-                            "for backward (PR #1270); named in the report, not counted.",
+                            "for backward (PR #1270), counted as activations.",
     "host_ram_gb": "One node's RAM the offloads may use, in GB of 10^9 bytes (a DGX H100 has 2 TiB, 2,199 GB): the "
                          "offloaded optimizer state and parameters and the offloaded activations of the node's GPUs "
                          "are checked against it.",
