@@ -36,6 +36,7 @@ from zerocalc.step.allocator import (
 from zerocalc.step.peak import tensor_bytes, with_overheads
 from zerocalc.step.workload import Workload
 from zerocalc.step.peak import OUTSIDE as OUTSIDE_PARTS, RESERVE
+from zerocalc.step.context import context_bytes
 
 NOT_TENSORS = (RESERVE, *OUTSIDE_PARTS)    # what max_memory_allocated does not count (peak.phase_figures)
 
@@ -191,7 +192,7 @@ def test_the_default_band_per_stage_on_a_real_model():
         peak = layout_report(scenario, work).peaks[b.stage]
         t, u = tensor_bytes(peak), peak.cycle_unit_bytes
         lo, hi = b.swing["allocator_reserve"]
-        outside = work.cuda_context_bytes + peak.phases[peak.peak_phase].get("NCCL buffers", 0)
+        outside = context_bytes(work) + peak.phases[peak.peak_phase].get("NCCL buffers", 0)
         assert (lo, hi) == (t + outside, t + -(-t * 35 // 100) + 2 * u + outside)
     flat = ranges(scenario, replace(work, allocator="flat"))
     assert all(b.swing["allocator_reserve"][1] - b.swing["allocator_reserve"][0] ==

@@ -127,7 +127,7 @@ def worked_peak() -> StagePeak:
 def test_compare_worked_example():
     peak = worked_peak()
     # 1 GiB context, a 5 % reserve set (the worked peak's; the default is the allocator's model), H100
-    work = Workload(MODEL_PRESETS["llama-2-7b"][0], fragmentation_percent=5)
+    work = Workload(MODEL_PRESETS["llama-2-7b"][0], fragmentation_percent=5, cuda_context_bytes=GIB)
     tensors = 53 * GIB + 10**9                                # backward: 20 + 30 + 3 GiB + 1 GB of buckets
     reserve = -(-tensors * 5 // 100)
     measured = Measurement(allocated_peak_bytes=58 * GIB, reserved_peak_bytes=63 * GIB,

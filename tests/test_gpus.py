@@ -18,6 +18,7 @@ from zerocalc.parallel.ranks import layout_report
 from zerocalc.scenario import FieldError
 from zerocalc.step.workload import Workload
 from zerocalc.units import capacity_text, parse_capacity
+from zerocalc.step.context import context_bytes
 
 
 def gib(text: str) -> int:
@@ -151,7 +152,7 @@ def test_a_plan_between_pytorchs_capacity_and_nvidia_smis_is_red():
     between = GPU_CATALOG["H100-SXM-80GB"]
     room = between.usable_bytes - peak
     # the same job with the CUDA context moved so that its peak lands between the two figures
-    shifted = Workload(arch, micro_batch=1, seq_len=4096, cuda_context_bytes=work.cuda_context_bytes + room + 10**8)
+    shifted = Workload(arch, micro_batch=1, seq_len=4096, cuda_context_bytes=context_bytes(work) + room + 10**8)
     p = layout_report(scenario, shifted).peaks[3]
     assert between.usable_bytes < p.peak_bytes < between.smi_bytes and not p.fits
 

@@ -167,8 +167,10 @@ HELP = {
                  "from Hopper on (512 MiB on 8 H100s); on by default where supported.",
     "nccl_percent": "The share of the modelled NCCL buffers counted: 100 at the point; the range shown runs from "
                     "25 (Simple's buffers alone) to 200 (trees beside rings, both sides of each connection).",
-    "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure. Assumed 1 GiB (0.5-1.5 GiB "
-                          "in the range shown).",
+    "cuda_context_bytes": "Outside PyTorch's allocator, inside nvidia-smi's figure: the CUDA context and the "
+                          "kernel modules it loads. -1 estimates it by card and torch release (the bare context, "
+                          "2.04 KiB per thread slot, + 450 MiB of modules: 0.96 GiB on an H100 SXM, 0.82 GiB on an "
+                          "RTX 4090; + 1.4 GiB before torch 1.13); a measured figure replaces it.",
     "workspace_bytes": "GEMM scratch that PyTorch's allocator hands out once and max_memory_allocated counts: two "
                        "cuBLAS workspaces (forward and backward threads; 32 MiB each on H100/H200, 8.1 MiB "
                        "elsewhere) plus Transformer Engine's under Megatron (32 MiB from sm90, else 4 MiB). "

@@ -150,7 +150,7 @@ def workload(state: dict, arch: Architecture) -> Workload:
         reduce_bucket_size=state["reduce_bucket_size"], allgather_bucket_size=state["allgather_bucket_size"],
         prefetch_bucket_size=state["prefetch_bucket_size"], max_live_parameters=state["max_live_parameters"],
         param_persistence_threshold=state["param_persistence_threshold"], overlap_comm=state["overlap_comm"],
-        cuda_context_bytes=state["cuda_context_bytes"],
+        cuda_context_bytes=None if state["cuda_context_bytes"] < 0 else state["cuda_context_bytes"],   # -1
         fragmentation_percent=None if state["fragmentation_percent"] < 0 else state["fragmentation_percent"],   # -1
         nccl_buffsize=state["nccl_buffsize"], nccl_nvls=bool(state["nccl_nvls"]), nccl_percent=state["nccl_percent"],
         gpu=state["gpu"] if state["gpu"] != CUSTOM else DEFAULT_GPU,

@@ -143,7 +143,7 @@ FIELDS: Tuple[Field, ...] = (
     _i("max_live_parameters", *_W["max_live_parameters"], 1_000_000_000, kind="count"),
     _i("param_persistence_threshold", *_W["param_persistence_threshold"], 100_000, kind="count"),
     _c("overlap_comm", OVERLAP_CHOICES, "auto"),
-    _i("cuda_context_bytes", *_W["cuda_context_bytes"], 2**30, kind="count"),
+    _i("cuda_context_bytes", -1, _W["cuda_context_bytes"][1], -1, kind="count"),   # -1: by card (step/context.py)
     _i("nccl_buffsize", *_W["nccl_buffsize"], 4 * 2**20, kind="count"),
     Field("nccl_nvls", "bool", True),
     _i("nccl_percent", *_W["nccl_percent"], 100),

@@ -7,14 +7,14 @@ computed by whole reports (ranks.layout_report with dataclasses.replace of the f
 low values, all at their high values, and each alone (the others at the point) to show which one drives the band.
 
 The ranges and where their figures come from:
-- cuda_context (cuda_context_bytes), 0.5-1.5 GiB. What nvidia-smi shows beyond PyTorch's allocator besides NCCL's
-  buffers: the CUDA context itself and the kernels it loads. The context alone: 287,047,680 bytes with lazy
-  module loading against 666,632,192 bytes eager (pytorch/pytorch PR #86509, which made CUDA_MODULE_LOADING=LAZY
-  PyTorch's default); "around 400MB if CUDA >= 11.7 is used and lazy module loading enabled" and "~300MB" now,
-  ">1000MB" before CUDA 11.7 loaded kernels lazily (ptrblck in pytorch/pytorch #109888 and #107667); 200 to 700+ MB
-  across machines (pytorch/pytorch #28113); lazy loading is the default on Linux since CUDA 12.2 (NVIDIA CUDA C++
-  Programming Guide, "Lazy Loading"). The kernels a training step loads come on top; 0.5 GiB low and 1.5 GiB
-  high are our assumption from these figures, around the 1 GiB point (workload.py).
+- cuda_context (cuda_context_bytes): what nvidia-smi shows beyond PyTorch's allocator besides NCCL's buffers, the
+  CUDA context and the kernel modules it loads, by card and torch release (step/context.py: the bare context +
+  128 MiB to the bare context + 1 GiB under lazy loading, e.g. 0.65-1.52 GiB on an H100 SXM; 1,017 MiB of modules
+  to 1,948 before torch 1.13). A given context (a measurement), an AMD card or a custom capacity: 0.5-1.5 GiB.
+  The context alone: 287,047,680 bytes with lazy module loading against 666,632,192 bytes eager (pytorch/pytorch
+  PR #86509, which made CUDA_MODULE_LOADING=LAZY PyTorch's default); "around 400MB if CUDA >= 11.7 is used and lazy
+  module loading enabled" and "~300MB" now, ">1000MB" before CUDA 11.7 loaded kernels lazily (ptrblck in
+  pytorch/pytorch #109888 and #107667).
 - nccl (nccl_percent), 25-200 % of NCCL's buffers as step/nccl.py models them per communicator from NCCL's code:
   low, Simple's buffers alone and no NVLS (NCCL connects what a step uses); high, trees beside the rings and both
   sides of each send/recv connection.
@@ -53,6 +53,7 @@ from typing import Callable, Dict, NamedTuple, Optional, Tuple
 from ..parallel.ranks import layout_report
 from ..scenario import FieldError
 from ..step.allocator import ALLOCATORS
+from ..step.context import context_band
 from ..step.nccl import HIGH_PERCENT as NCCL_HIGH, LOW_PERCENT as NCCL_LOW
 from ..step.peak import outside_parts, tensor_bytes, with_overheads
 from ..step.workload import WORKLOAD_LIMITS
@@ -85,10 +86,12 @@ def _hf_auto(workload) -> Dict[str, int]:
 ASSUMPTIONS: Dict[str, Assumption] = {
     "cuda_context": Assumption(
         "cuda_context", "CUDA context", ("cuda_context_bytes",),
-        lambda w: {"cuda_context_bytes": GIB // 2}, lambda w: {"cuda_context_bytes": 3 * GIB // 2},
-        "0.5-1.5 GiB: the CUDA context (287 MB lazy to 667 MB eager, pytorch/pytorch #86509; ~300-400 MB with lazy "
-        "loading, >1000 MB before CUDA 11.7, pytorch/pytorch #107667 and #109888) plus the kernels a training step "
-        "loads and cuDNN's handles; NCCL's buffers are their own row (nccl); the band's ends are an assumption"),
+        lambda w: {"cuda_context_bytes": context_band(w)[0]}, lambda w: {"cuda_context_bytes": context_band(w)[1]},
+        "by card and torch release (step/context.py): the bare context, 2.04 KiB per thread slot of the card "
+        "(534 MiB on an H100 SXM, meta-pytorch/torchcomms#777), + 128 MiB to + 1 GiB of kernel modules under lazy "
+        "loading (450 MiB at the point: torch's whole eager-lazy gap on an A100, stas00/ml-engineering), 1,017 to "
+        "1,948 MiB before torch 1.13; 0.5-1.5 GiB for a given context, AMD or a custom capacity; NCCL's buffers "
+        "are their own row (nccl)"),
     "allocator_reserve": Assumption(
         "allocator_reserve", "allocator reserve", ("fragmentation_percent", "allocator_units"),
         lambda w: {"fragmentation_percent": 0, "allocator_units": 0},

@@ -213,7 +213,8 @@ def _finetune(g) -> None:
 
 
 def _assumptions(g) -> None:
-    g.add_argument("--cuda-context-bytes", type=_count, help="CUDA context and framework overhead (1 GiB)")
+    g.add_argument("--cuda-context-bytes", type=_count, help="CUDA context and its kernel modules (default: by card "
+                   "and torch release, step/context.py; a measured figure replaces it)")
     g.add_argument("--nccl-buffsize", type=_count, help="NCCL_BUFFSIZE: Simple's buffer per connection, bytes "
                    "(default 4 MiB); NCCL's buffers per communicator lie outside the allocator (step/nccl.py)")
     g.add_argument("--nccl-nvls", choices=("yes", "no"), help="NCCL_NVLS_ENABLE: NVLink SHARP's buffers on an "

@@ -17,6 +17,7 @@ from ..answers.ranges import ranges, ranges_dict
 from ..answers.solve import solve
 from ..answers.verdict import stage_verdicts
 from ..model.finetune import caveats, describe
+from ..step.context import context_dict
 from ..versions import family_of, versions_dict
 from ..model.inventory import counts, largest_layer
 from ..step.nccl import nccl_dict
@@ -279,6 +280,7 @@ def peak_dict(report: LayoutReport, layouts: bool = False, answers: bool = True,
                      "caveats": list(caveats(workload.finetune, a))},
         "workload": plain(workload, skip=("arch", "layout", "finetune")),
         "versions": versions_dict(workload.finetune.versions, family_of(a)),
+        "cuda_context": context_dict(workload),
         "recipe": recipe_text(workload),
         "layout": layout_dict(report),
         "experts": experts_dict(report),

@@ -6,6 +6,7 @@ from ..answers.solve import solve
 from ..gpus import GPU_CATALOG
 from ..layout import stage_sizes
 from ..model.finetune import caveats, describe
+from ..step.context import context_dict
 from ..versions import describe as describe_versions, family_of, rows_in_effect
 from ..model.inventory import largest_layer
 from ..parallel.search import SearchBoundError, modelled_search, search_layouts
@@ -219,6 +220,7 @@ def peak_text(report, units, measured: dict = None) -> str:
         f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}"
         f"{', fused cross entropy' if workload.loss_fusion else ''}); recipe: {recipe_text(workload)}.",
         versions_line(workload.finetune.versions, family_of(workload.arch)),
+        context_line(workload, units),
         f"  activations ({heaviest.rank.name}): {format_bytes(shape.act.per_layer_total, units)} per layer per "
         f"micro-batch x {heaviest.rank.layers} layers{_checkpointed(shape.act, units)}, "
         f"{format_bytes(shape.activation_bytes, units)} in flight"
@@ -266,6 +268,13 @@ def peak_text(report, units, measured: dict = None) -> str:
     lines.append(f"  lowest stage that fits: {lowest if lowest is not None else 'none'}")
     lines += _layouts_text(report, unit)
     return "\n".join(lines)
+
+
+def context_line(workload, units) -> str:
+    """The CUDA context counted outside the allocator and what it rests on (step/context.py)."""
+    c = context_dict(workload)
+    return (f"  CUDA context: {format_bytes(c['bytes'], units)} ({c['how']}; "
+            f"{format_bytes(c['low_bytes'], units)}-{format_bytes(c['high_bytes'], units)} in the range)")
 
 
 def versions_line(versions, family=None) -> str:

@@ -29,6 +29,7 @@ from typing import Dict, NamedTuple, Optional
 from ..model.inventory import tensors
 from ..parallel.ranks import LayoutReport, layout_report
 from ..step.allocator import reserve_bytes
+from ..step.context import context_bytes
 from ..step.peak import StagePeak
 from ..step.workload import Workload
 from ..tables import DTYPE_BITS, bytes_of
@@ -61,7 +62,7 @@ class ModelView(NamedTuple):
 
     @property
     def context_bytes(self) -> int:
-        return self.report.workload.cuda_context_bytes
+        return context_bytes(self.report.workload)
 
     @property
     def scored(self) -> LayoutReport:

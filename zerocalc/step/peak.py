@@ -44,6 +44,7 @@ from .optimizer_in_backward import one_gradient_bytes, resident_gradient_bytes
 from .optimizer_step import optimizer_step_items
 from .shape import StepShape, trainable_params
 from .replay_pieces import pieces_of
+from .context import context_bytes
 from .workspaces import workspace_bytes
 
 PHASES = ("forward", "backward", "optimizer_step")
@@ -105,15 +106,16 @@ def tensor_bytes(peak: "StagePeak") -> int:
 
 
 def peak_on_gpu(peak: "StagePeak", scenario, workload, gpu: str) -> int:
-    """A stage's peak on another catalogued card. Only the library workspaces (workspaces.py) and NCCL's buffers
-    (nccl.py: channels, NVLS and links by card) depend on the card, and every phase holds them the same, so the
-    peak phase stays the largest and the rest of the step is unchanged."""
+    """A stage's peak on another catalogued card. Only the library workspaces (workspaces.py), the CUDA context
+    (context.py) and NCCL's buffers (nccl.py: channels, NVLS and links by card) depend on the card, and every phase
+    holds them the same, so the peak phase stays the largest and the rest of the step is unchanged."""
     parts, tensors = peak.phases[peak.peak_phase], tensor_bytes(peak)
     other = tensors - parts.get("library workspaces", 0) + workspace_bytes(workload, gpu)
     context = sum(parts.get(k, 0) for k in OUTSIDE)
+    moved = context - context_bytes(workload) + context_bytes(workload, gpu)
     nccl = nccl_bytes(scenario, replace(workload, gpu=gpu, gpu_memory=None)) * workload.nccl_percent // 100
     percent, units, sim = workload.fragmentation_percent, workload.allocator_units, peak.simulated_reserve
-    return peak.peak_bytes + with_overheads(other, context - parts.get("NCCL buffers", 0) + nccl, percent, units,
+    return peak.peak_bytes + with_overheads(other, moved - parts.get("NCCL buffers", 0) + nccl, percent, units,
                                             peak.cycle_unit_bytes, sim) \
         - with_overheads(tensors, context, percent, units, peak.cycle_unit_bytes, sim)
 
@@ -142,7 +144,7 @@ def outside_parts(workload, shape: StepShape, context: int = None, nccl_percent:
     symmetric-memory workspace, async_tp.py), NCCL's buffers (nccl.py, at nccl_percent of the modelled bytes) and
     DeepEP's (deepep.py, with the DeepEP dispatcher).
     `context` / `nccl_percent` replace the workload's (answers/ranges.py moves them)."""
-    context = workload.cuda_context_bytes if context is None else context
+    context = context_bytes(workload) if context is None else context
     percent = workload.nccl_percent if nccl_percent is None else nccl_percent
     return {"CUDA context": context + async_tp_workspace(workload, shape.act_bits),
             "NCCL buffers": shape.nccl * percent // 100, "DeepEP buffers": deepep_bytes(workload)}

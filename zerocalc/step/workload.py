@@ -114,9 +114,10 @@ class Workload:
     max_live_parameters: int = 1_000_000_000
     param_persistence_threshold: int = 100_000
     overlap_comm: str = "auto"                # auto: on for stage 3 only, as DeepSpeed
-    # CUDA context, the kernels it loads and cuDNN's and cuBLAS's own handles: outside PyTorch's allocator, inside
-    # nvidia-smi's figure (torch.cuda.memory_allocated docs). Commonly 0.5-1.5 GiB; 1 GiB assumed.
-    cuda_context_bytes: int = 2**30
+    # CUDA context and the kernel modules it loads: outside PyTorch's allocator, inside nvidia-smi's figure
+    # (torch.cuda.memory_allocated docs). None (the default): estimated by card and torch release (step/context.py);
+    # a figure replaces it (a measurement).
+    cuda_context_bytes: Optional[int] = None
     # NCCL's buffers per communicator of the plan (step/nccl.py), outside the allocator: NCCL_BUFFSIZE (Simple's
     # buffer per connection), NCCL_NVLS_ENABLE (NVLink SHARP on an NVSwitch node), and the percent of the modelled
     # bytes counted (the assumption's band in answers/ranges.py moves it; 100 at the point).
@@ -208,7 +209,7 @@ class Workload:
             raise FieldError("gpu_memory", self.gpu_memory, CAPACITY_HINT)
         for field, (lo, hi) in WORKLOAD_LIMITS.items():
             if getattr(self, field) is not None or field not in ("gpu_memory", "workspace_bytes",
-                                                                   "fragmentation_percent"):
+                                                                   "fragmentation_percent", "cuda_context_bytes"):
                 require_int(field, getattr(self, field), lo, hi)
         for field in ("activation_dtype", "reduce_dtype"):
             if getattr(self, field) is not None:

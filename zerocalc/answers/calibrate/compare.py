@@ -10,6 +10,7 @@ from typing import Dict, Optional, Tuple
 from ...gpus import ESTIMATE_GAP
 from ...scenario import FieldError
 from ...units import format_bytes
+from ...step.context import context_bytes
 from ...step.peak import OUTSIDE, RESERVE, phase_figures
 from .measurement import Measurement
 from .phase import PHASE_WORDS
@@ -261,7 +262,7 @@ def compare(measurement: Measurement, peak, workload, units: str = "binary") -> 
                     f"{'needed' if m.out_of_memory else 'allocated'} beyond the estimate in every phase, so the "
                     f"verdict follows the run (now {extra:,}); fixing the plan's inputs is better where one is off."))
 
-    cur_f, cur_c = workload.fragmentation_percent, workload.cuda_context_bytes
+    cur_f, cur_c = workload.fragmentation_percent, context_bytes(workload)
     if m.reserved_peak_bytes is not None:
         base = m.allocated_peak_bytes if m.allocated_peak_bytes is not None else (
             alloc_r.estimated_bytes if alloc_r is not None else _largest(tensors)[1] if tensors else None)
