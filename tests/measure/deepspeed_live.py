@@ -72,25 +72,15 @@ def measure(rank: int = 0, world: int = 1, plans=PLANS) -> list:
     return [measure_one(prefetch, max_live) for prefetch, max_live in plans]
 
 
-def _rank(rank: int, world: int, out) -> None:
-    found = measure(rank, world, PLANS[:2])
-    if rank == 0:
-        out.put(found)
+def measure_two_plans(rank: int, world: int) -> list:
+    return measure(rank, world, PLANS[:2])
 
 
 def measure_ranks(world: int) -> list:
     """measure() on `world` gloo processes (the partitions are real shards), rank 0's figures."""
-    import torch.multiprocessing as mp
+    from tests.measure.deepspeed_run import on_ranks
 
-    ctx = mp.get_context("spawn")
-    out = ctx.Queue()
-    procs = [ctx.Process(target=_rank, args=(r, world, out)) for r in range(world)]
-    for p in procs:
-        p.start()
-    found = out.get(timeout=600)
-    for p in procs:
-        p.join()
-    return found
+    return on_ranks(measure_two_plans, world)
 
 
 if __name__ == "__main__":

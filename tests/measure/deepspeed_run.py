@@ -15,3 +15,25 @@ def run_measurement(module: str, *args: str, port: str) -> list:
     out = subprocess.run([sys.executable, "-m", f"tests.measure.{module}", *args], capture_output=True, text=True,
                          env=env, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _rank(fn, rank: int, world: int, out) -> None:
+    found = fn(rank, world)
+    if rank == 0:
+        out.put(found)
+
+
+def on_ranks(fn, world: int):
+    """fn(rank, world) in `world` spawned processes (a module-level function: spawn pickles it by name), rank 0's
+    answer."""
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_rank, args=(fn, r, world, out)) for r in range(world)]
+    for p in procs:
+        p.start()
+    found = out.get(timeout=600)
+    for p in procs:
+        p.join()
+    return found
