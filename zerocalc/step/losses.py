@@ -202,11 +202,10 @@ def loss_row(workload) -> LossRow:
         return LOSSES["megatron, fused" if workload.loss_fusion else "megatron"]
     if workload.layout.tp > 1 and workload.layout.loss_parallel:
         return LOSSES["huggingface, loss parallel"]
-    versions, family = workload.finetune.versions, family_of(workload.arch)
-    if applies(versions, "Gemma 3 logits upcast and masked copy", family):
+    versions = workload.finetune.versions
+    if applies(versions, MASKED_COPY, family_of(workload.arch)):
         return LOSSES["huggingface, transformers < 4.46"]           # the mask's index copies at any batch size
-    if applies(versions, "logits upcast in the model") or applies(versions, "Qwen-VL logits upcast in the model",
-                                                                  family):
+    if model_upcasts_logits(workload):
         return LOSSES["huggingface, transformers < 4.46" + ("" if workload.micro_batch > 1 else ", one sequence")]
     if applies(versions, "shifted logits copy") and workload.micro_batch > 1:
         return LOSSES["huggingface, transformers < 4.49"]
@@ -234,12 +233,15 @@ def returned_logits_bytes(workload, shape) -> int:
     return bytes_of(shape.logits_elements, 32 if upcast else shape.act_bits)
 
 
+# versions.py rows under which the model's forward replaces its logits by their fp32 upcast (and returns those):
+# transformers < 4.46 for every model, and the vision families that kept their own loss longer
+MASKED_COPY = "Gemma 3 logits upcast and masked copy"
+UPCAST_ROWS = ("logits upcast in the model", "Qwen-VL logits upcast in the model", MASKED_COPY)
+
+
 def model_upcasts_logits(workload) -> bool:
-    """Whether the model's forward replaces its logits by their fp32 upcast (and returns those): transformers
-    < 4.46 for every model, and the vision families that kept their own loss longer (versions.py)."""
     versions, family = workload.finetune.versions, family_of(workload.arch)
-    return any(applies(versions, key, family) for key in (
-        "logits upcast in the model", "Qwen-VL logits upcast in the model", "Gemma 3 logits upcast and masked copy"))
+    return any(applies(versions, key, family) for key in UPCAST_ROWS)
 
 
 def held_output_bytes(workload, shape) -> int:
