@@ -90,3 +90,12 @@ def test_another_card_moves_the_peak_by_its_context_too():
     here = layout_report(s, w).peaks[0]
     there = layout_report(s, replace(w, gpu="A100-80GB")).peaks[0]
     assert peak_on_gpu(here, s, w, "A100-80GB") == there.peak_bytes
+
+
+def test_an_rl_engine_process_holds_the_cards_bare_context():
+    """vLLM's own process (rl/rollout.py): its context exists before vLLM's init snapshot, the kernels it loads
+    later are its logged non-torch memory, so it counts the card's bare context."""
+    from zerocalc.rl.rollout import CONTEXT_BYTES, engine_context_bytes
+    assert engine_context_bytes("H100-SXM-80GB") == 534 * MIB
+    assert engine_context_bytes("RTX-4090-24GB") == bare_context("RTX-4090-24GB")[0]
+    assert engine_context_bytes("MI300X-192GB") == engine_context_bytes("") == CONTEXT_BYTES

@@ -123,7 +123,8 @@ def build_parser() -> _Parser:
                         ("engine-activation-bytes", "the engine's activation peak as its log prints it"),
                         ("engine-non-torch-bytes", "its non-torch memory as its log prints it"),
                         ("cudagraph-bytes", "its CUDA-graph memory as its log prints it"),
-                        ("engine-context-bytes", "its process's CUDA context (default 0.5 GiB)")):
+                        ("engine-context-bytes", "its process's CUDA context (default: the card's bare context, "
+                                                 "step/context.py; 0.5 GiB on an AMD or custom card)")):
         e.add_argument(f"--{flag}", type=_capacity if flag == "kv-cache-memory" else _count, help=about)
     c = p.add_argument_group("framework configs (read as data, never executed; explicit flags win)")
     c.add_argument("--verl-config", metavar="PATH", help="verl's Hydra YAML and/or key=value overrides (a run "

@@ -34,7 +34,15 @@ ROLLOUT_LIMITS = {"tp": (1, 1024), "max_num_seqs": (1, 10**6), "max_num_batched_
 NON_TORCH_BYTES = GIB // 4       # vLLM's "non_torch_memory": 0.20 GiB (vllm-project/vllm#14447, tp 4), 0.33 (#14452)
 CUDAGRAPH_BYTES = GIB // 2       # "Estimated CUDA graph memory: 0.36 GiB total" (gpustack/runner#251, vLLM 0.27)
 CONTEXT_BYTES = GIB // 2         # the engine process's own CUDA context, outside its fraction (created before
-                                 # vLLM's init snapshot); 0 when the engine runs inside the trainer (TRL colocate)
+                                 # vLLM's init snapshot); 0 when the engine runs inside the trainer (TRL colocate).
+                                 # On a catalogued NVIDIA card: the card's bare context (step/context.py): the
+                                 # kernels the engine loads after the snapshot are its non-torch memory
+
+
+def engine_context_bytes(gpu_name: str) -> int:
+    """The engine process's own CUDA context: the card's bare context where it is catalogued, else CONTEXT_BYTES."""
+    from ..step.context import SMS, bare_context
+    return bare_context(gpu_name)[0] if gpu_name in SMS else CONTEXT_BYTES
 
 
 @dataclass(frozen=True)
@@ -152,7 +160,7 @@ def engine_memory(rollout: Rollout, arch, capacity: int, max_model_len: int, res
         arch, r.tp, model_dtype, tokens, seqs, e.vocab_padding)
     non_torch = NON_TORCH_BYTES if r.non_torch_bytes is None else r.non_torch_bytes
     graphs = (CUDAGRAPH_BYTES if r.cuda_graphs else 0) if r.cudagraph_bytes is None else r.cudagraph_bytes
-    context = CONTEXT_BYTES if r.context_bytes is None else r.context_bytes
+    context = engine_context_bytes(gpu_name) if r.context_bytes is None else r.context_bytes
     block = block_size_for(r.engine, arch, r.block_size)
     per_block = bytes_per_block(arch, r.tp, r.kv_cache_dtype, model_dtype, block)
     f = {"weights": f"{weights:,} = the model's tensors on one of {r.tp} TP rank(s) in {r.dtype}, vocabulary "
