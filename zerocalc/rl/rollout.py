@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 from ..scenario import FieldError, require_choice, require_int
+from ..step.context import bare_context, catalogued
 from .engines import (ENGINE_CHOICES, ENGINES, KV_DTYPES, SLEEP, SLEEP_LEVELS, WEIGHT_DTYPES, batch_defaults,
                       block_size_for, bytes_per_block, engine_weight_bytes, kv_dtype_error,
                       profile_activation_bytes)
@@ -41,8 +42,7 @@ CONTEXT_BYTES = GIB // 2         # the engine process's own CUDA context, outsid
 
 def engine_context_bytes(gpu_name: str) -> int:
     """The engine process's own CUDA context: the card's bare context where it is catalogued, else CONTEXT_BYTES."""
-    from ..step.context import SMS, bare_context
-    return bare_context(gpu_name)[0] if gpu_name in SMS else CONTEXT_BYTES
+    return bare_context(gpu_name)[0] if catalogued(gpu_name) else CONTEXT_BYTES
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,11 @@ class Context(NamedTuple):
     how: str            # the rows it rests on, in words
 
 
+def catalogued(gpu: str) -> bool:
+    """Whether the card has an SM count and a thread table here (the NVIDIA cards of gpus.py)."""
+    return gpu in SMS and GPU_CATALOG[gpu].compute_capability in THREADS_PER_SM
+
+
 def bare_context(gpu: str) -> tuple:
     """(bytes, how) of a catalogued NVIDIA card's bare context: its published figure, else the per-thread rule."""
     if gpu in MEASURED:
@@ -81,7 +86,7 @@ def estimate(workload, gpu: Optional[str] = None) -> Context:
     """The context of the workload's card (or of catalogued card `gpu`) under its torch release."""
     key = workload.gpu if gpu is None else gpu
     custom = gpu is None and workload.gpu_memory is not None
-    if custom or key not in SMS or GPU_CATALOG[key].compute_capability not in THREADS_PER_SM:
+    if custom or not catalogued(key):
         return Context(FLAT, *FLAT_BAND, 0, 0, "1 GiB flat (no published context for this card: 0.5-1.5 GiB)")
     bare, how = bare_context(key)
     torch = assumed(workload.finetune.versions)["torch"]
@@ -109,9 +114,8 @@ def context_band(workload) -> tuple:
 
 def context_dict(workload) -> dict:
     """The report's "cuda_context": the bytes counted, the band and what they rest on."""
-    e = estimate(workload)
-    given = workload.cuda_context_bytes
-    return {"bytes": context_bytes(workload), "given": given is not None, "estimate_bytes": e.bytes,
-            "low_bytes": context_band(workload)[0], "high_bytes": context_band(workload)[1],
-            "bare_bytes": e.bare, "modules_bytes": e.modules, "how": "given" if given is not None else e.how,
-            "source": SOURCES}
+    e, given = estimate(workload), workload.cuda_context_bytes
+    low, high = context_band(workload)
+    return {"bytes": e.bytes if given is None else given, "given": given is not None, "estimate_bytes": e.bytes,
+            "low_bytes": low, "high_bytes": high, "bare_bytes": e.bare, "modules_bytes": e.modules,
+            "how": "given" if given is not None else e.how, "source": SOURCES}
