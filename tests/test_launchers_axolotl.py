@@ -63,18 +63,20 @@ def test_a_full_fine_tune_trains_the_weights_in_the_loaded_bf16():
     assert any(n.startswith("sample_packing:") for n in got.notes)
 
 
-def test_a_full_fine_tune_under_sdpa_says_its_fp32_embeddings_are_not_counted():
+def test_a_full_fine_tune_under_sdpa_keeps_fp32_embeddings_and_norms():
     """loaders/model.py _configure_embedding_dtypes: outside FSDP the embeddings, head and norms go to fp32 after
-    loading and come back only for kernels other than SDPA / eager (attn_needs_dtype_cast) or cut_cross_entropy."""
+    loading and come back only for kernels other than SDPA / eager (attn_needs_dtype_cast) or cut_cross_entropy;
+    tests/test_fp32_stream.py checks what that costs."""
     flash = import_axolotl(text("llama3_fft_8b.yaml"))                   # attn_implementation: flash_attention_2
-    assert not any("keeps embed_tokens, lm_head and the norms in fp32" in n for n in flash.notes)
+    assert "fp32_embed_norms" not in flash.finetune
     body = yaml.safe_load(text("llama3_fft_8b.yaml"))
     for attention in (None, "sdpa", "eager"):
         edited = {k: v for k, v in body.items() if k != "attn_implementation"}
         if attention:
             edited["attn_implementation"] = attention
-        got = import_axolotl(yaml.safe_dump(edited))
-        assert any("keeps embed_tokens, lm_head and the norms in fp32" in n for n in got.notes), attention
+        assert import_axolotl(yaml.safe_dump(edited)).finetune["fp32_embed_norms"] is True, attention
+        edited["plugins"] = ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]
+        assert "fp32_embed_norms" not in import_axolotl(yaml.safe_dump(edited)).finetune, attention
 
 
 def test_fsdp1_with_offload_shards_everything_to_the_cpu():
@@ -138,7 +140,7 @@ def test_defaults_when_the_keys_are_absent():
     assert got.workload["seq_len"] == 512 and got.workload["recompute"] == "none"   # sequence_len, GC defaults
     assert got.workload["attention"] == "flash"                                       # SDPA
     assert got.scenario["optimizer"] == "adamw" and got.scenario["optimizer_impl"] == "fused"
-    assert got.finetune == {"mode": "full"}
+    assert got.finetune == {"mode": "full", "fp32_embed_norms": True}      # SDPA: the fp32 copies stay
     fp16 = import_axolotl(BASE + "fp16: true\n")
     assert fp16.scenario["param_dtype"] == "fp16"               # resolve_dtype: fp16 turns bf16 auto off
     fp32 = import_axolotl(BASE + "bf16: false\n")

@@ -303,7 +303,7 @@ def _finetune(box) -> None:
         if name in ("quant_block_size", "double_quant") and current("quant_type") == "int8":
             continue                                   # LLM.int8 keeps a scale per row: no blocks to quantize
         widget(name, box)                              # the LoRA rank a number box: r = 16 is one entry
-    if not names:
+    if current("finetune") == "full":
         box.caption("Every parameter trains: the ledger applies to all of them.")
 
 

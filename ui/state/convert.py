@@ -171,7 +171,8 @@ def finetune(state: dict) -> FineTune:
         modules_to_save=tuple(state["modules_to_save"]), train_last_layers=state["train_last_layers"],
         train_modules=tuple(state["train_modules"]), base_dtype=_auto(state["base_dtype"]),
         quant_type=state["quant_type"], quant_block_size=int(state["quant_block_size"]),
-        double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"], versions=step_versions(state))
+        double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"],
+        fp32_embed_norms=state["fp32_embed_norms"] and state["finetune"] == "full", versions=step_versions(state))
 
 
 def _auto(value):

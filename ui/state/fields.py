@@ -74,7 +74,8 @@ ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS + ("mtp_layers",)    # MTP
 # Fine-tuning (zerocalc.model.finetune.FineTune): which fields each training mode reads; the others do not matter
 # for it.
 _LORA = ("lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save", "base_dtype")
-FINETUNE_MODE_FIELDS = {"full": (), "freeze": ("train_last_layers", "train_modules", "base_dtype"), "lora": _LORA,
+FINETUNE_MODE_FIELDS = {"full": ("fp32_embed_norms",), "freeze": ("train_last_layers", "train_modules", "base_dtype"),
+                        "lora": _LORA,
                         "dora": _LORA,
                         "qlora": _LORA + ("quant_type", "quant_block_size", "double_quant", "kbit_prepare")}
 FINETUNE_FIELDS = ("finetune",) + tuple(dict.fromkeys(n for names in FINETUNE_MODE_FIELDS.values() for n in names))
@@ -135,7 +136,7 @@ FIELDS: Tuple[Field, ...] = (
     Field("modules_to_save", "multi", (), SAVEABLE), _i("train_last_layers", 0, 10_000, 0),
     Field("train_modules", "multi", (), TRAINABLE_MODULES), _c("base_dtype", ("auto",) + DTYPES, "auto"),
     _c("quant_type", QUANT_TYPES, "nf4"), _c("quant_block_size", tuple(str(b) for b in QUANT_BLOCKS), "64"),
-    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True),
+    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True), Field("fp32_embed_norms", "bool", False),
     # working-set assumptions (DeepSpeed defaults, elements)
     _i("reduce_bucket_size", *_W["reduce_bucket_size"], 500_000_000, kind="count"),
     _i("allgather_bucket_size", *_W["allgather_bucket_size"], 500_000_000, kind="count"),

@@ -7,7 +7,7 @@ from dataclasses import replace
 from ..gpus import catalog_rows
 from ..layout import Layout
 from ..model.architecture import Architecture
-from ..model.finetune import FineTune
+from ..model.finetune import BOOL_FIELDS, FineTune
 from ..model.hf_config import architecture_from_config
 from ..model.inventory import largest_layer, param_count
 from ..model.presets import MODEL_PRESETS
@@ -39,7 +39,7 @@ FINETUNE_FLAGS = {"finetune": "mode", "lora_rank": "lora_rank", "lora_targets": 
                   "modules_to_save": "modules_to_save", "train_last_layers": "train_last_layers",
                   "train_modules": "train_modules", "base_dtype": "base_dtype", "quant_type": "quant_type",
                   "quant_block_size": "quant_block_size", "double_quant": "double_quant",
-                  "kbit_prepare": "kbit_prepare", "versions": "versions"}
+                  "kbit_prepare": "kbit_prepare", "fp32_embed_norms": "fp32_embed_norms", "versions": "versions"}
 
 
 class ModelFlagError(ValueError):
@@ -102,7 +102,7 @@ def layout_from_args(args) -> Layout:
 def finetune_from_args(args) -> FineTune:
     given = {field: getattr(args, flag) for flag, field in FINETUNE_FLAGS.items()
              if getattr(args, flag, None) is not None}
-    for field in ("double_quant", "kbit_prepare"):
+    for field in BOOL_FIELDS:
         if field in given:
             given[field] = given[field] == "yes"
     return FineTune(**given)

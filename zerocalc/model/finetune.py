@@ -57,6 +57,10 @@ _MODULE_TARGETS = {
 }
 
 
+BOOL_FIELDS = ("double_quant", "kbit_prepare", "fp32_embed_norms")
+FP32_ROLES = ("embedding", "head", "norm")      # FineTune.fp32_embed_norms: the rows it keeps in fp32
+
+
 @dataclass(frozen=True)
 class FineTune:
     mode: str = "full"
@@ -72,6 +76,10 @@ class FineTune:
     quant_block_size: int = 64
     double_quant: bool = True
     kbit_prepare: bool = True              # qlora: peft's prepare_model_for_kbit_training (fp32 non-quantized)
+    # full fine-tuning: embed_tokens, lm_head and every norm stored in fp32 beside a 16-bit model (axolotl's loader
+    # without a kernel that needs them cast back), their gradients and optimizer states in fp32 too, and an fp32
+    # residual stream under autocast (step/fp32_stream.py)
+    fp32_embed_norms: bool = False
     # The library releases the run used, beyond the defaults (versions.py: sorted (library, version) pairs; only
     # those differing from versions.DEFAULTS, so equal plans compare equal): older releases keep other bytes
     versions: Tuple[Tuple[str, str], ...] = ()
@@ -100,9 +108,11 @@ class FineTune:
         require_choice("quant_block_size", self.quant_block_size, QUANT_BLOCKS)
         check_versions(self.versions)
         require_choice("vision_training", self.vision_training, VISION_TRAINING)
-        for field in ("double_quant", "kbit_prepare"):
+        for field in BOOL_FIELDS:
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
+        if self.fp32_embed_norms and self.mode != "full":      # measured for a full fine-tune (fp32_stream.py)
+            raise FieldError("fp32_embed_norms", True, "false unless finetune is full")
 
     @property
     def adapters(self) -> bool:
@@ -250,8 +260,8 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
     MLP names onto the fused experts (peft_converts_experts); "linears" / "linears, named": the experts are
     per-expert nn.Linear modules (transformers < 5), quantized under QLoRA and targeted by all-linear (and by
     the named targets with "named")."""
-    if ft.mode == "full":
-        return rows
+    if ft.mode == "full":                 # the loader's fp32 copies (FineTune.fp32_embed_norms)
+        return tuple(t._replace(storage="fp32") if ft.fp32_embed_norms and t.role in FP32_ROLES else t for t in rows)
     linears = str(converts_experts).startswith("linears")
     converted = converts_experts in (True, "fused") and ft.mode != "dora"
     gated = any(t.name == "experts.gate_up_proj" and t.shape[1] == 2 * d.shape[2] for t in rows for d in rows
@@ -333,7 +343,9 @@ def describe(ft: FineTune, param_dtype: str) -> str:
     """One sentence naming what trains and how the frozen base is stored, for reports and the page."""
     base = ft.base_dtype or param_dtype
     if ft.mode == "full":
-        return "full fine-tuning: every parameter trains"
+        return "full fine-tuning: every parameter trains" + (
+            "; embed_tokens, lm_head and the norms in fp32 (an fp32 residual stream under autocast)"
+            if ft.fp32_embed_norms else "")
     if ft.mode == "freeze":
         trained = ([f"the last {ft.train_last_layers} blocks"] if ft.train_last_layers else []) + list(ft.train_modules)
         return (f"frozen base ({base}); training " + (", ".join(trained) if trained else "nothing"))

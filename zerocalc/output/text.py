@@ -217,7 +217,9 @@ def peak_text(report, units, measured: dict = None) -> str:
         layout_line(report),
         f"Peak working set per GPU on {workload.gpu_label} ({capacity_text(workload, unit)}): "
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
-        f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations ({workload.implementation}"
+        f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations"
+        f"{' with an fp32 residual stream (fp32 embeddings and norms)' if workload.finetune.fp32_embed_norms else ''}"
+        f" ({workload.implementation}"
         f"{', fused cross entropy' if workload.loss_fusion else ''}); recipe: {recipe_text(workload)}.",
         versions_line(workload.finetune.versions, family_of(workload.arch)),
         context_line(workload, units),

@@ -34,12 +34,14 @@ from typing import Dict, NamedTuple, Optional
 from ..model.architecture import ACTIVATION_SAVES, Architecture, layer_counts
 from ..scenario import FieldError
 from ..tables import INDEX_BITS, STAT_BITS
+from . import fp32_stream
 from .compiled import compiled_adapter_terms, compiled_op_terms, compiled_terms, covered_adapters
 from .compiled import covered as compiled_covered
 from .block_backward import backward_bits
 from .block_checkpoint import megatron_full_blocks, split_checkpointed  # noqa: F401 (shape.py's names)
 from .megatron_recompute import DEFAULT_MODULES, module_terms, parse_modules
 from .moe import Routing, moe_terms, routed_pairs
+from .norms import norm_bits
 from .mtp import mtp_module_terms, mtp_terms
 from .op_checkpoint import op_saved_terms
 from .parallel_blocks import kv_index, math_fallback, mlp_norm, sdpa_math_fallback
@@ -103,23 +105,6 @@ class ActivationReport(NamedTuple):
         return (self.blocks(self.layers, self.moe_layers, self.sliding_layers, self.checkpointed_layers)
                 + sum(self.embed.values()) + sum(self.stage.values()) + sum(self.head.values())
                 + self.first_block_delta)
-
-
-def norm_bits(a: Architecture, T: int, w: int, impl: str, width: int = None, rows: int = None) -> int:
-    """Bits one norm over `width` features of `rows` rows (default: the hidden size per token) saves."""
-    width = a.hidden if width is None else width
-    rows = T if rows is None else rows
-    if a.norm == "layernorm":
-        return w * T * width + 2 * STAT_BITS * rows                   # input + mean and rstd
-    if impl == "megatron":
-        return w * T * width + STAT_BITS * rows                       # fused RMSNorm: input + rstd
-    if a.norm == "rmsnorm-fp32":
-        # gpt-oss RMSNorm: fp32 input, rsqrt, the fp32 normalised copy the weight multiplies (GptOssRMSNorm)
-        return 2 * STAT_BITS * T * width + STAT_BITS * rows
-    if a.norm == "rmsnorm-gemma":
-        # Gemma RMSNorm: fp32 input, rsqrt, its fp32 output times (1 + w), that fp32 (1 + w) vector
-        return 2 * STAT_BITS * T * width + STAT_BITS * rows + STAT_BITS * width
-    return (STAT_BITS + w) * T * width + STAT_BITS * rows             # fp32 input copy + normalised copy + rsqrt
 
 
 class Tokens(NamedTuple):
@@ -301,7 +286,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                 training=None, recompute_every: int = 1,
                 loss_saved: tuple = (STAT_BITS, "loss log-softmax (fp32)"),
                 compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = DEFAULT_MODULES,
-                recompute_method: str = "uniform", recompute_num_layers: int = 1) -> ActivationReport:
+                recompute_method: str = "uniform", recompute_num_layers: int = 1,
+                stream_bits: int = 0) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
@@ -314,7 +300,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     which ops recompute "op" saves (op_checkpoint.OP_POLICIES); `recompute_modules`: Megatron's selective modules
     (megatron_recompute.py; "core_attn" alone is the selective recompute above); `recompute_method` /
     `recompute_num_layers`: Megatron's full recompute of the first N blocks ("block") or of groups of N ("uniform"),
-    counted here over the model as one chunk (step/shape.py counts each chunk)."""
+    counted here over the model as one chunk (step/shape.py counts each chunk). `stream_bits` 32: an fp32
+    residual stream beside 16-bit linears under autocast (step/fp32_stream.py), 0: the stream is `bits` wide."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -328,7 +315,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         raise FieldError("recompute_modules", recompute_modules, "core_attn only for parallel attention + MLP blocks "
                          "(Megatron's layernorm / mlp modules assume a sequential block)")
     megatron_full = recompute == "full" and (recompute_method == "block" or recompute_num_layers > 1)
-    checkpoint = {"block input (checkpoint)": w * t.outside * a.hidden} if recompute == "full" else {}
+    stream = max(w, stream_bits)
+    checkpoint = {"block input (checkpoint)": stream * t.outside * a.hidden} if recompute == "full" else {}
     pairs = routed_pairs(t.outside, a.experts_per_token, moe or Routing()) if a.experts else 0
     compile_blocks = compiled and hf and tr is None and compiled_covered(local)     # measured kinds (compiled.py)
     compile_adapters = compiled and hf and covered_adapters(local, tr) and recompute != "op"
@@ -370,6 +358,11 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
             first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
             held = (first, kind)
 
+    if stream > w:                  # fp32_stream.py: each block's norms and autocast's copies, wherever it saves
+        extra = fp32_stream.block_terms(local, t, tr)
+        full = {k: {**v, **extra} for k, v in full.items()}
+        blocks = {k: v if v is checkpoint else {**v, **extra} for k, v in blocks.items()}
+
     embed = {"token ids": INDEX_BITS * t.inside}
     stage = {}
     if a.positions == "learned":
@@ -409,9 +402,12 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         embed, head = adapt_ends(embed, head, tr, a, t, w, implementation)
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
+    if stream > w and (tr is None or tr.frozen_blocks < a.layers):     # a gradient goes back through the head
+        head.update(fp32_stream.head_terms(a, t, tr, vocab))
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
     walked = [backward_bits(local, t, w, attention, implementation, k, full[k], tr) for k in kinds] \
-        if recompute == "full" and not megatron_full and not compile_adapters and not compile_blocks else [None]
+        if recompute == "full" and not megatron_full and not compile_adapters and not compile_blocks \
+        and stream == w else [None]        # the walk's gradients are w wide: an fp32 stream keeps the summed moment
     if recompute == "op" or mods and mods != ("core_attn",):   # the re-run forwards rebuild what was not saved
         working = max(sum(_bytes(full[k]).values()) - sum(_bytes(blocks[k]).values()) for k in kinds)
         working = max(working, 0)

@@ -48,13 +48,16 @@ def activation_args(scenario, workload) -> tuple:
     bits = DTYPE_BITS[workload.activation_dtype or scenario.comm_dtype or scenario.param_dtype]
     if ft.quantized and ft.kbit_prepare and not workload.activation_dtype:
         bits = 32                 # prepare_model_for_kbit_training's fp32 norms and embedding: an fp32 stream
+    # fp32 embeddings and norms beside a 16-bit model: an fp32 residual stream (fp32_stream.py); QLoRA's k-bit
+    # preparation already counts every activation at 32 bits
+    stream = 32 if ft.fp32_embed_norms and bits < 32 else 0
     training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
     row = loss_row(workload)
     saved = (bits if row.saved == "w" else row.saved, row.saved_name)
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
             workload.routing, training, workload.recompute_every, saved, workload.compile, workload.op_policy,
-            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers)
+            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers, stream)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:

@@ -14,8 +14,8 @@ axolotl-ai-cloud/axolotl commit 067b021c8b87a9e5e380b9173c704cf7340e30f5:
 - utils/config resolve_dtype: bf16 "auto" is bf16 on a GPU that has it (assumed: Ampere or newer), fp16 only
   where asked; the model loads in that dtype (cfg.torch_dtype), and a full fine-tune's weights, gradients and
   AdamW states live in it outside FSDP / DeepSpeed, but for the embeddings, head and norms: loaders/model.py puts
-  them in fp32 and casts them back only for attention kernels other than SDPA / eager (a note says the fp32 ones
-  are not counted). LoRA adapters are fp32 (peft's autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double
+  them in fp32 and casts them back only for attention kernels other than SDPA / eager (fp32_embed_norms: they
+  train in fp32, and the residual stream is fp32 under autocast). LoRA adapters are fp32 (peft's autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double
   quantization (loaders/model.py), and nothing else stays fp32: prepare_model_for_kbit_training's upcast is cast
   back (should_convert) or skipped (FSDP, ZeRO-3);
 - FSDP: axolotl hands fsdp and fsdp_config to TrainingArguments (core/builders/base.py), which the Trainer's FSDP
@@ -378,7 +378,7 @@ class _Reader:
         if fsdp and self.fsdp(amp):
             return
         if mode in (None, "full"):
-            # no upcast anywhere: the weights, their gradients and AdamW's states in the loaded dtype
+            # the weights, their gradients and AdamW's states in the loaded dtype (but the fp32 ones below)
             src = f"{dtype}: axolotl loads the model in it and trains it as loaded (no fp32 copy)"
             for field, value in (("convention", "pure-bf16" if dtype == "bf16" else "fsdp2"),
                                  ("param_dtype", dtype), ("grad_dtype", dtype),
@@ -386,12 +386,11 @@ class _Reader:
                                  ("comm_dtype", None), ("offload_params", "none"), ("offload_optimizer", "none")):
                 b.set("scenario", field, value, src)
             b.set("workload", "activation_dtype", dtype, src)
-            if not self.casts_back:
-                b.note("under this attention (SDPA or eager) axolotl keeps embed_tokens, lm_head and the norms in "
-                       "fp32 after loading (loaders/model.py _configure_embedding_dtypes casts them back only for "
-                       "other kernels or cut_cross_entropy), with their gradients, AdamW states and an fp32 "
-                       "residual stream; zerocalc counts them in the loaded dtype, so this plan reads low. "
-                       "attn_implementation: flash_attention_2 avoids it.")
+            if not self.casts_back and dtype != "fp32":
+                b.set("finetune", "fp32_embed_norms", True,
+                      "loaders/model.py _configure_embedding_dtypes: embed_tokens, lm_head and the norms upcast to "
+                      "fp32 after loading, cast back only for an attention kernel that needs it or "
+                      "cut_cross_entropy (not under SDPA / eager, not with FSDP)")
         else:
             hf.amp_ledger(b, dtype, "the adapters in fp32 (peft autocast_adapter_dtype), the base in "
                                     f"{dtype}")

@@ -1,0 +1,108 @@
+"""An fp32 residual stream (FineTune.fp32_embed_norms, zerocalc/step/fp32_stream.py): axolotl's loader keeps
+embed_tokens, lm_head and the norms in fp32 beside a 16-bit model unless the attention kernel needs them cast back
+(axolotl-ai-cloud/axolotl src/axolotl/loaders/model.py _configure_embedding_dtypes, attn_needs_dtype_cast), so
+those weights train in fp32 and the residual stream is fp32 under autocast. The activation terms are checked
+against transformers' Llama on the CPU (tests/measure/fp32_stream.py); the states by the ledger's widths."""
+
+import pytest
+import yaml
+
+from zerocalc.frameworks import import_axolotl
+from zerocalc.model.architecture import Architecture
+from zerocalc.model.finetune import FineTune
+from zerocalc.step.activations import activations
+from zerocalc.step.trainable import Training
+
+H, F, V, T = 256, 1024, 512, 128
+BLOCK = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def _zerocalc(frozen_norms: bool, kv_heads: int = 4, recompute: str = "none"):
+    """zerocalc's per-block and output-end bytes for the measured model, without and with the fp32 stream."""
+    a = Architecture(layers=2, hidden=H, heads=4, kv_heads=kv_heads, ffn=F, vocab=V, seq_len=T)
+    train = Training(frozenset(BLOCK), frozenset(), norms=False, embedding=True, head=True,
+                     final_norm=False) if frozen_norms else None
+    out = []
+    for stream in (0, 32):
+        act = activations(a, 1, T, 16, "flash", recompute, "huggingface", training=train, stream_bits=stream)
+        out.append((sum(act.per_layer.values()), sum(act.head.values())))
+    return out
+
+
+@pytest.mark.parametrize("frozen_norms", [False, True])
+def test_the_stream_adds_what_transformers_saves_beyond_the_16bit_model(frozen_norms):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.measure.fp32_stream import saved_bytes
+    base, wide = saved_bytes(False, frozen_norms), saved_bytes(True, frozen_norms)
+    (block16, head16), (block32, head32) = _zerocalc(frozen_norms)
+    # measured: +10 bytes per token and feature a block with trained norms, +6 frozen; the head's 16-bit weight copy
+    # (V x h x 2) and, with a trained final norm, its fp32 normalised input (+2 per token and feature)
+    assert wide["block"] - base["block"] == (6 if frozen_norms else 10) * T * H
+    assert block32 - block16 == wide["block"] - base["block"]
+    assert head32 - head16 == wide["head"] - base["head"] == 2 * V * H + (0 if frozen_norms else 2 * T * H)
+
+
+def test_the_rule_counts_each_linear_reading_a_norm():
+    """q, k, v each cast the attention norm's fp32 output, gate and up the MLP norm's: fused modules cast once."""
+    from zerocalc.step.fp32_stream import TERM, block_terms
+    from zerocalc.step.activations import tokens
+    t = tokens(1, T, 1, 1, False, "huggingface")
+    split = Architecture(layers=2, hidden=H, heads=4, ffn=F, vocab=V, seq_len=T)
+    fused = Architecture(layers=2, hidden=H, heads=4, ffn=F, vocab=V, seq_len=T, fused_qkv=True, fused_gate_up=True)
+    assert block_terms(split, t, None)[TERM] == 16 * (3 + 2) * T * H          # 2 bytes x n per norm, trained
+    assert block_terms(fused, t, None)[TERM] == 16 * (1 + 1) * T * H
+    layernorm = Architecture(layers=2, hidden=H, heads=4, ffn=F, vocab=V, seq_len=T, norm="layernorm",
+                             gated_mlp=False, fused_qkv=True)
+    assert block_terms(layernorm, t, None) == {}                              # fp32 under autocast either way
+
+
+def test_a_checkpointed_block_keeps_its_fp32_input():
+    a = Architecture(layers=2, hidden=H, heads=4, ffn=F, vocab=V, seq_len=T)
+    narrow = activations(a, 1, T, 16, "flash", "full", "huggingface")
+    wide = activations(a, 1, T, 16, "flash", "full", "huggingface", stream_bits=32)
+    assert narrow.per_layer == {"block input (checkpoint)": 2 * T * H}
+    assert wide.per_layer == {"block input (checkpoint)": 4 * T * H}
+    assert wide.recompute_working - narrow.recompute_working == 10 * T * H   # the rebuilt block saves the stream's
+
+
+def _axolotl(attention):
+    from pathlib import Path
+    body = yaml.safe_load((Path(__file__).resolve().parent / "fixtures" / "launchers" /
+                           "axolotl_llama3_fft_8b.yaml").read_text())
+    body.pop("attn_implementation", None)
+    if attention:
+        body["attn_implementation"] = attention
+    return import_axolotl(yaml.safe_dump(body))
+
+
+@pytest.mark.parametrize("attention", [None, "sdpa", "eager"])
+def test_axolotl_full_fine_tunes_under_sdpa_or_eager_keep_the_fp32_copies(attention):
+    got = _axolotl(attention)
+    assert got.finetune.get("fp32_embed_norms") is True
+    assert "_configure_embedding_dtypes" in got.sources["finetune.fp32_embed_norms"]
+
+
+def test_flash_attention_casts_them_back():
+    assert "fp32_embed_norms" not in _axolotl("flash_attention_2").finetune
+
+
+def test_the_fp32_rows_train_at_16_bytes_a_parameter_under_pure_bf16():
+    """The embeddings, head and norms keep fp32 weights, fp32 gradients and AdamW's fp32 moments (torch keeps the
+    state in the parameter's dtype): 16 bytes a parameter where the bf16 rest keeps 8."""
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.parallel.ranks import report_for
+    flags = ["--model", "llama-3.2-1b", "--convention", "pure-bf16", "--gpu", "H100-SXM-80GB"]
+    totals = []
+    for value in ("no", "yes"):
+        s, _a, w, _ = _inputs(build_parser().parse_args(flags + ["--fp32-embed-norms", value]))
+        totals.append(report_for(s, w).ranks[0].peaks[0].phases["optimizer_step"]["model states"])
+    norms = 2 * 16 * 2048 + 2048                   # Llama-3.2-1B: two norms in each of 16 blocks, the final norm
+    embed = 128256 * 2048                          # tied: one matrix for embed_tokens and lm_head
+    assert totals[1] - totals[0] == (16 - 8) * (embed + norms)
+
+
+def test_the_fields_refuse_a_non_boolean():
+    from zerocalc.scenario import FieldError
+    with pytest.raises(FieldError):
+        FineTune(fp32_embed_norms="yes")
