@@ -16,8 +16,8 @@ from .activations import activations, tp_local
 
 LEGEND = ("b micro-batch, s sequence, h hidden, a heads, kv key-value heads, d head width, f FFN width, f_e an "
           "expert's FFN width, f_s the shared experts' width, E experts, k experts per token, r_q / r_kv latent "
-          "ranks, V vocabulary, w activation bits, load% the routed share of the balanced load; x/tp, s/cp, E/ep: one "
-          "rank's share; ⌈x/n⌉ rounds up")
+          "ranks, V vocabulary, w activation bits, w_stream the fp32 residual stream's bits, load% the routed "
+          "share of the balanced load; x/tp, s/cp, E/ep: one rank's share; ⌈x/n⌉ rounds up")
 
 # What each term is, in words (the formula says how big): shown beside it.
 NOTES = {
@@ -43,6 +43,11 @@ NOTES = {
     "q down-projection output (checkpoint)": "Megatron's mla_up_proj: the fused-norm up-projection's input",
     "k_pos_emb (gathered, checkpoint)": "Megatron's mla_up_proj under sequence parallelism: the gathered rotary key",
     "rotary cos/sin": "cos and sin tables, batch 1", "output projection input": "the head's input",
+    "fp32 stream: the norms' fp32 outputs, autocast's copy per linear": "fp32 embeddings and norms: each linear's "
+    "16-bit copy of a norm's fp32 output, a trained RMSNorm's fp32 normalised input (step/fp32_stream.py)",
+    "output projection weight (autocast's 16-bit copy)": "the fp32 head weight cast once per forward, kept for "
+    "backward",
+    "final norm fp32 output (fp32 stream)": "the trained final norm's fp32 normalised input",
 }
 
 ATOM, PRODUCT, SUM = 3, 2, 1           # precedences: a product wraps a sum in parentheses, a quotient a product
@@ -229,7 +234,7 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
                         sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
                         training=None, recompute_every: int = 1, loss_saved: tuple = (32, "loss log-softmax (fp32)"),
                         compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = "core_attn",
-                        recompute_method: str = "uniform", recompute_num_layers: int = 1) -> dict:
+                        recompute_method: str = "uniform", recompute_num_layers: int = 1, stream_bits: int = 0) -> dict:
     """The arguments of activations.activations(); returns {group: {term: row}}, the groups of the report's
     `activation_terms`, each row {"formula", "values", "bits", "bytes", "note"}: the formula in symbols, the same
     with the numbers, its bits, the bytes the report counts (bits / 8 rounded up), and what the term is."""
@@ -244,7 +249,7 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
         implementation, sym("tp", tp) if tp > 1 else 1, sym("cp", cp) if cp > 1 else 1, sequence_parallel,
         vocab, routing, training, recompute_every,
         (sym("w", bits) if loss_saved[0] == bits and bits != 32 else loss_saved[0], loss_saved[1]), compiled,
-        op_policy, recompute_modules, recompute_method, recompute_num_layers)
+        op_policy, recompute_modules, recompute_method, recompute_num_layers, sym("w_stream", stream_bits))
     groups = {"per_layer": report.per_layer, "per_moe_layer": report.per_moe_layer,
               "per_sliding_layer": report.per_sliding_layer, "checkpointed_block": report.checkpointed,
               "embedding_end": report.embed, "every_stage": report.stage, "output_end": report.head}
