@@ -43,6 +43,24 @@ def test_the_stream_adds_what_transformers_saves_beyond_the_16bit_model(frozen_n
     assert head32 - head16 == wide["head"] - base["head"] == 2 * V * H + (0 if frozen_norms else 2 * T * H)
 
 
+def test_qlora_k_bit_preparation_keeps_the_head_weight_16bit_copy():
+    """peft's prepare_model_for_kbit_training leaves the head in fp32: under autocast its bf16 copy (V x h x 2
+    bytes) is saved for backward, which zerocalc's 32-bit QLoRA activations add once at the output end."""
+    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("peft")
+    from tests.measure.fp32_stream import qlora_head_copies
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.step.shape import activation_args
+    assert qlora_head_copies(H, V, T) == 2 * V * H
+    flags = ["--layers", "2", "--hidden", str(H), "--heads", "4", "--ffn", str(F), "--vocab", str(V), "--seq-len",
+             str(T), "--finetune", "qlora", "--lora-targets", "all-linear", "--recompute", "none"]
+    for prepare, copy in (("yes", 2 * V * H), ("no", None)):
+        s, _a, w, _ = _inputs(build_parser().parse_args(flags + ["--kbit-prepare", prepare]))
+        head = activations(*activation_args(s, w)).head
+        assert head.get("output projection weight (autocast's 16-bit copy)") == copy
+        assert "final norm fp32 output (fp32 stream)" not in head      # 32-bit activations count the norm already
+
+
 def test_the_rule_counts_each_linear_reading_a_norm():
     """q, k, v each cast the attention norm's fp32 output, gate and up the MLP norm's: fused modules cast once."""
     from zerocalc.step.fp32_stream import TERM, block_terms

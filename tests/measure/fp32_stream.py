@@ -62,6 +62,44 @@ def saved_bytes(fp32_parts: bool, frozen_norms: bool = False, hidden: int = 256,
     return out
 
 
+def qlora_head_copies(hidden: int = 256, vocab: int = 512, tokens: int = 128) -> int:
+    """Bytes of 16-bit head-weight copies autograd saves in a QLoRA step as peft's recipe runs it: a bf16 Llama
+    loaded in bitsandbytes nf4 (double quantization, bf16 compute), prepare_model_for_kbit_training (the
+    embedding, head and norms upcast to fp32), LoRA on every linear, under torch.autocast(bfloat16)."""
+    import tempfile
+
+    import torch
+    from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
+    from transformers import BitsAndBytesConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=4, vocab_size=vocab, max_position_embeddings=tokens,
+                      tie_word_embeddings=False)
+    with tempfile.TemporaryDirectory() as d:
+        LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(d)
+        quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                   bnb_4bit_compute_dtype=torch.bfloat16)
+        model = LlamaForCausalLM.from_pretrained(d, quantization_config=quant, dtype=torch.bfloat16,
+                                                 attn_implementation="sdpa")
+    model = get_peft_model(prepare_model_for_kbit_training(model, use_gradient_checkpointing=False),
+                           LoraConfig(r=8, target_modules="all-linear"))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    copies: Dict[int, int] = {}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in params and t.dtype == torch.bfloat16 and tuple(t.shape) in ((vocab, hidden), (hidden, vocab)):
+            copies[ptr] = t.untyped_storage().nbytes()
+        return t
+
+    ids = torch.randint(0, vocab, (1, tokens))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids, labels=ids).loss.backward()
+    return sum(copies.values())
+
+
 if __name__ == "__main__":
     h, T = 256, 128
     for frozen in (False, True):

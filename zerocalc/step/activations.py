@@ -301,7 +301,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     (megatron_recompute.py; "core_attn" alone is the selective recompute above); `recompute_method` /
     `recompute_num_layers`: Megatron's full recompute of the first N blocks ("block") or of groups of N ("uniform"),
     counted here over the model as one chunk (step/shape.py counts each chunk). `stream_bits` 32: an fp32
-    residual stream beside 16-bit linears under autocast (step/fp32_stream.py), 0: the stream is `bits` wide."""
+    residual stream (fp32 embeddings, head and norms) beside 16-bit linears under autocast (step/fp32_stream.py;
+    with `bits` 32 too, as QLoRA's k-bit preparation counts, only the head's 16-bit weight copy is added), 0: none."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -402,8 +403,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         embed, head = adapt_ends(embed, head, tr, a, t, w, implementation)
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
-    if stream > w and (tr is None or tr.frozen_blocks < a.layers):     # a gradient goes back through the head
-        head.update(fp32_stream.head_terms(a, t, tr, vocab))
+    if stream_bits and (tr is None or tr.frozen_blocks < a.layers):   # a gradient goes back through the head
+        head.update(fp32_stream.head_terms(a, t, tr, vocab, narrow_norm=stream > w))
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
     walked = [backward_bits(local, t, w, attention, implementation, k, full[k], tr) for k in kinds] \
         if recompute == "full" and not megatron_full and not compile_adapters and not compile_blocks \

@@ -17,6 +17,11 @@ The final norm feeds the head alone (its cast is the head's saved input): 2 byte
 the head's weight, fp32, is cast to 16 bits once per forward and that copy is saved (V x h x 2 bytes, tied or not).
 Checkpointed blocks keep their fp32 input (4 bytes a feature).
 
+peft's prepare_model_for_kbit_training leaves the same fp32 embedding, head and norms beside a QLoRA base whose
+4-bit linears return their input's dtype, so there every activation is fp32 already (zerocalc counts them at 32
+bits) and only the head weight's 16-bit copy is added (measured: tests/test_fp32_stream.py, a bitsandbytes nf4
+Llama under peft on the CPU).
+
 Measured on the CPU (tests/measure/fp32_stream.py, tests/test_fp32_stream.py): transformers' Llama, bf16 linears,
 fp32 embed_tokens / lm_head / norms as axolotl's loader leaves them, torch.autocast bf16 and SDPA: a block saves
 10 bytes per token and hidden feature more with trained norms (66.09h against 56.09h), 6 more with frozen ones
@@ -62,10 +67,11 @@ def block_terms(a, t, training) -> Dict[str, int]:
     return {TERM: bits} if bits else {}
 
 
-def head_terms(a, t, training, vocab: int) -> Dict[str, int]:
-    """The output end: the final norm's fp32 normalised input (when it trains) and the head weight's 16-bit copy."""
+def head_terms(a, t, training, vocab: int, narrow_norm: bool = True) -> Dict[str, int]:
+    """The output end: the head weight's 16-bit copy and, where the rest counts 16-bit activations
+    (`narrow_norm`), the trained final norm's fp32 normalised input."""
     trains = training is None or training.final_norm
     out = {"output projection weight (autocast's 16-bit copy)": NARROW_CAST * vocab * a.hidden}
-    if a.norm == "rmsnorm" and trains:
+    if narrow_norm and a.norm == "rmsnorm" and trains:
         out["final norm fp32 output (fp32 stream)"] = (WIDE - NARROW_CAST) * t.outside * a.hidden
     return out
