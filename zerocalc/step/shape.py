@@ -46,12 +46,13 @@ def activation_args(scenario, workload) -> tuple:
     """activations.activations()'s arguments for one rank of the workload (every rank runs the same block)."""
     layout, ft = workload.layout, workload.finetune
     bits = DTYPE_BITS[workload.activation_dtype or scenario.comm_dtype or scenario.param_dtype]
-    # fp32 embeddings, head and norms beside 16-bit compute (autocast): an fp32 residual stream (fp32_stream.py).
-    # prepare_model_for_kbit_training's upcast is one (its 4-bit linears cast their outputs back to the fp32
-    # input's dtype, so every activation counts at 32 bits); axolotl's fp32 copies another
-    stream = 32 if (ft.fp32_embed_norms or ft.quantized and ft.kbit_prepare) and bits < 32 else 0
+    narrow = bits < 32
     if ft.quantized and ft.kbit_prepare and not workload.activation_dtype:
         bits = 32                 # prepare_model_for_kbit_training's fp32 norms and embedding: an fp32 stream
+    # fp32 embeddings, head and norms beside 16-bit compute (autocast): an fp32 residual stream (fp32_stream.py):
+    # axolotl's fp32 copies, or k-bit preparation's upcast (its 4-bit linears return the fp32 input's dtype, so
+    # every activation counts at 32 bits above and only the head's 16-bit weight copy is added)
+    stream = 32 if narrow and (ft.fp32_embed_norms or ft.quantized and ft.kbit_prepare and bits == 32) else 0
     training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
     row = loss_row(workload)
     saved = (bits if row.saved == "w" else row.saved, row.saved_name)

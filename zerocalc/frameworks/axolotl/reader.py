@@ -15,9 +15,10 @@ axolotl-ai-cloud/axolotl commit 067b021c8b87a9e5e380b9173c704cf7340e30f5:
   where asked; the model loads in that dtype (cfg.torch_dtype), and a full fine-tune's weights, gradients and
   AdamW states live in it outside FSDP / DeepSpeed, but for the embeddings, head and norms: loaders/model.py puts
   them in fp32 and casts them back only for attention kernels other than SDPA / eager (fp32_embed_norms: they
-  train in fp32, and the residual stream is fp32 under autocast). LoRA adapters are fp32 (peft's autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double
-  quantization (loaders/model.py), and nothing else stays fp32: prepare_model_for_kbit_training's upcast is cast
-  back (should_convert) or skipped (FSDP, ZeRO-3);
+  train in fp32, and the residual stream is fp32 under autocast). LoRA adapters are fp32 (peft's
+  autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double quantization (loaders/model.py), and nothing
+  else stays fp32: prepare_model_for_kbit_training's upcast is cast back (should_convert) or skipped (FSDP,
+  ZeRO-3);
 - FSDP: axolotl hands fsdp and fsdp_config to TrainingArguments (core/builders/base.py), which the Trainer's FSDP
   reader (hf_trainer/fsdp.py) then reads; accelerate upcasts the trainable weights to fp32 shards.
 """
@@ -379,7 +380,7 @@ class _Reader:
             return
         if mode in (None, "full"):
             # the weights, their gradients and AdamW's states in the loaded dtype (but the fp32 ones below)
-            src = f"{dtype}: axolotl loads the model in it and trains it as loaded (no fp32 copy)"
+            src = f"{dtype}: axolotl loads the model in it and trains it as loaded (no fp32 master copy)"
             for field, value in (("convention", "pure-bf16" if dtype == "bf16" else "fsdp2"),
                                  ("param_dtype", dtype), ("grad_dtype", dtype),
                                  ("master_dtype", None), ("grad_accum_dtype", None), ("optimizer_dtype", dtype),
