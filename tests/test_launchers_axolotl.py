@@ -79,6 +79,15 @@ def test_a_full_fine_tune_under_sdpa_keeps_fp32_embeddings_and_norms():
         assert "fp32_embed_norms" not in import_axolotl(yaml.safe_dump(edited)).finetune, attention
 
 
+def test_fp32_norms_is_named_as_not_counted():
+    """utils/fp32_norms.py keeps the norms in fp32 on request: their outputs cost 6 bytes per token and feature a
+    Llama block more (measured the way tests/measure/fp32_stream.py measures), which zerocalc does not count and
+    says so instead of 'no effect'."""
+    got = import_axolotl(BASE + "flash_attention: true\nfp32_norms: true\n")
+    reason = next(i["reason"] for i in got.ignored_keys if i["key"] == "fp32_norms")
+    assert "not counted" in reason and "no effect" not in reason
+
+
 def test_fsdp1_with_offload_shards_everything_to_the_cpu():
     got = import_axolotl(text("llama3_qlora_fsdp_70b.yaml"))
     assert got.model == "llama-3-70b" and got.selected_stage == 3

@@ -72,6 +72,10 @@ IGNORED = {
     "counted)", "flash_attn_fuse_mlp": "a fused MLP kernel: not modelled (the unfused MLP's tensors counted)",
     "flash_attn_cross_entropy": "flash-attn's cross entropy: not modelled (give --loss)",
     "tiled_mlp": "ALST's tiled MLP: not modelled (the untiled MLP's activations are counted)",
+    "fp32_norms": "the norms kept in fp32 (utils/fp32_norms.py): not counted; each norm's fp32 output is cast to 16 "
+    "bits by every linear that reads it, 6 bytes per token and hidden feature a Llama block more than zerocalc "
+    "counts (measured on the CPU as zerocalc/step/fp32_stream.py measures the fp32 stream)",
+    "fp32_norm_classes": "read with fp32_norms (not counted)",
     "min_sample_len": DATA, "lora_r": "read only with adapter lora or qlora", "lora_dropout": "read only with "
     "adapter lora or qlora", "lora_target_linear": "read only with adapter lora or qlora", "lora_target_modules":
     "read only with adapter lora or qlora", "lora_modules_to_save": "read only with adapter lora or qlora",
