@@ -61,6 +61,26 @@ def test_qlora_k_bit_preparation_keeps_the_head_weight_16bit_copy():
         assert "final norm fp32 output (fp32 stream)" not in head      # 32-bit activations count the norm already
 
 
+@pytest.mark.parametrize("frozen_norms", [False, True])
+def test_fp32_norms_alone_cost_what_the_importers_say_they_do_not_count(frozen_norms):
+    """Norms alone in fp32 (axolotl's fp32_norms, LLaMA-Factory's upcast_layernorm): the stream stays 16-bit, but
+    each linear casts the norm's fp32 output itself: +6 bytes per token and feature a Llama block, trained or
+    frozen, nothing at the head; the importers name the key as not counted with that figure."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from tests.measure.fp32_stream import saved_bytes
+    from zerocalc.frameworks import import_config
+    base, norms = saved_bytes(False, frozen_norms), saved_bytes(True, frozen_norms, norms_only=True)
+    assert norms["block"] - base["block"] == 6 * T * H and norms["head"] == base["head"]
+    axolotl = import_axolotl("base_model: NousResearch/Meta-Llama-3-8B\nmicro_batch_size: 1\n"
+                             "gradient_accumulation_steps: 1\nflash_attention: true\nfp32_norms: true\n")
+    factory = import_config("llamafactory", "model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: sft\n"
+                            "finetuning_type: lora\nupcast_layernorm: true\n")
+    for got, key in ((axolotl, "fp32_norms"), (factory, "upcast_layernorm")):
+        reason = next(i["reason"] for i in got.ignored_keys if i["key"] == key)
+        assert "not counted" in reason and "6 bytes per token" in reason, reason
+
+
 def test_the_rule_counts_each_linear_reading_a_norm():
     """q, k, v each cast the attention norm's fp32 output, gate and up the MLP norm's: fused modules cast once."""
     from zerocalc.step.fp32_stream import TERM, block_terms

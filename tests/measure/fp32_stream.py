@@ -18,8 +18,9 @@ from typing import Dict
 
 def saved_bytes(fp32_parts: bool, frozen_norms: bool = False, hidden: int = 256, ffn: int = 1024,
                 heads: int = 4, kv_heads: int = 4, vocab: int = 512, tokens: int = 128,
-                tied: bool = False) -> Dict[str, int]:
-    """Bytes autograd saves in the second decoder layer ("block") and after the last one ("head")."""
+                tied: bool = False, norms_only: bool = False) -> Dict[str, int]:
+    """Bytes autograd saves in the second decoder layer ("block") and after the last one ("head"). `norms_only`
+    moves only the norms to fp32 (axolotl's fp32_norms, LLaMA-Factory's upcast_layernorm): the stream stays 16-bit."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -31,7 +32,7 @@ def saved_bytes(fp32_parts: bool, frozen_norms: bool = False, hidden: int = 256,
     model = LlamaForCausalLM(cfg).to(torch.bfloat16)
     if fp32_parts:
         for name, module in model.named_modules():
-            if "norm" in name or name.endswith("embed_tokens") or name == "lm_head":
+            if "norm" in name or not norms_only and (name.endswith("embed_tokens") or name == "lm_head"):
                 module.to(torch.float32)
     if frozen_norms:
         for name, p in model.named_parameters():

@@ -51,6 +51,11 @@ IGNORED = {
     "mask_history": DATA, "image_max_pixels": "multimodal inputs are not modelled",
     "video_max_pixels": "multimodal inputs are not modelled",
     "adapter_name_or_path": "a starting adapter: its weights are the same size as a fresh one",
+    "upcast_layernorm": "the norms' weights in fp32 (model_utils/checkpointing.py prepare_model_for_training): not "
+    "counted; each norm's fp32 output is cast to 16 bits by every linear that reads it, 6 bytes per token and "
+    "hidden feature a Llama block more than zerocalc counts (measured on the CPU, trained or frozen norms)",
+    "upcast_lmhead_output": "a hook casting the head's output to fp32: the logits are held in fp32 and the loss's "
+    "upcast then copies nothing; the step's peak (the loss's backward) holds the same tensors",
 }
 
 
