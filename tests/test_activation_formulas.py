@@ -94,8 +94,9 @@ VARIANTS = [
     {"model": "llama-3-8b", "finetune": "freeze", "train_last_layers": "4"},
     {"model": "llama-3-8b", "activation_dtype": "fp32", "micro_batch": "3", "seq_len": "1000"},
     # an fp32 residual stream (axolotl's fp32 embeddings and norms: zerocalc/step/fp32_stream.py)
-    {"model": "llama-3-8b", "fp32_embed_norms": "true"},
-    {"model": "qwen3-8b", "fp32_embed_norms": "true", "recompute": "full"},
+    {"model": "llama-3-8b", "fp32_parts": "embed-head-norms"},
+    {"model": "qwen3-8b", "fp32_parts": "embed-head-norms", "recompute": "full"},
+    {"model": "llama-3-8b", "finetune": "lora", "fp32_parts": "norms"},
     # Megatron's recompute modules and methods (zerocalc/step/megatron_recompute.py)
     {"model": "deepseek-v2-lite", "recompute": "selective", "recompute_modules": "layernorm,mla_up_proj,moe"},
     {"model": "deepseek-v3", "workers": "8", "tp": "2", "sequence_parallel": "true", "implementation": "megatron",

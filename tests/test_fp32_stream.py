@@ -1,4 +1,4 @@
-"""An fp32 residual stream (FineTune.fp32_embed_norms, zerocalc/step/fp32_stream.py): axolotl's loader keeps
+"""An fp32 residual stream (FineTune.fp32_parts, zerocalc/step/fp32_stream.py): axolotl's loader keeps
 embed_tokens, lm_head and the norms in fp32 beside a 16-bit model unless the attention kernel needs them cast back
 (axolotl-ai-cloud/axolotl src/axolotl/loaders/model.py _configure_embedding_dtypes, attn_needs_dtype_cast), so
 those weights train in fp32 and the residual stream is fp32 under autocast. The activation terms are checked
@@ -62,23 +62,32 @@ def test_qlora_k_bit_preparation_keeps_the_head_weight_16bit_copy():
 
 
 @pytest.mark.parametrize("frozen_norms", [False, True])
-def test_fp32_norms_alone_cost_what_the_importers_say_they_do_not_count(frozen_norms):
-    """Norms alone in fp32 (axolotl's fp32_norms, LLaMA-Factory's upcast_layernorm): the stream stays 16-bit, but
-    each linear casts the norm's fp32 output itself: +6 bytes per token and feature a Llama block, trained or
-    frozen, nothing at the head; the importers name the key as not counted with that figure."""
+def test_fp32_norms_alone_add_what_transformers_saves(frozen_norms):
+    """Norms alone in fp32 (fp32_parts norms: axolotl's fp32_norms, LLaMA-Factory's upcast_layernorm): the stream
+    stays 16-bit, but each linear casts the norm's fp32 output itself: +6 bytes per token and feature a Llama
+    block, trained or frozen, nothing at the head."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from tests.measure.fp32_stream import saved_bytes
-    from zerocalc.frameworks import import_config
     base, norms = saved_bytes(False, frozen_norms), saved_bytes(True, frozen_norms, norms_only=True)
     assert norms["block"] - base["block"] == 6 * T * H and norms["head"] == base["head"]
-    axolotl = import_axolotl("base_model: NousResearch/Meta-Llama-3-8B\nmicro_batch_size: 1\n"
-                             "gradient_accumulation_steps: 1\nflash_attention: true\nfp32_norms: true\n")
-    factory = import_config("llamafactory", "model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: sft\n"
-                            "finetuning_type: lora\nupcast_layernorm: true\n")
-    for got, key in ((axolotl, "fp32_norms"), (factory, "upcast_layernorm")):
-        reason = next(i["reason"] for i in got.ignored_keys if i["key"] == key)
-        assert "not counted" in reason and "6 bytes per token" in reason, reason
+    a = Architecture(layers=2, hidden=H, heads=4, ffn=F, vocab=V, seq_len=T)
+    train = Training(frozenset(BLOCK), frozenset(), norms=False, embedding=True, head=True) if frozen_norms else None
+    narrow, wide = (activations(a, 1, T, 16, "flash", "none", "huggingface", training=train, fp32_norms=n)
+                    for n in (False, True))
+    assert sum(wide.per_layer.values()) - sum(narrow.per_layer.values()) == norms["block"] - base["block"]
+    assert wide.head == narrow.head
+
+
+def test_the_launchers_norm_upcasts_set_fp32_norms():
+    from zerocalc.frameworks import import_config
+    factory = "model_name_or_path: meta-llama/Meta-Llama-3-8B\nstage: sft\nfinetuning_type: lora\nbf16: true\n" \
+              "upcast_layernorm: true\n"
+    assert import_config("llamafactory", factory).finetune["fp32_parts"] == "norms"
+    quantized = import_config("llamafactory", factory + "quantization_bit: 4\n")       # not measured: named
+    assert "fp32_parts" not in quantized.finetune
+    reason = next(i["reason"] for i in quantized.ignored_keys if i["key"] == "upcast_layernorm")
+    assert "not counted" in reason and "6 bytes per token" in reason
 
 
 def test_the_rule_counts_each_linear_reading_a_norm():
@@ -117,12 +126,12 @@ def _axolotl(attention):
 @pytest.mark.parametrize("attention", [None, "sdpa", "eager"])
 def test_axolotl_full_fine_tunes_under_sdpa_or_eager_keep_the_fp32_copies(attention):
     got = _axolotl(attention)
-    assert got.finetune.get("fp32_embed_norms") is True
-    assert "_configure_embedding_dtypes" in got.sources["finetune.fp32_embed_norms"]
+    assert got.finetune.get("fp32_parts") == "embed-head-norms"
+    assert "_configure_embedding_dtypes" in got.sources["finetune.fp32_parts"]
 
 
 def test_flash_attention_casts_them_back():
-    assert "fp32_embed_norms" not in _axolotl("flash_attention_2").finetune
+    assert "fp32_parts" not in _axolotl("flash_attention_2").finetune
 
 
 def test_the_fp32_rows_train_at_16_bytes_a_parameter_under_pure_bf16():
@@ -132,15 +141,20 @@ def test_the_fp32_rows_train_at_16_bytes_a_parameter_under_pure_bf16():
     from zerocalc.parallel.ranks import report_for
     flags = ["--model", "llama-3.2-1b", "--convention", "pure-bf16", "--gpu", "H100-SXM-80GB"]
     totals = []
-    for value in ("no", "yes"):
-        s, _a, w, _ = _inputs(build_parser().parse_args(flags + ["--fp32-embed-norms", value]))
+    for value in ("none", "embed-head-norms"):
+        s, _a, w, _ = _inputs(build_parser().parse_args(flags + ["--fp32-parts", value]))
         totals.append(report_for(s, w).ranks[0].peaks[0].phases["optimizer_step"]["model states"])
     norms = 2 * 16 * 2048 + 2048                   # Llama-3.2-1B: two norms in each of 16 blocks, the final norm
     embed = 128256 * 2048                          # tied: one matrix for embed_tokens and lm_head
     assert totals[1] - totals[0] == (16 - 8) * (embed + norms)
 
 
-def test_the_fields_refuse_a_non_boolean():
+def test_the_field_refuses_what_was_not_measured():
+    """embed-head-norms was measured on a full fine-tune, the fp32 parts beside 16-bit linears, not 4-bit ones."""
     from zerocalc.scenario import FieldError
-    with pytest.raises(FieldError):
-        FineTune(fp32_embed_norms="yes")
+    for bad in (dict(fp32_parts="yes"), dict(mode="lora", fp32_parts="embed-head-norms"),
+                dict(mode="qlora", fp32_parts="norms")):
+        with pytest.raises(FieldError) as err:
+            FineTune(**bad)
+        assert err.value.field == "fp32_parts"
+    assert FineTune(mode="lora", fp32_parts="norms").fp32_parts == "norms"

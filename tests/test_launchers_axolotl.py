@@ -68,23 +68,28 @@ def test_a_full_fine_tune_under_sdpa_keeps_fp32_embeddings_and_norms():
     loading and come back only for kernels other than SDPA / eager (attn_needs_dtype_cast) or cut_cross_entropy;
     tests/test_fp32_stream.py checks what that costs."""
     flash = import_axolotl(text("llama3_fft_8b.yaml"))                   # attn_implementation: flash_attention_2
-    assert "fp32_embed_norms" not in flash.finetune
+    assert "fp32_parts" not in flash.finetune
     body = yaml.safe_load(text("llama3_fft_8b.yaml"))
     for attention in (None, "sdpa", "eager"):
         edited = {k: v for k, v in body.items() if k != "attn_implementation"}
         if attention:
             edited["attn_implementation"] = attention
-        assert import_axolotl(yaml.safe_dump(edited)).finetune["fp32_embed_norms"] is True, attention
+        assert import_axolotl(yaml.safe_dump(edited)).finetune["fp32_parts"] == "embed-head-norms", attention
         edited["plugins"] = ["axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin"]
-        assert "fp32_embed_norms" not in import_axolotl(yaml.safe_dump(edited)).finetune, attention
+        assert "fp32_parts" not in import_axolotl(yaml.safe_dump(edited)).finetune, attention
 
 
-def test_fp32_norms_is_named_as_not_counted():
-    """utils/fp32_norms.py keeps the norms in fp32 on request: their outputs cost 6 bytes per token and feature a
-    Llama block more (measured the way tests/measure/fp32_stream.py measures), which zerocalc does not count and
-    says so instead of 'no effect'."""
-    got = import_axolotl(BASE + "flash_attention: true\nfp32_norms: true\n")
-    reason = next(i["reason"] for i in got.ignored_keys if i["key"] == "fp32_norms")
+def test_fp32_norms_keeps_the_norms_in_fp32_where_the_rest_is_cast_back():
+    """utils/fp32_norms.py: fp32_norms keeps the norm classes in fp32 when loaders/model.py casts the rest back
+    (flash attention, adapters): fp32_parts norms; under a quantized base it is named as not counted."""
+    flash = import_axolotl(BASE + "flash_attention: true\nfp32_norms: true\n")
+    assert flash.finetune["fp32_parts"] == "norms" and flash.sources["finetune.fp32_parts"].startswith("fp32_norms")
+    sdpa = import_axolotl(BASE + "fp32_norms: true\n")               # the embeddings and head stay fp32 too
+    assert sdpa.finetune["fp32_parts"] == "embed-head-norms" and not any(
+        i["key"] == "fp32_norms" for i in sdpa.ignored_keys)
+    qlora = import_axolotl(BASE + "adapter: qlora\nload_in_4bit: true\nlora_r: 8\nfp32_norms: true\n")
+    assert "fp32_parts" not in qlora.finetune
+    reason = next(i["reason"] for i in qlora.ignored_keys if i["key"] == "fp32_norms")
     assert "not counted" in reason and "no effect" not in reason
 
 
@@ -149,7 +154,7 @@ def test_defaults_when_the_keys_are_absent():
     assert got.workload["seq_len"] == 512 and got.workload["recompute"] == "none"   # sequence_len, GC defaults
     assert got.workload["attention"] == "flash"                                       # SDPA
     assert got.scenario["optimizer"] == "adamw" and got.scenario["optimizer_impl"] == "fused"
-    assert got.finetune == {"mode": "full", "fp32_embed_norms": True}      # SDPA: the fp32 copies stay
+    assert got.finetune == {"mode": "full", "fp32_parts": "embed-head-norms"}      # SDPA: the fp32 copies stay
     fp16 = import_axolotl(BASE + "fp16: true\n")
     assert fp16.scenario["param_dtype"] == "fp16"               # resolve_dtype: fp16 turns bf16 auto off
     fp32 = import_axolotl(BASE + "bf16: false\n")

@@ -83,7 +83,7 @@ LABELS = {
     "quant_type": "Base quantization", "quant_block_size": "4-bit block size",
     "double_quant": "Double quantization (quantize the scales)",
     "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
-    "fp32_embed_norms": "Embeddings, head and norms in fp32",
+    "fp32_parts": "Kept in fp32 by the loader",
     # vision-language models (issue 37: ui/state/vision.py)
     "images_per_sample": "Images per sample", "image_width": "Image width (px)", "image_height": "Image height (px)",
     "pixel_budget": "Pixel budget per image (0: the checkpoint's)", "video_frames": "Video frames per sample (Qwen)",
@@ -362,10 +362,10 @@ HELP = {
                     "blocks.",
     "kbit_prepare": "peft's prepare_model_for_kbit_training upcasts every non-quantized weight (embedding, head, "
                     "norms) to fp32, so activations are fp32 too.",
-    "fp32_embed_norms": "axolotl keeps embed_tokens, lm_head and the norms in fp32 after loading unless the "
-                        "attention kernel needs them cast back (flash attention) or FSDP shards the model: they "
-                        "train in fp32 (4-byte weights and gradients, 8-byte AdamW states) and the residual "
-                        "stream is fp32 under autocast.",
+    "fp32_parts": "Tensors a launcher keeps in fp32 beside a 16-bit model. norms: LLaMA-Factory's "
+                  "upcast_layernorm, axolotl's fp32_norms (each linear then casts a norm's fp32 output itself). "
+                  "embed-head-norms: axolotl's full fine-tune without flash attention or FSDP (fp32 weights, "
+                  "gradients and AdamW states for those tensors, and an fp32 residual stream under autocast).",
     "train_last_layers": "Freeze every block before the last k; they save no activations either.",
     "train_modules": "Modules trained in full beside the last k blocks (the rest stay frozen).",
     "images_per_sample": "Images in each sample, through the family's processor rule; their tokens join the "

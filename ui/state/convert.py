@@ -172,7 +172,16 @@ def finetune(state: dict) -> FineTune:
         train_modules=tuple(state["train_modules"]), base_dtype=_auto(state["base_dtype"]),
         quant_type=state["quant_type"], quant_block_size=int(state["quant_block_size"]),
         double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"],
-        fp32_embed_norms=state["fp32_embed_norms"] and state["finetune"] == "full", versions=step_versions(state))
+        fp32_parts=_fp32_parts(state), versions=step_versions(state))
+
+
+def _fp32_parts(state: dict) -> str:
+    """The page keeps the field's value while another mode is shown: only the parts that mode allows reach the
+    core (embed-head-norms a full fine-tune's, none under a quantized base)."""
+    parts = state["fp32_parts"]
+    if state["finetune"] == "qlora" or parts == "embed-head-norms" and state["finetune"] != "full":
+        return "none"
+    return parts
 
 
 def _auto(value):

@@ -16,8 +16,8 @@ from zerocalc.step.deepep import DISPATCHERS
 from zerocalc.step.activations import ATTENTION, IMPLEMENTATIONS, RECOMPUTE
 from zerocalc.model.architecture import (ACTIVATIONS, KV_EXPANDS, MOE_LIMITS, NORMS, POSITIONS, QK_NORMS, ROUTERS,
                                         Architecture)
-from zerocalc.model.finetune import (ALL_LINEAR, HEAD_TARGET, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE, TARGETS,
-                                     TRAINABLE_MODULES)
+from zerocalc.model.finetune import (ALL_LINEAR, FP32_PARTS, HEAD_TARGET, MODES, QUANT_BLOCKS, QUANT_TYPES, SAVEABLE,
+                                     TARGETS, TRAINABLE_MODULES)
 from zerocalc.gpus import DEFAULT_GPU, GPU_CATALOG
 from zerocalc.layout import LAYOUT_LIMITS, SCHEDULES
 from .stages import stage_fields
@@ -74,9 +74,9 @@ ARCH_FIELDS = BASIC_ARCH_FIELDS + VARIANT_ARCH_FIELDS + ("mtp_layers",)    # MTP
 # Fine-tuning (zerocalc.model.finetune.FineTune): which fields each training mode reads; the others do not matter
 # for it.
 _LORA = ("lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save", "base_dtype")
-FINETUNE_MODE_FIELDS = {"full": ("fp32_embed_norms",), "freeze": ("train_last_layers", "train_modules", "base_dtype"),
-                        "lora": _LORA,
-                        "dora": _LORA,
+FINETUNE_MODE_FIELDS = {"full": ("fp32_parts",),
+                        "freeze": ("train_last_layers", "train_modules", "base_dtype", "fp32_parts"),
+                        "lora": _LORA + ("fp32_parts",), "dora": _LORA + ("fp32_parts",),
                         "qlora": _LORA + ("quant_type", "quant_block_size", "double_quant", "kbit_prepare")}
 FINETUNE_FIELDS = ("finetune",) + tuple(dict.fromkeys(n for names in FINETUNE_MODE_FIELDS.values() for n in names))
 DISPLAY_FIELDS = ("units", "breakdown")       # how the answer is shown, never what it is: no byte depends on them
@@ -136,7 +136,7 @@ FIELDS: Tuple[Field, ...] = (
     Field("modules_to_save", "multi", (), SAVEABLE), _i("train_last_layers", 0, 10_000, 0),
     Field("train_modules", "multi", (), TRAINABLE_MODULES), _c("base_dtype", ("auto",) + DTYPES, "auto"),
     _c("quant_type", QUANT_TYPES, "nf4"), _c("quant_block_size", tuple(str(b) for b in QUANT_BLOCKS), "64"),
-    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True), Field("fp32_embed_norms", "bool", False),
+    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True), _c("fp32_parts", tuple(FP32_PARTS), "none"),
     # working-set assumptions (DeepSpeed defaults, elements)
     _i("reduce_bucket_size", *_W["reduce_bucket_size"], 500_000_000, kind="count"),
     _i("allgather_bucket_size", *_W["allgather_bucket_size"], 500_000_000, kind="count"),

@@ -12,7 +12,7 @@ from .. import __version__
 from ..answers.sweep import AXES
 from ..gpus import GPU_CATALOG
 from ..layout import SCHEDULES, STAGE_SPLITS
-from ..model.finetune import MODES, QUANT_TYPES, SAVEABLE, TRAINABLE_MODULES
+from ..model.finetune import FP32_PARTS, MODES, QUANT_TYPES, SAVEABLE, TRAINABLE_MODULES
 from ..model.presets import MODEL_PRESETS
 from ..step.activations import ATTENTION, IMPLEMENTATIONS
 from ..step.allocator import ALLOCATORS
@@ -206,9 +206,10 @@ def _finetune(g) -> None:
     g.add_argument("--double-quant", choices=("yes", "no"), help="quantize the 4-bit scales too (default yes)")
     g.add_argument("--kbit-prepare", choices=("yes", "no"), help="qlora: peft's prepare_model_for_kbit_training "
                                                                  "(fp32 non-quantized weights; default yes)")
-    g.add_argument("--fp32-embed-norms", choices=("yes", "no"),
-                   help="embed_tokens, lm_head and the norms kept in fp32 beside a 16-bit model, an fp32 residual "
-                        "stream under autocast (axolotl without flash attention or FSDP; default no)")
+    g.add_argument("--fp32-parts", choices=tuple(FP32_PARTS),
+                   help="tensors a loader keeps in fp32 beside a 16-bit model: norms (LLaMA-Factory's "
+                        "upcast_layernorm, axolotl's fp32_norms), embed-head-norms (axolotl's full fine-tune "
+                        "without flash attention or FSDP: an fp32 residual stream under autocast); default none")
     g.add_argument("--versions", type=_versions, metavar="LIB=VERSION,...",
                    help="the library releases the run used, e.g. transformers=4.45,bitsandbytes=0.43.1 (default: "
                         + ", ".join(f"{k} {v}" for k, v in VERSION_DEFAULTS.items())

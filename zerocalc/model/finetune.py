@@ -57,8 +57,11 @@ _MODULE_TARGETS = {
 }
 
 
-BOOL_FIELDS = ("double_quant", "kbit_prepare", "fp32_embed_norms")
-FP32_ROLES = ("embedding", "head", "norm")      # FineTune.fp32_embed_norms: the rows it keeps in fp32
+BOOL_FIELDS = ("double_quant", "kbit_prepare")
+# FineTune.fp32_parts: what a loader keeps in fp32 beside a 16-bit model -> the inventory roles it keeps so
+# (step/fp32_stream.py counts what that saves): the norms alone (LLaMA-Factory's upcast_layernorm, axolotl's
+# fp32_norms), or the embedding, head and norms (axolotl's loader without a kernel that casts them back)
+FP32_PARTS = {"none": (), "norms": ("norm",), "embed-head-norms": ("embedding", "head", "norm")}
 
 
 @dataclass(frozen=True)
@@ -76,10 +79,9 @@ class FineTune:
     quant_block_size: int = 64
     double_quant: bool = True
     kbit_prepare: bool = True              # qlora: peft's prepare_model_for_kbit_training (fp32 non-quantized)
-    # full fine-tuning: embed_tokens, lm_head and every norm stored in fp32 beside a 16-bit model (axolotl's loader
-    # without a kernel that needs them cast back), their gradients and optimizer states in fp32 too, and an fp32
-    # residual stream under autocast (step/fp32_stream.py)
-    fp32_embed_norms: bool = False
+    # FP32_PARTS: tensors a loader keeps in fp32 beside a 16-bit model (with their gradients and optimizer states
+    # when they train); embed-head-norms makes the residual stream fp32 under autocast (step/fp32_stream.py)
+    fp32_parts: str = "none"
     # The library releases the run used, beyond the defaults (versions.py: sorted (library, version) pairs; only
     # those differing from versions.DEFAULTS, so equal plans compare equal): older releases keep other bytes
     versions: Tuple[Tuple[str, str], ...] = ()
@@ -111,8 +113,11 @@ class FineTune:
         for field in BOOL_FIELDS:
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
-        if self.fp32_embed_norms and self.mode != "full":      # measured for a full fine-tune (fp32_stream.py)
-            raise FieldError("fp32_embed_norms", True, "false unless finetune is full")
+        require_choice("fp32_parts", self.fp32_parts, tuple(FP32_PARTS))
+        if self.fp32_parts == "embed-head-norms" and self.mode != "full":     # measured on a full fine-tune
+            raise FieldError("fp32_parts", self.fp32_parts, "none or norms unless finetune is full")
+        if self.fp32_parts != "none" and self.quantized:      # a 4-bit linear returns its input's dtype: unmeasured
+            raise FieldError("fp32_parts", self.fp32_parts, "none with a quantized base (kbit_prepare says it)")
 
     @property
     def adapters(self) -> bool:
@@ -260,8 +265,10 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
     MLP names onto the fused experts (peft_converts_experts); "linears" / "linears, named": the experts are
     per-expert nn.Linear modules (transformers < 5), quantized under QLoRA and targeted by all-linear (and by
     the named targets with "named")."""
-    if ft.mode == "full":                 # the loader's fp32 copies (FineTune.fp32_embed_norms)
-        return tuple(t._replace(storage="fp32") if ft.fp32_embed_norms and t.role in FP32_ROLES else t for t in rows)
+    kept = FP32_PARTS[ft.fp32_parts]      # the loader's fp32 copies, trained or frozen
+    rows = tuple(t._replace(storage="fp32") if t.role in kept else t for t in rows) if kept else rows
+    if ft.mode == "full":
+        return rows
     linears = str(converts_experts).startswith("linears")
     converted = converts_experts in (True, "fused") and ft.mode != "dora"
     gated = any(t.name == "experts.gate_up_proj" and t.shape[1] == 2 * d.shape[2] for t in rows for d in rows
@@ -279,15 +286,16 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
             trained = (t.module in ft.train_modules or (t.role == "norm" and "norms" in ft.train_modules)
                        or (t.tied and "embed_tokens" in ft.train_modules))
             if t.place == "layer" and boundary < layers and not trained:
-                out.append(_frozen(t, ft, base)._replace(first_layer=0, stop_layer=boundary))
+                out.append(_frozen(t, ft, "fp32" if t.role in kept else base)._replace(first_layer=0,
+                                                                                      stop_layer=boundary))
                 out.append(t._replace(first_layer=boundary))
             else:
-                out.append(t if trained else _frozen(t, ft, base))
+                out.append(t if trained else _frozen(t, ft, "fp32" if t.role in kept else base))
             continue
         quantize = ft.quantized and t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES
         if linears and ft.quantized and t.place == "layer" and t.role in ("router", "expert"):
             quantize = len(t.shape) == 3 or t.role == "router" and len(t.shape) == 2    # weights, not biases
-        out.append(_frozen(t, ft, ft.quant_type if quantize else base))
+        out.append(_frozen(t, ft, ft.quant_type if quantize else "fp32" if t.role in kept else base))
         remapped = converted and t.role in ("mlp", "shared expert")     # peft moved gate/up/down to the experts
         if t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES and is_targeted(t.module, ft) \
                 and not remapped:
@@ -343,12 +351,11 @@ def describe(ft: FineTune, param_dtype: str) -> str:
     """One sentence naming what trains and how the frozen base is stored, for reports and the page."""
     base = ft.base_dtype or param_dtype
     if ft.mode == "full":
-        return "full fine-tuning: every parameter trains" + (
-            "; embed_tokens, lm_head and the norms in fp32 (an fp32 residual stream under autocast)"
-            if ft.fp32_embed_norms else "")
+        return "full fine-tuning: every parameter trains" + FP32_TEXT[ft.fp32_parts]
     if ft.mode == "freeze":
         trained = ([f"the last {ft.train_last_layers} blocks"] if ft.train_last_layers else []) + list(ft.train_modules)
-        return (f"frozen base ({base}); training " + (", ".join(trained) if trained else "nothing"))
+        return (f"frozen base ({base}); training " + (", ".join(trained) if trained else "nothing")
+                + FP32_TEXT[ft.fp32_parts])
     targets = "all linear layers of the blocks" if ft.lora_targets == (ALL_LINEAR,) else (
         ", ".join(ft.lora_targets) if ft.lora_targets else "no modules")
     kind = {"lora": "LoRA", "dora": "DoRA", "qlora": "QLoRA"}[ft.mode]
@@ -364,4 +371,9 @@ def describe(ft: FineTune, param_dtype: str) -> str:
         text += f", frozen base in {base}"
     if ft.modules_to_save:
         text += f"; trained copies of {', '.join(ft.modules_to_save)}"
-    return text
+    return text + FP32_TEXT[ft.fp32_parts]
+
+
+FP32_TEXT = {"none": "", "norms": "; the norms in fp32",
+             "embed-head-norms": "; embed_tokens, lm_head and the norms in fp32 (an fp32 residual stream under "
+                                 "autocast)"}

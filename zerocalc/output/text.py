@@ -23,6 +23,10 @@ from .groups import group_bytes, group_label, group_ledgers, trainable_counts
 from .batch import batch_dict, batch_lines
 from .report import ledger_rows, recipe_text, verdicts_of
 
+# FineTune.fp32_parts: what the activations line adds (step/fp32_stream.py)
+STREAM_TEXT = {"norms": " with fp32 norms",
+               "embed-head-norms": " with an fp32 residual stream (fp32 embeddings and norms)"}
+
 
 def recompute_text(workload) -> str:
     """"full", or "full, one block in 2" under torchtitan-style layer recompute."""
@@ -218,7 +222,7 @@ def peak_text(report, units, measured: dict = None) -> str:
         f"Peak working set per GPU on {workload.gpu_label} ({capacity_text(workload, unit)}): "
         f"micro-batch {workload.micro_batch}, sequence {workload.seq_len}, {workload.attention} attention, "
         f"recompute {recompute_text(workload)}, {shape.act_bits}-bit activations"
-        f"{' with an fp32 residual stream (fp32 embeddings and norms)' if workload.finetune.fp32_embed_norms else ''}"
+        f"{STREAM_TEXT.get(workload.finetune.fp32_parts, '')}"
         f" ({workload.implementation}"
         f"{', fused cross entropy' if workload.loss_fusion else ''}); recipe: {recipe_text(workload)}.",
         versions_line(workload.finetune.versions, family_of(workload.arch)),

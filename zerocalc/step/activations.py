@@ -287,7 +287,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                 loss_saved: tuple = (STAT_BITS, "loss log-softmax (fp32)"),
                 compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = DEFAULT_MODULES,
                 recompute_method: str = "uniform", recompute_num_layers: int = 1,
-                stream_bits: int = 0) -> ActivationReport:
+                stream_bits: int = 0, fp32_norms: bool = False) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
@@ -302,7 +302,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     `recompute_num_layers`: Megatron's full recompute of the first N blocks ("block") or of groups of N ("uniform"),
     counted here over the model as one chunk (step/shape.py counts each chunk). `stream_bits` 32: an fp32
     residual stream (fp32 embeddings, head and norms) beside 16-bit linears under autocast (step/fp32_stream.py;
-    with `bits` 32 too, as QLoRA's k-bit preparation counts, only the head's 16-bit weight copy is added), 0: none."""
+    with `bits` 32 too, as QLoRA's k-bit preparation counts, only the head's 16-bit weight copy is added), 0: none;
+    `fp32_norms`: the norms alone in fp32, the stream `bits` wide (each linear casts a norm's output itself)."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -359,8 +360,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
             first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
             held = (first, kind)
 
-    if stream > w:                  # fp32_stream.py: each block's norms and autocast's copies, wherever it saves
-        extra = fp32_stream.block_terms(local, t, tr)
+    if stream > w or fp32_norms:    # fp32_stream.py: each block's norms and autocast's copies, wherever it saves
+        extra = fp32_stream.block_terms(local, t, tr, norms_only=stream == w)
         full = {k: {**v, **extra} for k, v in full.items()}
         blocks = {k: v if v is checkpoint else {**v, **extra} for k, v in blocks.items()}
 

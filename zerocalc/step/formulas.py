@@ -234,7 +234,8 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
                         sequence_parallel: bool = False, loss_vocab: int = None, moe=None,
                         training=None, recompute_every: int = 1, loss_saved: tuple = (32, "loss log-softmax (fp32)"),
                         compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = "core_attn",
-                        recompute_method: str = "uniform", recompute_num_layers: int = 1, stream_bits: int = 0) -> dict:
+                        recompute_method: str = "uniform", recompute_num_layers: int = 1, stream_bits: int = 0,
+                        fp32_norms: bool = False) -> dict:
     """The arguments of activations.activations(); returns {group: {term: row}}, the groups of the report's
     `activation_terms`, each row {"formula", "values", "bits", "bytes", "note"}: the formula in symbols, the same
     with the numbers, its bits, the bytes the report counts (bits / 8 rounded up), and what the term is."""
@@ -249,7 +250,8 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
         implementation, sym("tp", tp) if tp > 1 else 1, sym("cp", cp) if cp > 1 else 1, sequence_parallel,
         vocab, routing, training, recompute_every,
         (sym("w", bits) if loss_saved[0] == bits and bits != 32 else loss_saved[0], loss_saved[1]), compiled,
-        op_policy, recompute_modules, recompute_method, recompute_num_layers, sym("w_stream", stream_bits))
+        op_policy, recompute_modules, recompute_method, recompute_num_layers, sym("w_stream", stream_bits),
+        fp32_norms)
     groups = {"per_layer": report.per_layer, "per_moe_layer": report.per_moe_layer,
               "per_sliding_layer": report.per_sliding_layer, "checkpointed_block": report.checkpointed,
               "embedding_end": report.embed, "every_stage": report.stage, "output_end": report.head}

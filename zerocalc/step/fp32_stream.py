@@ -1,6 +1,6 @@
 """An fp32 residual stream under autocast: what a 16-bit model whose embed_tokens, lm_head and norms are kept in
-fp32 (FineTune.fp32_embed_norms: axolotl's loader under SDPA or eager attention) saves beyond the same model in 16
-bits.
+fp32 (FineTune.fp32_parts "embed-head-norms": axolotl's loader under SDPA or eager attention) saves beyond the
+same model in 16 bits.
 
 The embedding's output is fp32, so the stream the blocks add into stays fp32 (a 16-bit linear's output added to
 an fp32 tensor promotes). Hugging Face's RMSNorm (LlamaRMSNorm: x.to(fp32), x * rsqrt(mean(x^2)), weight *
@@ -21,6 +21,11 @@ peft's prepare_model_for_kbit_training leaves the same fp32 embedding, head and 
 4-bit linears return their input's dtype, so there every activation is fp32 already (zerocalc counts them at 32
 bits) and only the head weight's 16-bit copy is added (measured: tests/test_fp32_stream.py, a bitsandbytes nf4
 Llama under peft on the CPU).
+
+The norms alone in fp32 (FineTune.fp32_parts "norms": LLaMA-Factory's upcast_layernorm, axolotl's fp32_norms)
+leave the stream 16-bit: the norm casts its fp32 normalised input back to 16 bits as before, and the fp32 weight
+times that is an fp32 output each linear casts itself: 2 x (n - 1) bytes a feature, trained or frozen (+6 a Llama
+block, measured), nothing at the head.
 
 Measured on the CPU (tests/measure/fp32_stream.py, tests/test_fp32_stream.py): transformers' Llama, bf16 linears,
 fp32 embed_tokens / lm_head / norms as axolotl's loader leaves them, torch.autocast bf16 and SDPA: a block saves
@@ -48,21 +53,23 @@ def _consumers(a) -> Dict[str, int]:
     return {"attention": attention, "mlp": mlp}
 
 
-def _extra_per_feature(a, n: int, trains: bool) -> int:
+def _extra_per_feature(a, n: int, trains: bool, norms_only: bool) -> int:
     """Bits per token and hidden feature one norm read by n linears saves beyond its 16-bit self."""
-    if a.norm == "layernorm":
-        return 0
+    if a.norm == "layernorm" or norms_only and a.norm != "rmsnorm":
+        return 0                               # fp32 already, or (Gemma, gpt-oss) cast back to the stream's dtype
     casts = NARROW_CAST * (n - 1)              # n copies where one was shared
-    if a.norm == "rmsnorm" and trains:
+    if a.norm == "rmsnorm" and trains and not norms_only:
         casts += WIDE - NARROW_CAST            # the fp32 normalised input where the cast-back copy was
     return casts
 
 
-def block_terms(a, t, training) -> Dict[str, int]:
-    """The per-block term (bits), over the tokens outside the tensor-parallel region."""
+def block_terms(a, t, training, norms_only: bool = False) -> Dict[str, int]:
+    """The per-block term (bits), over the tokens outside the tensor-parallel region. `norms_only`: the norms
+    alone in fp32, the stream 16-bit: a norm still saves its 16-bit normalised input, and its fp32 output (the
+    fp32 weight times it) is cast by each linear."""
     trains = training is None or training.norms
-    bits = sum(_extra_per_feature(a, n, trains) for n in _consumers(a).values()) * t.outside * a.hidden
-    if a.qk_norm != "none" and a.norm == "rmsnorm" and trains:      # q / k norms: their fp32 normalised input
+    bits = sum(_extra_per_feature(a, n, trains, norms_only) for n in _consumers(a).values()) * t.outside * a.hidden
+    if a.qk_norm != "none" and a.norm == "rmsnorm" and trains and not norms_only:   # q / k norms: fp32 input
         bits += (WIDE - NARROW_CAST) * t.inside * (a.q_size + a.kv_size)
     return {TERM: bits} if bits else {}
 

@@ -52,14 +52,16 @@ def activation_args(scenario, workload) -> tuple:
     # fp32 embeddings, head and norms beside 16-bit compute (autocast): an fp32 residual stream (fp32_stream.py):
     # axolotl's fp32 copies, or k-bit preparation's upcast (its 4-bit linears return the fp32 input's dtype, so
     # every activation counts at 32 bits above and only the head's 16-bit weight copy is added)
-    stream = 32 if narrow and (ft.fp32_embed_norms or ft.quantized and ft.kbit_prepare and bits == 32) else 0
+    wide = ft.fp32_parts == "embed-head-norms" or ft.quantized and ft.kbit_prepare and bits == 32
+    stream = 32 if narrow and wide else 0
+    norms = narrow and ft.fp32_parts == "norms"     # fp32 norms alone: each linear casts their outputs
     training = training_for(ft, workload.arch, workload.recompute, scenario.param_dtype, DTYPE_BITS)
     row = loss_row(workload)
     saved = (bits if row.saved == "w" else row.saved, row.saved_name)
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
             workload.routing, training, workload.recompute_every, saved, workload.compile, workload.op_policy,
-            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers, stream)
+            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers, stream, norms)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:

@@ -14,8 +14,9 @@ axolotl-ai-cloud/axolotl commit 067b021c8b87a9e5e380b9173c704cf7340e30f5:
 - utils/config resolve_dtype: bf16 "auto" is bf16 on a GPU that has it (assumed: Ampere or newer), fp16 only
   where asked; the model loads in that dtype (cfg.torch_dtype), and a full fine-tune's weights, gradients and
   AdamW states live in it outside FSDP / DeepSpeed, but for the embeddings, head and norms: loaders/model.py puts
-  them in fp32 and casts them back only for attention kernels other than SDPA / eager (fp32_embed_norms: they
-  train in fp32, and the residual stream is fp32 under autocast). LoRA adapters are fp32 (peft's
+  them in fp32 and casts them back only for attention kernels other than SDPA / eager (fp32_parts
+  embed-head-norms: they train in fp32, and the residual stream is fp32 under autocast; fp32_norms keeps the norms
+  alone in fp32 where they are cast back: fp32_parts norms). LoRA adapters are fp32 (peft's
   autocast_adapter_dtype); QLoRA is bitsandbytes nf4 with double quantization (loaders/model.py), and nothing
   else stays fp32: prepare_model_for_kbit_training's upcast is cast back (should_convert) or skipped (FSDP,
   ZeRO-3);
@@ -72,9 +73,10 @@ IGNORED = {
     "counted)", "flash_attn_fuse_mlp": "a fused MLP kernel: not modelled (the unfused MLP's tensors counted)",
     "flash_attn_cross_entropy": "flash-attn's cross entropy: not modelled (give --loss)",
     "tiled_mlp": "ALST's tiled MLP: not modelled (the untiled MLP's activations are counted)",
-    "fp32_norms": "the norms kept in fp32 (utils/fp32_norms.py): not counted; each norm's fp32 output is cast to 16 "
+    "fp32_norms": "the norms kept in fp32 (utils/fp32_norms.py): counted (fp32_parts norms) for a 16-bit model "
+    "outside FSDP / DeepSpeed without a quantized base; here not counted: each norm's fp32 output is cast to 16 "
     "bits by every linear that reads it, 6 bytes per token and hidden feature a Llama block more than zerocalc "
-    "counts (measured on the CPU as zerocalc/step/fp32_stream.py measures the fp32 stream)",
+    "counts (measured on the CPU: tests/test_fp32_stream.py)",
     "fp32_norm_classes": "read with fp32_norms (not counted)",
     "min_sample_len": DATA, "lora_r": "read only with adapter lora or qlora", "lora_dropout": "read only with "
     "adapter lora or qlora", "lora_target_linear": "read only with adapter lora or qlora", "lora_target_modules":
@@ -392,13 +394,19 @@ class _Reader:
                 b.set("scenario", field, value, src)
             b.set("workload", "activation_dtype", dtype, src)
             if not self.casts_back and dtype != "fp32":
-                b.set("finetune", "fp32_embed_norms", True,
+                b.set("finetune", "fp32_parts", "embed-head-norms",
                       "loaders/model.py _configure_embedding_dtypes: embed_tokens, lm_head and the norms upcast to "
                       "fp32 after loading, cast back only for an attention kernel that needs it or "
                       "cut_cross_entropy (not under SDPA / eager, not with FSDP)")
         else:
             hf.amp_ledger(b, dtype, "the adapters in fp32 (peft autocast_adapter_dtype), the base in "
                                     f"{dtype}")
+        # utils/fp32_norms.py: fp32_norms keeps the norm classes in fp32 where the rest is cast back (modelled for
+        # 16-bit, unquantized plans outside FSDP / DeepSpeed; elsewhere the key is listed as not counted)
+        if dtype != "fp32" and mode != "qlora" and doc.data.get("fp32_norms") is not None:
+            if self.flag("fp32_norms") and b.get("finetune", "fp32_parts") is None:     # embed-head-norms holds them
+                b.set("finetune", "fp32_parts", "norms", "fp32_norms (utils/fp32_norms.py, loaders/model.py "
+                                                         "_convert_embedding_modules_dtype)")
 
     def fsdp(self, amp) -> bool:
         """axolotl's fsdp / fsdp_config, as TrainingArguments receives them (fsdp true when only fsdp_config is

@@ -51,9 +51,10 @@ IGNORED = {
     "mask_history": DATA, "image_max_pixels": "multimodal inputs are not modelled",
     "video_max_pixels": "multimodal inputs are not modelled",
     "adapter_name_or_path": "a starting adapter: its weights are the same size as a fresh one",
-    "upcast_layernorm": "the norms' weights in fp32 (model_utils/checkpointing.py prepare_model_for_training): not "
-    "counted; each norm's fp32 output is cast to 16 bits by every linear that reads it, 6 bytes per token and "
-    "hidden feature a Llama block more than zerocalc counts (measured on the CPU, trained or frozen norms)",
+    "upcast_layernorm": "the norms' weights in fp32 (model_utils/checkpointing.py prepare_model_for_training): "
+    "counted (fp32_parts norms) without a quantized base; here not counted: each norm's fp32 output is cast to 16 "
+    "bits by every linear that reads it, 6 bytes per token and hidden feature a Llama block more than zerocalc "
+    "counts (measured on the CPU, trained or frozen norms)",
     "upcast_lmhead_output": "a hook casting the head's output to fp32: the logits are held in fp32 and the loss's "
     "upcast then copies nothing; the step's peak (the loss's backward) holds the same tensors",
 }
@@ -88,6 +89,7 @@ class _Reader:
         hf.read_optim(doc, b)
         quant = self.quantization()
         mode = self.method(quant, compute)
+        self.upcast_norms(quant, compute, mode)
         self.tower(mode)
         self.stage(stage, micro, mode)
         self.lengths(stage)
@@ -107,6 +109,18 @@ class _Reader:
         return b.build()
 
     # --- the method ---------------------------------------------------------------------------------------------
+    def upcast_norms(self, quant, compute, mode) -> None:
+        """upcast_layernorm (model_utils/checkpointing.py prepare_model_for_training): every 1-D "norm" / "ln"
+        weight in fp32 beside a 16-bit model, counted as fp32_parts norms where nothing casts it back (no quantized
+        base, no DeepSpeed or FSDP, which cast or flatten the module to one dtype); elsewhere ignored as not
+        counted."""
+        doc = self.doc
+        if doc.data.get("upcast_layernorm") is None or quant or compute not in ("bf16", "fp16") or mode is None or \
+                doc.data.get("deepspeed") is not None or doc.data.get("fsdp") not in (None, "", False, []):
+            return
+        if boolean("upcast_layernorm", doc.get("upcast_layernorm")):
+            self.b.set("finetune", "fp32_parts", "norms", "upcast_layernorm")
+
     def tower(self, mode) -> None:
         """A vision-language model's tower and projector: freeze_vision_tower and freeze_multi_modal_projector,
         both True by default for every finetuning_type (finetuning_args.py; model_utils/visual.py
