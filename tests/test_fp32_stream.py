@@ -158,3 +158,22 @@ def test_the_field_refuses_what_was_not_measured():
             FineTune(**bad)
         assert err.value.field == "fp32_parts"
     assert FineTune(mode="lora", fp32_parts="norms").fp32_parts == "norms"
+
+
+def test_casting_the_fp32_parts_back_is_offered_as_a_fix():
+    """A plan that fits once the launcher casts its fp32 copies back gets that fix (a recipe: no extra time), as
+    the flag that applies it; applied, its peak is the plan's with fp32_parts none."""
+    from zerocalc.answers.fixes import apply, fixes
+    from zerocalc.cli.advice import flag_values
+    from zerocalc.cli.main import _inputs, build_parser
+    from zerocalc.parallel.ranks import layout_report
+    flags = ["--model", "llama-3.2-1b", "--convention", "pure-bf16", "--gpu", "RTX-4090-24GB", "--seq-len", "2048",
+             "--micro-batch", "2", "--fp32-parts", "embed-head-norms"]
+    s, _a, w, _ = _inputs(build_parser().parse_args(flags))
+    assert not layout_report(s, w).peaks[0].fits
+    fix = next(f for f in fixes(s, w, 0) if f.workload == {"fp32_parts": "none"})
+    assert flag_values(fix) == ["--fp32-parts", "none"] and fix.cost == 1
+    s2, w2 = apply(fix, s, w)
+    assert w2.finetune.fp32_parts == "none" and w2.finetune.mode == w.finetune.mode
+    plain, _a, w_plain, _ = _inputs(build_parser().parse_args(flags[:-1] + ["none"]))
+    assert fix.peak_bytes == layout_report(plain, w_plain).peaks[0].peak_bytes

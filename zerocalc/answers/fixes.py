@@ -43,14 +43,15 @@ from ..units import format_bytes, percent_text
 from .recompute_fixes import change_text, compute_share, fewest_block_layers, module_changes
 from .effect import change_effect, effect_dict  # noqa: F401 - the compare view's import
 from .pack_fix import COST as PACK_COST, pack_change, pack_text
+from .recipe_changes import recipe_changes as _recipe_changes, with_changes
 from .solve import max_micro_batch, min_workers
 
 # kind -> cost rank (lower is cheaper) and what the change costs besides memory
 COSTS = {
     "stage": (0, "no extra time: ZeRO-1 and ZeRO-2 communicate what plain data parallelism does"),
     "recompute_selective": (1, "recomputes the attention scores only"),
-    "recipe": (1, "a recipe change: no extra step time (compile takes minutes once; the loss and the fused "
-                  "optimizer step change no FLOPs)"),
+    "recipe": (1, "a recipe change: no extra step time (compile takes minutes once; the loss, the fused "
+                  "optimizer step and the loader's dtypes change no FLOPs)"),
     "activation_offload": (7, "the blocks' inputs copied to the CPU and back over PCIe every step"),
     "pack": PACK_COST,
     "micro_batch": (2, "the same sequences per step in more, smaller micro-batches (lower GPU efficiency)"),
@@ -73,6 +74,11 @@ COSTS = {
 JOB_CHANGES = {"seq_len": "trains shorter sequences", "gpu": "another GPU",
                "workers": "more GPUs: a larger global batch unless accumulation steps are cut"}
 STAGE_NAMES = ("ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3")
+# the fp32_parts fix (recipe_changes.py), by what the plan keeps in fp32: how a launcher casts them back
+FP32_CAST_BACK = {"embed-head-norms": "the embeddings, head and norms in the model's dtype (axolotl: flash attention "
+                                      "casts them back)",
+                  "norms": "the norms in the model's dtype (LLaMA-Factory: upcast_layernorm false; axolotl: "
+                           "fp32_norms false)"}
 RECOMPUTE_ORDER = ("none", "selective", "op", "full")
 
 
@@ -118,7 +124,7 @@ def apply(fix: Fix, scenario, workload):
     s = replace(scenario, **fix.scenario) if fix.scenario else scenario
     # one block in N, offload and Megatron's method are forms of full recompute, a policy of op, modules of selective
     changes = {**recompute_resets(workload, fix.workload.get("recompute", workload.recompute)), **fix.workload}
-    w = replace(workload, **changes) if changes else workload
+    w = with_changes(workload, changes) if changes else workload
     if fix.layout:
         w = replace(w, layout=replace(w.layout, **fix.layout))
     return s, w
@@ -243,7 +249,7 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
         yield "recompute_block", stage, {}, block[0], {}, block[1]
     for kind, change in _recipe_changes(workload):                  # recipes, one at a time
         try:
-            w = replace(workload, **change)
+            w = with_changes(workload, change)
         except FieldError:                                           # one the plan refuses (with MTP, ...)
             continue
         peak = _peak(scenario, w, stage)
@@ -323,19 +329,6 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
                 yield "layout", stage, s_changes, w_changes, l_changes, plan.peak_bytes
 
 
-def _recipe_changes(workload):
-    """The recipes a workload could add (step/compiled.py, losses.py, optimizer_in_backward.py, offload.py)."""
-    full_training = workload.finetune.mode == "full"
-    if not workload.compile and full_training:
-        yield "recipe", {"compile": True}
-    if workload.loss == "auto" and workload.implementation == "huggingface":
-        yield "recipe", {"loss": "chunked"}
-    if not workload.optimizer_in_backward and workload.layout.micro_batches == 1:
-        yield "recipe", {"optimizer_in_backward": True}
-    if not workload.activation_offload and workload.recompute == "full" and workload.recompute_every == 1:
-        yield "activation_offload", {"activation_offload": True}
-
-
 def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
     """The changes that make `stage` fit, cheapest first ([] when it already fits). `layouts` adds the cheapest
     layout of the same GPUs (layout_search: hundreds of whole reports for a large world)."""
@@ -384,7 +377,8 @@ def _change_text(fix: Fix, scenario, workload, stage_from: int) -> str:
     if fix.kind in ("recipe", "activation_offload"):
         return {"compile": "torch.compile the blocks", "loss": f"{LOSS_NAMES['chunked']} (8 chunks)",
                 "optimizer_in_backward": "the optimizer step in backward (torchtune optimizer_in_bwd)",
-                "activation_offload": "activation offloading to the CPU"}[next(iter(w))]
+                "activation_offload": "activation offloading to the CPU",
+                "fp32_parts": FP32_CAST_BACK.get(workload.finetune.fp32_parts, "")}[next(iter(w))]
     if fix.kind == "offload":
         parts = ["the optimizer state" if "offload_optimizer" in s else None,
                  "the parameters" if "offload_params" in s else None]
