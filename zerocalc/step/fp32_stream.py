@@ -13,6 +13,9 @@ in both. Gemma's and gpt-oss's norms already keep an fp32 normalised input, so o
 already runs in fp32 under autocast (its output is fp32 either way). A q / k norm (Qwen3) that trains keeps its
 fp32 normalised input too (its output goes on, fp32, through the rotary embedding to SDPA's cast).
 
+A mixture-of-experts block's routed tokens are copies of that fp32 output, and each expert's gate and up cast
+them itself: 2 bytes per routed token and feature more (derived from the dense measurement, not measured).
+
 The final norm feeds the head alone (its cast is the head's saved input): 2 bytes a feature more when it trains;
 the head's weight, fp32, is cast to 16 bits once per forward and that copy is saved (V x h x 2 bytes, tied or not).
 Checkpointed blocks keep their fp32 input (4 bytes a feature).
@@ -71,6 +74,9 @@ def block_terms(a, t, training, norms_only: bool = False) -> Dict[str, int]:
     bits = sum(_extra_per_feature(a, n, trains, norms_only) for n in _consumers(a).values()) * t.outside * a.hidden
     if a.qk_norm != "none" and a.norm == "rmsnorm" and trains and not norms_only:   # q / k norms: fp32 input
         bits += (WIDE - NARROW_CAST) * t.inside * (a.q_size + a.kv_size)
+    if a.experts and a.gated_mlp and not a.fused_gate_up and _extra_per_feature(a, 2, False, norms_only):
+        # each expert's gate and up cast its routed tokens' fp32 copy themselves (derived, not measured)
+        bits += NARROW_CAST * a.experts_per_token * t.outside * a.hidden
     return {TERM: bits} if bits else {}
 
 
