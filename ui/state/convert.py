@@ -176,10 +176,10 @@ def finetune(state: dict) -> FineTune:
 
 
 def _fp32_parts(state: dict) -> str:
-    """The page keeps the field's value while another mode is shown: only the parts that mode allows reach the
-    core (embed-head-norms a full fine-tune's, none under a quantized base)."""
-    parts = state["fp32_parts"]
-    if state["finetune"] == "qlora" or parts == "embed-head-norms" and state["finetune"] != "full":
+    """The page keeps the field's value while another mode is shown: only the parts that mode reads reach the
+    core (none where the mode has no such field, embed-head-norms a full fine-tune's)."""
+    parts, mode = state["fp32_parts"], state["finetune"]
+    if "fp32_parts" not in FINETUNE_MODE_FIELDS[mode] or parts == "embed-head-norms" and mode != "full":
         return "none"
     return parts
 

@@ -405,7 +405,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         if tr.frozen_blocks >= a.layers:
             stage = {}                              # no block runs backward: nothing needs its rotary tables
     if stream_bits and (tr is None or tr.frozen_blocks < a.layers):   # a gradient goes back through the head
-        head.update(fp32_stream.head_terms(a, t, tr, vocab, narrow_norm=stream > w))
+        head.update(fp32_stream.head_terms(a, t, tr, vocab, wide_stream=stream > w))
     working = max(sum(_bytes(full[k]).values()) for k in kinds) if recompute == "full" else 0
     walked = [backward_bits(local, t, w, attention, implementation, k, full[k], tr) for k in kinds] \
         if recompute == "full" and not megatron_full and not compile_adapters and not compile_blocks \

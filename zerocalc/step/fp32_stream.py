@@ -80,11 +80,11 @@ def block_terms(a, t, training, norms_only: bool = False) -> Dict[str, int]:
     return {TERM: bits} if bits else {}
 
 
-def head_terms(a, t, training, vocab: int, narrow_norm: bool = True) -> Dict[str, int]:
-    """The output end: the head weight's 16-bit copy and, where the rest counts 16-bit activations
-    (`narrow_norm`), the trained final norm's fp32 normalised input."""
+def head_terms(a, t, training, vocab: int, wide_stream: bool = True) -> Dict[str, int]:
+    """The output end: the head weight's 16-bit copy and, where the stream is wider than the 16-bit activations
+    counted (`wide_stream`), the trained final norm's fp32 normalised input."""
     trains = training is None or training.final_norm
     out = {"output projection weight (autocast's 16-bit copy)": NARROW_CAST * vocab * a.hidden}
-    if narrow_norm and a.norm == "rmsnorm" and trains:
+    if wide_stream and a.norm == "rmsnorm" and trains:
         out["final norm fp32 output (fp32 stream)"] = (WIDE - NARROW_CAST) * t.outside * a.hidden
     return out
