@@ -118,9 +118,12 @@ class _Peaks:
     which a search finds its guess; `model` the model's own, one stage (one replay per rank) per candidate."""
 
     def __init__(self, scenario, workload, at):
-        self.base, self.at, self.modelled = layout_report(scenario, workload), at, replays(workload)
-        self.cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)) \
-            if self.modelled else self.base
+        self.at, self.modelled = at, replays(workload)
+        self.cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)
+                                   if self.modelled else workload)
+        # The rank views' model states and shapes do not depend on the reserve: the model's own peaks are asked
+        # of the cheap report under the workload's model (only the stages asked replay, not all four up front).
+        self.base = self.cheap._replace(workload=workload)
         self.seen: Dict[tuple, int] = {}
         self.capacity = workload.capacity_bytes
 

@@ -17,13 +17,14 @@ from ..model.placement import RankClass, inventory, rank_classes, stored_holding
 from ..states.groups import ParamGroup, group_rows, once_per_optimizer, state_rows
 from ..states.ledger import LedgerEntry, build_ledger
 from ..states.optimizers import check_optimizer
-from ..states.zero import StageResult, StateRow, gpu_bytes_by_stage, model_states, row_bytes, stage_results
+from ..states.zero import StageResult, StateRow, model_states, row_bytes, stage_results
 from ..step.nccl import nccl_bytes
 from ..step.allocator import DEFAULT_PERCENT, replays
-from ..step.peak import StagePeak, stage_peak_bytes, stage_peaks
+from ..step.peak import StagePeak, stage_peaks
 from ..step.shape import StepShape, param_groups, rank_shape
 from ..tables import STAGES
 from .costs import data_parallel_communication, layout_communication, recompute_flops
+from .fit import layout_fit
 
 
 class RankView(NamedTuple):
@@ -141,20 +142,10 @@ def fitting_peak_at(scenario, workload, stage: int) -> Optional[Tuple[int, Stage
 
 
 def fitting_stages(scenario, workload) -> Tuple[int, ...]:
-    """The ZeRO stages at which layout_report(scenario, workload) fits, without the rest of its report (no
-    communication, cluster totals or one-copy sums): every rank has the same capacity, so the worst rank fits
-    exactly when every rank does. The layout search asks this of settings it may never list."""
+    """The ZeRO stages at which layout_report(scenario, workload) fits, without the rest of its report
+    (parallel/fit.py): every rank has the same capacity, so the worst rank fits exactly when every rank does."""
     check_plan(scenario, workload)
-    ledger = build_ledger(scenario)
-    classes = rank_classes(workload.arch, workload.layout, scenario.workers, workload.implementation,
-                           workload.finetune, scenario.param_dtype)
-    fits = set(STAGES)
-    for c in classes:
-        shape = rank_shape(scenario, workload, c)
-        on_gpu = gpu_bytes_by_stage(scenario, state_rows(scenario, ledger, shape, workload.finetune))
-        fits -= {s for s, peak in enumerate(stage_peak_bytes(scenario, workload, on_gpu, shape))
-                 if peak > workload.capacity_bytes}
-    return tuple(sorted(fits))
+    return layout_fit(scenario, workload).fitting()
 
 
 class _Precision(NamedTuple):

@@ -30,7 +30,8 @@ from ..scenario import FieldError
 from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.megatron_recompute import DEFAULT_MODULES
 from .costs import bubble_fraction, time_overhead
-from .ranks import fitting_peak_at, fitting_stages, layout_report
+from .fit import layout_fit, states_floor, step_shapes
+from .ranks import check_plan, fitting_peak_at, layout_report
 
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
 SHOWN = 50                                                       # plans listed in the JSON; all are counted
@@ -282,15 +283,27 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
                 workloads[recompute] = replace(base_w, **recompute_variant(base_w, recompute))
             return scenarios[dp, offload], workloads[recompute]
 
-        def evaluate(recompute, offload):
-            return layout_report(*variant(recompute, offload))
+        fits, shapes = {}, {}        # per (recompute, offload); per recompute: the offload variants share a step
 
+        def shapes_of(recompute):
+            if recompute not in shapes:
+                shapes[recompute] = step_shapes(*variant(recompute, OFFLOADS[0]))
+            return shapes[recompute]
+
+        def evaluate(recompute, offload):
+            if (recompute, offload) not in fits:
+                fits[recompute, offload] = layout_fit(*variant(recompute, offload), shapes_of(recompute))
+            return fits[recompute, offload]
+
+        check_plan(variant(*options[0])[0], base_w)    # experts and optimizer: the same for every variant
         wanted = {0, 1, 2, 3} if dp * cp > 1 else {0}      # with dp x cp = 1 ZeRO has nothing to shard
-        cheapest = evaluate(*options[0])
-        if all(cheapest.peaks[s].fits for s in wanted):
-            open_stages = set(wanted)
-        else:       # the most memory-saving setting decides what can fit: its fit alone, not its whole report
-            open_stages = set(fitting_stages(*variant(*options[-1]))) & wanted
+        if not workload.optimizer_in_backward:   # model states alone above the card, most offloaded: nothing fits
+            floor = states_floor(variant(*options[-1])[0], base_w, shapes_of(options[0][0]))
+            wanted = {s for s in wanted if floor[s] <= base_w.capacity_bytes}
+        open_stages = {s for s in wanted if evaluate(*options[0]).ask(wanted).fits(s)} if wanted else set()
+        rest = wanted - open_stages
+        if rest:    # the most memory-saving setting decides what else can fit
+            open_stages |= {s for s in rest if evaluate(*options[-1]).ask(rest).fits(s)}
         for recompute, offload in options:
             if not open_stages:
                 break
@@ -299,21 +312,17 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
             useful = {s for s in open_stages if level == 0 or (s >= 1 and (level == 1 or s == 3))}
             if not useful:
                 continue
-            report = evaluate(recompute, offload)
-            overhead = None
+            fit = evaluate(recompute, offload).ask(useful)
+            overhead = flops = None
             for stage in sorted(useful):
-                p = report.peaks[stage]
-                if not p.fits:
+                if not fit.fits(stage):
                     continue
-                view = report.ranks[report.worst[stage]]
-                if overhead is None:          # the same for every stage of one report
-                    overhead = max(time_overhead(report.workload, v.rank, v.recompute_flops) for v in report.ranks)
+                if overhead is None:          # the same for every stage of one plan
+                    overhead, flops = fit.overhead(), fit.recompute_flops()
                 plans.append(Plan(gpus, dp, tp, pp, cp, ep, layout.vpp, layout.schedule, sp, micro_batches, stage,
-                                  recompute,
-                                  offload[0], offload[1], p.peak_bytes, p.capacity_bytes, view.rank.name,
-                                  max(sum(v.communication[stage].values()) for v in report.ranks),
-                                  max(v.recompute_flops for v in report.ranks), bubble_fraction(layout),
-                                  overhead))
+                                  recompute, offload[0], offload[1], fit.peak(stage), fit.workload.capacity_bytes,
+                                  fit.ranks[fit.worst(stage)].rank.name, fit.communication(stage), flops,
+                                  bubble_fraction(layout), overhead))
                 open_stages.discard(stage)
     return tuple(sorted(plans, key=Plan.cost_key))
 

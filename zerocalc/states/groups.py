@@ -110,7 +110,12 @@ def _quantized_entries(group: str, holdings: tuple, finetune) -> Tuple[Tuple[Led
 
 def state_rows(scenario, ledger, shape, finetune=None) -> Tuple[StateRow, ...]:
     """The ledger applied to each of one rank's parameter groups (gradients where DTensor keeps more of them)."""
-    return once_per_optimizer(tuple(row for g in shape.groups for row in group_rows(scenario, ledger, g, finetune)))
+    return group_state_rows(scenario, ledger, shape.groups, finetune)
+
+
+def group_state_rows(scenario, ledger, groups, finetune=None) -> Tuple[StateRow, ...]:
+    """state_rows from the rank's parameter groups alone."""
+    return once_per_optimizer(tuple(row for g in groups for row in group_rows(scenario, ledger, g, finetune)))
 
 
 def once_per_optimizer(rows) -> Tuple[StateRow, ...]:

@@ -41,6 +41,7 @@ ZeRO group of size 1) none, except under the deepspeed convention (DeepSpeed sti
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple
 
 from ..tables import DTYPE_BITS, bytes_of
@@ -129,6 +130,7 @@ def describe(scenario, workload, shape) -> dict:
 QUANTIZED = ("nf4", "fp4_e2m1", "int4", "int8", "uint8")   # storage FSDP gathers as it is, never cast
 
 
+@lru_cache(maxsize=1024)     # a layout search asks it of each recompute / offload variant of a rank class
 def fsdp_units(rank, groups, compute_bits: int = 16, float8_gather: bool = False, version: int = 2,
                orig_params: str = "no", rbits: int | None = None) -> FsdpUnits:
     """The rank's FSDP units from its holdings. FSDP2: each tensor sharded over its group's size, padded per tensor.

@@ -28,6 +28,7 @@ Megatron's extra groups (embedding, position embedding, tp-dp-cp), DeepEP / NVSH
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import NamedTuple, Tuple
 
 from ..gpus import GPU_CATALOG, INTERCONNECT
@@ -127,9 +128,14 @@ def _card(workload):
 
 def nccl_bytes(scenario, workload) -> int:
     """Every communicator's buffers on one rank, at the point (before Workload.nccl_percent)."""
-    gpu = _card(workload)
-    return sum(group_bytes(g, gpu, scenario.gpus_per_node, workload.nccl_buffsize, workload.nccl_nvls)
-               for g in plan_groups(scenario, workload.layout, workload.moe_dispatcher))
+    return _groups_bytes(scenario, workload.layout, workload.moe_dispatcher, _card(workload),
+                         workload.nccl_buffsize, workload.nccl_nvls)
+
+
+@lru_cache(maxsize=1024)      # a layout search asks it of each recompute variant of a layout
+def _groups_bytes(scenario, layout, dispatcher: str, gpu, buffsize, nvls) -> int:
+    return sum(group_bytes(g, gpu, scenario.gpus_per_node, buffsize, nvls)
+               for g in plan_groups(scenario, layout, dispatcher))
 
 
 def nccl_dict(scenario, workload) -> dict:

@@ -24,6 +24,7 @@ term of the optimizer-step phase (step/peak.py), worked out on the rank's larges
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import List, Tuple
 
 from ..states.groups import group_ledger
@@ -119,13 +120,22 @@ def adam_items(scenario, stage: int, shape, comm: str) -> List[Tuple[str, int]]:
     DeepSpeed MoE the experts), and the for-loop's previous tensor is the next largest one."""
     if scenario.optimizer not in ("adam", "adamw"):
         return []
+    return list(_adam_items(scenario, stage, shape.groups, shape.largest_layer_params, comm))
+
+
+@lru_cache(maxsize=1024)     # the same groups at every recompute setting a layout search tries
+def _adam_items(scenario, stage: int, groups, largest_layer_params: int, comm: str) -> Tuple[Tuple[str, int], ...]:
+    return tuple(_adam_parts(scenario, stage, groups, largest_layer_params, comm))
+
+
+def _adam_parts(scenario, stage: int, groups, largest_layer_params: int, comm: str) -> List[Tuple[str, int]]:
     impl, _ = resolve_impl(scenario, comm)
     row = ADAM_STEP[impl]
     if not row.copies:
         return []
     ledger, split = build_ledger(scenario), "optimizer" in PARTITIONED[stage]
     moments, tensors = 0, []          # the rank's second moments (bytes); (bytes, count) of each tensor's
-    for g in shape.groups:
+    for g in groups:
         if g.name.endswith("frozen"):
             continue
         bits = next(e.bits for e in group_ledger(scenario, ledger, g.name) if e.name.endswith("exp_avg_sq"))
@@ -147,7 +157,7 @@ def adam_items(scenario, stage: int, shape, comm: str) -> List[Tuple[str, int]]:
     if flat:
         return [(f"AdamW {impl}: denom of DeepSpeed's flat partition x {row.copies}", row.copies * moments)]
     if not tensors:                   # no architecture: the largest module stands in for the largest tensor
-        largest = bytes_of(shape.largest_layer_params, DTYPE_BITS[scenario.optimizer_dtype])
+        largest = bytes_of(largest_layer_params, DTYPE_BITS[scenario.optimizer_dtype])
         tensors = [(largest, 2)]
     sizes = sorted(tensors, reverse=True)
     first = sizes[0][0]

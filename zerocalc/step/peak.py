@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Dict, NamedTuple, Optional, Tuple
 
 from ..states.zero import StageResult
-from ..tables import DTYPE_BITS, bytes_of
+from ..tables import DTYPE_BITS, STAGES, bytes_of
 from .allocator import cycle_unit_bytes, replays, reserve_bytes, simulated_reserve
 from .async_tp import workspace_bytes as async_tp_workspace
 from .buffers import buffer_items, framework, zero3_live_params
@@ -189,17 +189,18 @@ class _Stage(NamedTuple):
     gpu_bytes: int
 
 
-def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: StepShape) -> Tuple[int, ...]:
-    """Per stage, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without the
-    phases' named parts: for a search that only asks what fits. The allocator's model (fragmentation_percent
+def stage_peak_bytes(scenario, workload, gpu_bytes: Tuple[int, ...], shape: StepShape,
+                     stages: Tuple[int, ...] = STAGES) -> Tuple[int, ...]:
+    """Per stage of `stages`, stage_peaks' peak_bytes alone from the model states' GPU bytes at each stage, without
+    the phases' named parts: for a search that only asks what fits. The allocator's model (fragmentation_percent
     None) needs the parts: then it is stage_peaks' own figure."""
     percent, units = workload.fragmentation_percent, workload.allocator_units
     if percent is None:
-        return tuple(p.peak_bytes for p in stage_peaks(scenario, workload, [_Stage(s, b) for s, b in
-                                                                             enumerate(gpu_bytes)], shape))
+        return tuple(p.peak_bytes for p in stage_peaks(scenario, workload, [_Stage(s, gpu_bytes[s]) for s in stages],
+                                                       shape))
     context = outside_allocator_bytes(workload, shape)
     peaks = []
-    for s, items in _phase_items(scenario, workload, enumerate(gpu_bytes), shape):
+    for s, items in _phase_items(scenario, workload, ((s, gpu_bytes[s]) for s in stages), shape):
         unit = cycle_unit_bytes(scenario, workload, s, shape)              # once per stage, not per phase
         peaks.append(max(with_overheads(sum(v for _, v in phase), context, percent, units, unit)
                          for phase in items))
