@@ -315,6 +315,12 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
     return tuple(out)
 
 
+def is_quant_state(part: str) -> bool:
+    """Whether a part of quantized_storage is bitsandbytes' quantization state (a Params4bit's QuantState: absmax,
+    its scales and code tables; an Int8Params' SCB), an attribute of the parameter, not its data."""
+    return not part.endswith(("data (packed)", "int8 data"))
+
+
 def quantized_storage(elements: int, out_features: int, ft: FineTune) -> Dict[str, Tuple[str, int]]:
     """One quantized weight's stored tensors: name -> (dtype, elements), exactly as bitsandbytes lays them out."""
     if ft.quant_type == "int8":

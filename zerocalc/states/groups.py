@@ -10,7 +10,7 @@ from functools import lru_cache
 from operator import attrgetter
 from typing import Dict, NamedTuple, Tuple
 
-from ..model.finetune import QUANT_TYPES, quantized_storage
+from ..model.finetune import QUANT_TYPES, is_quant_state, quantized_storage
 from ..scenario import Scenario
 from ..tables import DTYPE_BITS
 from .ledger import LedgerEntry, build_ledger
@@ -25,6 +25,8 @@ class ParamGroup(NamedTuple):
     grad_params: int     # elements of their gradients (more than params where DTensor keeps a gradient whole)
     shard: int           # the ZeRO / FSDP divisor: dp x cp for dense tensors, the expert-data-parallel size for experts
     holdings: tuple = () # the tensors (placement.Holding): a quantized group's storage is laid out per tensor
+    state_shard: int = 0 # a quantized group's quantization state divisor (0: shard): 1 where the framework keeps it
+                         # whole on every rank (step/buffers.py quant_state_shard)
 
 
 # The scenario fields a ledger is built from (ledger.build_ledger): all that group_ledger reads of the scenario.
@@ -77,7 +79,9 @@ def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...
     bitsandbytes lays it out, tensor by tensor (finetune.quantized_storage)."""
     quant = next((q for q in QUANT_TYPES if q in g.name.split(", ")), None)
     if quant:
-        return tuple(StateRow(entry, n, g.shard) for entry, n in _quantized_entries(g.name, g.holdings, finetune))
+        state = g.state_shard or g.shard
+        return tuple(StateRow(entry, n, state if is_quant_state(entry.name) else g.shard)
+                     for entry, n in _quantized_entries(g.name, g.holdings, finetune))
     per_tensor = None
     if scenario.convention == "fsdp2" and g.holdings:      # FSDP2 pads each tensor's dim-0 shard
         per_tensor = sum(h.fsdp_shard(g.shard) for h in g.holdings)

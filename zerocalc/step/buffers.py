@@ -100,6 +100,24 @@ def framework(scenario, workload, shape) -> str:
     return name
 
 
+# Whether each framework shards bitsandbytes' quantization state with the packed weights (model/finetune.py
+# is_quant_state). DeepSpeed ZeRO-3 and FSDP1 partition parameters only, and the state is an attribute of the
+# parameter: every rank keeps all of it (AnswerDotAI/fsdp_qlora train.py load_and_quantize at 05ed9f2: "FSDP only
+# syncs parameters and buffers, so the quant_state isn't copied"; each rank quantizes every weight to build it).
+# FSDP2's QLoRA is torchao's NF4Tensor (torchtune), whose scalers are inner tensors sharded with the data (torchao
+# dtypes/nf4tensor.py fsdp_pre_all_gather); Megatron has no bitsandbytes base.
+SHARDS_QUANT_STATE = {"deepspeed": False, "fsdp1": False, "fsdp2": True, "megatron": True, "none": False}
+
+
+def quant_state_shard(scenario, workload, shard: int) -> int:
+    """A quantized group's quantization-state divisor: its shard, or 1 where the framework keeps the state whole."""
+    chosen = workload.comm_buffers
+    name = chosen if chosen != "auto" else AUTO.get(scenario.convention, "deepspeed")
+    if name == "fsdp":
+        name = f"fsdp{workload.fsdp_version}"
+    return shard if SHARDS_QUANT_STATE[name] else 1
+
+
 # what each row counts, in words (the report and the page say which row applied and why)
 COUNTS = {
     "deepspeed": "DeepSpeed's fixed-size buckets: reduce_bucket_size (twice with overlap_comm), the stage 1-2 "

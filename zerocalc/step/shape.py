@@ -9,12 +9,13 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Tuple
 
 from ..layout import in_flight_chunks
+from ..model.finetune import QUANT_TYPES
 from ..model.placement import Blocks
 from ..states.groups import ParamGroup
 from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations
 from .block_checkpoint import checkpointed_counts
-from .buffers import FsdpUnits, fsdp_units
+from .buffers import FsdpUnits, fsdp_units, quant_state_shard
 from .losses import loss_row
 from .nccl import nccl_bytes
 from .offload import offloaded_inputs
@@ -145,9 +146,13 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     expert = max(1, layout.expert_data_parallel(scenario.workers) * scenario.group // scenario.workers)
     extra = _replicated_embedding_grad(workload, rank)
     members = rank.group_holdings()
-    return tuple(ParamGroup(name, n, n + (extra if name == "" else 0),
-                            expert if name.startswith("experts") else dense, members[name])
-                 for name, n in rank.group_params().items())
+    out = []
+    for name, n in rank.group_params().items():
+        shard = expert if name.startswith("experts") else dense
+        state = quant_state_shard(scenario, workload, shard) if any(q in name.split(", ") for q in QUANT_TYPES) \
+            else 0
+        out.append(ParamGroup(name, n, n + (extra if name == "" else 0), shard, members[name], state))
+    return tuple(out)
 
 
 def _live_blocks(a, span: range, frozen: int) -> Blocks:

@@ -1,0 +1,54 @@
+"""bitsandbytes' quantization state under ZeRO-3 and FSDP (zerocalc/step/buffers.py SHARDS_QUANT_STATE, issue 32):
+the packed 4-bit codes are the parameter that DeepSpeed ZeRO-3 and FSDP1 shard; the QuantState beside them (absmax,
+the scales of absmax, the code tables) is an attribute of the parameter that every rank keeps whole. torchao's
+NF4Tensor (torchtune's QLoRA under FSDP2) shards its scalers with the data.
+
+Sources: the CPU recording of tests/measure/quant_state_fsdp1.py (FSDP1 on gloo, world 2, bitsandbytes Linear4bit);
+AnswerDotAI/fsdp_qlora train.py load_and_quantize at 05ed9f2 ("FSDP only syncs parameters and buffers, so the
+quant_state isn't copied"); torchao dtypes/nf4tensor.py fsdp_pre_all_gather (scalers, factor and data gathered).
+"""
+
+import pytest
+
+from zerocalc.model.finetune import FineTune, is_quant_state
+from zerocalc.model.inventory import param_count
+from zerocalc.model.presets import MODEL_PRESETS
+from zerocalc.parallel.ranks import layout_report
+from zerocalc.scenario import Scenario
+from zerocalc.states.zero import row_bytes
+from zerocalc.step.workload import Workload
+
+LLAMA = MODEL_PRESETS["llama-2-7b"][0]
+
+
+def test_fsdp1_shards_the_packed_codes_and_leaves_the_quant_state_whole():
+    pytest.importorskip("bitsandbytes")
+    from tests.measure.quant_state_fsdp1 import IN_FEATURES, LAYERS, OUT_FEATURES, recorded
+    got = recorded(world=2)
+    values = IN_FEATURES * OUT_FEATURES
+    assert got["packed"] == [values // 4] * LAYERS            # two 4-bit codes a byte, in bf16 words
+    assert got["flat_shard"] == values // 4 * LAYERS // 2      # the flat parameter: half on each rank
+    assert got["absmax"] == [values // 64] * LAYERS            # a block of 64 values: one absmax each, whole
+    assert got["absmax_scales"] == [values // 64 // 256] * LAYERS
+
+
+def _rows(convention, **work):
+    scenario = Scenario.from_convention(convention, params=param_count(LLAMA), workers=2)
+    w = Workload(LLAMA, seq_len=512, finetune=FineTune(mode="qlora", kbit_prepare=False), **work)
+    rows = layout_report(scenario, w).ranks[0].rows
+    return {r.entry.name.split(": ", 1)[1]: r for r in rows if "nf4" in r.entry.name}
+
+
+@pytest.mark.parametrize("convention, work, whole", [
+    ("deepspeed", {}, True),                                              # ZeRO-3
+    ("pure-bf16", dict(comm_buffers="fsdp", fsdp_version=1), True),       # FSDP1 (fsdp_qlora, accelerate)
+    ("fsdp2", {}, False),                                                 # torchtune's NF4 under FSDP2
+])
+def test_the_quant_state_is_whole_on_every_rank_where_the_framework_keeps_it(convention, work, whole):
+    rows = _rows(convention, **work)
+    assert rows["nf4 data (packed)"].divisor == 2
+    for name, row in rows.items():
+        if is_quant_state(name):
+            assert row.divisor == (1 if whole else 2), name
+            if whole:                                    # stage 3 keeps what stage 0 keeps
+                assert row_bytes(row, 3) == row_bytes(row, 0), name
