@@ -3,7 +3,8 @@ the packed 4-bit codes are the parameter that DeepSpeed ZeRO-3 and FSDP1 shard; 
 the scales of absmax, the code tables) is an attribute of the parameter that every rank keeps whole. torchao's
 NF4Tensor (torchtune's QLoRA under FSDP2) shards its scalers with the data.
 
-Sources: the CPU recording of tests/measure/quant_state_fsdp1.py (FSDP1 on gloo, world 2, bitsandbytes Linear4bit);
+Sources: the CPU recordings of tests/measure/quant_state_fsdp1.py (FSDP1 on gloo, world 2, bitsandbytes Linear4bit)
+and tests/measure/quant_state_zero3.py (DeepSpeed 0.19.8 ZeRO-3, CPU accelerator, 2 gloo processes);
 AnswerDotAI/fsdp_qlora train.py load_and_quantize at 05ed9f2 ("FSDP only syncs parameters and buffers, so the
 quant_state isn't copied"); torchao dtypes/nf4tensor.py fsdp_pre_all_gather (scalers, factor and data gathered).
 """
@@ -30,6 +31,19 @@ def test_fsdp1_shards_the_packed_codes_and_leaves_the_quant_state_whole():
     assert got["flat_shard"] == values // 4 * LAYERS // 2      # the flat parameter: half on each rank
     assert got["absmax"] == [values // 64] * LAYERS            # a block of 64 values: one absmax each, whole
     assert got["absmax_scales"] == [values // 64 // 256] * LAYERS
+
+
+def test_zero3_partitions_the_packed_codes_and_leaves_the_quant_state_whole():
+    pytest.importorskip("bitsandbytes")
+    pytest.importorskip("deepspeed", reason="deepspeed==0.19.8 is in requirements-validation.txt (CI installs it)")
+    from tests.measure.deepspeed_run import run_measurement
+    from tests.measure.quant_state_zero3 import IN_FEATURES, OUT_FEATURES
+    got = run_measurement("quant_state_zero3", port="29571")
+    values = [IN_FEATURES * OUT_FEATURES, IN_FEATURES * IN_FEATURES]
+    assert got["full"] == got["packed"] == [v // 4 for v in values]            # 4-bit codes in bf16 words
+    assert got["partition"] == [v // 4 // 2 for v in values]                   # half on each of 2 ranks
+    assert got["absmax"] == [v // 64 for v in values] and got["attached"] == [True, True]   # whole, still there
+    assert got["absmax_scales"] == [v // 64 // 256 for v in values]
 
 
 def _rows(convention, **work):

@@ -103,7 +103,8 @@ def framework(scenario, workload, shape) -> str:
 # Whether each framework shards bitsandbytes' quantization state with the packed weights (model/finetune.py
 # is_quant_state). DeepSpeed ZeRO-3 and FSDP1 partition parameters only, and the state is an attribute of the
 # parameter: every rank keeps all of it (AnswerDotAI/fsdp_qlora train.py load_and_quantize at 05ed9f2: "FSDP only
-# syncs parameters and buffers, so the quant_state isn't copied"; each rank quantizes every weight to build it).
+# syncs parameters and buffers, so the quant_state isn't copied"; recorded on the CPU for FSDP1 and DeepSpeed 0.19.8
+# ZeRO-3 over 2 gloo ranks: tests/measure/quant_state_fsdp1.py, quant_state_zero3.py).
 # FSDP2's QLoRA is torchao's NF4Tensor (torchtune), whose scalers are inner tensors sharded with the data (torchao
 # dtypes/nf4tensor.py fsdp_pre_all_gather); Megatron has no bitsandbytes base.
 SHARDS_QUANT_STATE = {"deepspeed": False, "fsdp1": False, "fsdp2": True, "megatron": True, "none": False}
