@@ -74,11 +74,15 @@ def _group_ledger(precision: tuple, ledger, group: str) -> Tuple[LedgerEntry, ..
     return tuple(e._replace(name=f"{group}: {e.name}") for e in ledger) if group else ledger
 
 
+def quant_of(group: str):
+    """The quantized storage a group's name says (QUANT_TYPES: "nf4, frozen" -> "nf4"), else None."""
+    return next((q for q in QUANT_TYPES if q in group.split(", ")), None)
+
+
 def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...]:
     """One parameter group's ledger rows: its elements per entry, its ZeRO divisor. A quantized base is stored as
     bitsandbytes lays it out, tensor by tensor (finetune.quantized_storage)."""
-    quant = next((q for q in QUANT_TYPES if q in g.name.split(", ")), None)
-    if quant:
+    if quant_of(g.name):
         state = g.state_shard or g.shard
         return tuple(StateRow(entry, n, state if is_quant_state(entry.name) else g.shard)
                      for entry, n in _quantized_entries(g.name, g.holdings, finetune))

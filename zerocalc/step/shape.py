@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import NamedTuple, Optional, Tuple
 
 from ..layout import in_flight_chunks
-from ..model.finetune import QUANT_TYPES
 from ..model.placement import Blocks
-from ..states.groups import ParamGroup
+from ..states.groups import ParamGroup, quant_of
 from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations
 from .block_checkpoint import checkpointed_counts
@@ -149,8 +148,7 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     out = []
     for name, n in rank.group_params().items():
         shard = expert if name.startswith("experts") else dense
-        state = quant_state_shard(scenario, workload, shard) if any(q in name.split(", ") for q in QUANT_TYPES) \
-            else 0
+        state = quant_state_shard(scenario, workload, shard) if quant_of(name) else 0
         out.append(ParamGroup(name, n, n + (extra if name == "" else 0), shard, members[name], state))
     return tuple(out)
 
