@@ -3,8 +3,9 @@ the packed 4-bit codes are the parameter that DeepSpeed ZeRO-3 and FSDP1 shard; 
 the scales of absmax, the code tables) is an attribute of the parameter that every rank keeps whole. torchao's
 NF4Tensor (torchtune's QLoRA under FSDP2) shards its scalers with the data.
 
-Sources: the CPU recordings of tests/measure/quant_state_fsdp1.py (FSDP1 on gloo, world 2, bitsandbytes Linear4bit)
-and tests/measure/quant_state_zero3.py (DeepSpeed 0.19.8 ZeRO-3, CPU accelerator, 2 gloo processes);
+Sources: the CPU recordings of tests/measure/quant_state_fsdp1.py (torch 2.13 FSDP1 on gloo, world 2, bitsandbytes
+0.50.2 Linear4bit) and tests/measure/quant_state_zero3.py (DeepSpeed 0.19.8 ZeRO-3, CPU accelerator, 2 gloo
+processes), the versions requirements-validation.txt pins;
 AnswerDotAI/fsdp_qlora train.py load_and_quantize at 05ed9f2 ("FSDP only syncs parameters and buffers, so the
 quant_state isn't copied"); torchao dtypes/nf4tensor.py fsdp_pre_all_gather (scalers, factor and data gathered).
 """
