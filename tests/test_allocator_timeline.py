@@ -79,19 +79,23 @@ def test_the_simulated_reserve(report):
 def test_the_model_against_the_ledgers_reserved_cases():
     """Before (5 % of the tensors) and with the model, on every expressed max_memory_reserved / device case
     (tools/allocator_compare.py), the cases at the library releases they ran (validation/cases.json --versions):
-    the median error goes from -4.4 % to +3.0 %, the cases under by more than 5 % from 14 of 28 to 4 (PEFT-01
-    -7.2 %, PEFT-02 -8.6 %, VLM-02 -12.9 %, AA-03 -7.9 %), those within 10 % from 22 to 24. The loss's transients
-    replayed as their tensors, forward's freed before backward's, take TT-11 from -7.0 % to -2.5 %; FSDP1's
-    wrapping residue (fsdp1_wrap.py) takes Answer.AI's 512-token runs from -16 / -8 % to -8 / -1 %; their larger
-    batches read +10..+15 % over, the loss moment and the rebuilt block summed (step/peak.py _phase_items: with
-    the larger moment alone AA-10, AA-11 and the PEFT cases would read 8-20 % under)."""
+    the median error goes from -4.4 % to +2.7 %, the cases under by more than 5 % from 14 of 28 to 3 (PEFT-01
+    -7.2 %, VLM-02 -12.9 %, AA-03 -6.0 %), those within 10 % stay 22. The loss's transients replayed as their
+    tensors, forward's freed before backward's, take TT-11 from -7.0 % to -2.5 %; FSDP1's wrapping residue
+    (fsdp1_wrap.py) takes Answer.AI's 512-token runs from -16 / -8 % to -6 / -1 %; their larger batches read
+    +10.8..+15.9 % over, the loss moment and the rebuilt block summed (step/peak.py _phase_items: with the larger
+    moment alone AA-10, AA-11 and the PEFT cases would read 8-20 % under). bitsandbytes' quantization state kept
+    whole on every rank under ZeRO-3 and FSDP1 (step/buffers.py SHARDS_QUANT_STATE) took PEFT-02 from -8.6 % to
+    -2.8 % and AA-03 from -7.9 % to -6.0 %, and AA-04 and AA-07 from +9.2 / +10.0 % to +11.0 / +10.8 % (the safe
+    side): 24 within 10 % before it, 22 after."""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
     assert len(rows) == 28
     before = sorted(r["before"] / r["measured"] - 1 for r in rows)
     after = sorted(r["after"] / r["measured"] - 1 for r in rows)
-    assert sum(e < -0.05 for e in before) == 14 and sum(e < -0.05 for e in after) <= 4
-    assert sum(abs(e) <= 0.10 for e in after) >= 24 > 22 == sum(abs(e) <= 0.10 for e in before)
+    assert sum(e < -0.05 for e in before) == 14 and sum(e < -0.05 for e in after) <= 3
+    assert sum(abs(e) <= 0.10 for e in after) >= 22 == sum(abs(e) <= 0.10 for e in before)
+    assert sum(e > 0.10 for e in after) <= 5 and sum(e < -0.10 for e in after) <= 1    # the misses: over, bar one
     assert abs(after[14]) < 0.035 and after[0] > -0.14 and after[-1] < 0.16
 
 
