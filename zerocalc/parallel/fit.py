@@ -66,11 +66,10 @@ class LayoutFit:
         return max(data_parallel_communication(s, w, r.shape, stage) +
                    sum(layout_communication(s, w, r.rank, r.shape).values()) for r in self.ranks)
 
-    def recompute_flops(self) -> int:
-        return max(recompute_flops(self.workload, r.rank) for r in self.ranks)
-
-    def overhead(self) -> float:
-        return max(time_overhead(self.workload, r.rank, recompute_flops(self.workload, r.rank)) for r in self.ranks)
+    def costs(self) -> Tuple[int, float]:
+        """(the most recomputed forward FLOPs of a rank, the largest time overhead): the same for every stage."""
+        flops = [recompute_flops(self.workload, r.rank) for r in self.ranks]
+        return max(flops), max(time_overhead(self.workload, r.rank, f) for r, f in zip(self.ranks, flops))
 
 
 def layout_fit(scenario, workload, shapes: Optional[Tuple[Tuple[RankClass, StepShape], ...]] = None) -> LayoutFit:

@@ -318,7 +318,7 @@ def _search(scenario, workload, gpus: int) -> Tuple[Plan, ...]:
                 if not fit.fits(stage):
                     continue
                 if overhead is None:          # the same for every stage of one plan
-                    overhead, flops = fit.overhead(), fit.recompute_flops()
+                    flops, overhead = fit.costs()
                 plans.append(Plan(gpus, dp, tp, pp, cp, ep, layout.vpp, layout.schedule, sp, micro_batches, stage,
                                   recompute, offload[0], offload[1], fit.peak(stage), fit.workload.capacity_bytes,
                                   fit.ranks[fit.worst(stage)].rank.name, fit.communication(stage), flops,
