@@ -204,43 +204,70 @@ def _worst(candidates) -> Tuple[StagePeak, ...]:
     return tuple(max((c[s] for c in candidates), key=lambda p: p.peak_bytes) for s in STAGES)
 
 
-def _peaks_with_step(report: LayoutReport, stage: int = None, replay: bool = True, **step):
+def _stage_worst(ranks, replay: bool, over: Optional[int]) -> StagePeak:
+    """One stage's worst rank; `ranks`: per rank class, a function of `replay` giving its StagePeak. With `over`
+    (bytes) and a replay, the classes' floors come first (no replay) and the classes are replayed from the highest
+    floor down, stopping at the first peak above `over`: the plan does not fit there, and a search that asks only
+    whether it fits needs no more (that peak is then a lower bound of the worst, above `over`, as a floor above
+    the card already is in solve._replayed_or_floor). Below `over`, every class is replayed: the worst exactly."""
+    if not replay or over is None:
+        return max((peak_of(replay) for peak_of in ranks), key=attrgetter("peak_bytes"))
+    floors = sorted(((peak_of(False), peak_of) for peak_of in ranks), key=lambda fp: -fp[0].peak_bytes)
+    if floors[0][0].peak_bytes > over:
+        return floors[0][0]
+    worst = None
+    for _floor, peak_of in floors:
+        peak = peak_of(True)
+        if peak.peak_bytes > over:
+            return peak
+        worst = peak if worst is None or peak.peak_bytes > worst.peak_bytes else worst
+    return worst
+
+
+def _peaks_with_step(report: LayoutReport, stage: int = None, replay: bool = True, over: Optional[int] = None,
+                     **step):
     """The worst rank's peaks with other step fields (micro-batch, sequence length): model states do not depend
     on them, so only each rank's step is recomputed (the numbers layout_report gives for that workload; the
     Workload re-checks the layout). With `stage`, that stage's peak alone (a search that asks one stage at a time
     then replays one step per candidate, not four, under the allocator's model; replay=False: stage_peaks' floor,
-    no replay)."""
+    no replay; `over`: _stage_worst's early stop)."""
     s, w = report.scenario, replace(report.workload, **step)
     if stage is not None:
-        return max((stage_peaks(s, w, (v.stages[stage],), rank_shape(s, w, v.rank), replay)[0]
-                    for v in report.ranks),
-                   key=lambda p: p.peak_bytes)
+        def rank(v):
+            shape = rank_shape(s, w, v.rank)
+            return lambda r: stage_peaks(s, w, (v.stages[stage],), shape, r)[0]
+        return _stage_worst([rank(v) for v in report.ranks], replay, over)
     return _worst([stage_peaks(s, w, v.stages, rank_shape(s, w, v.rank)) for v in report.ranks])
 
 
-def peaks_at_micro_batch(report: LayoutReport, micro_batch: int, stage: int = None, replay: bool = True):
+def peaks_at_micro_batch(report: LayoutReport, micro_batch: int, stage: int = None, replay: bool = True,
+                         over: Optional[int] = None):
     """The worst rank's peaks at another micro-batch; with `stage`, that stage's StagePeak alone."""
-    return _peaks_with_step(report, stage, replay, micro_batch=micro_batch)
+    return _peaks_with_step(report, stage, replay, over, micro_batch=micro_batch)
 
 
-def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None, replay: bool = True):
+def peaks_at_seq_len(report: LayoutReport, seq_len: int, stage: int = None, replay: bool = True,
+                     over: Optional[int] = None):
     """The worst rank's peaks at another sequence length; with `stage`, that stage's StagePeak alone."""
-    return _peaks_with_step(report, stage, replay, seq_len=seq_len)
+    return _peaks_with_step(report, stage, replay, over, seq_len=seq_len)
 
 
-def peaks_at_workers(report: LayoutReport, workers: int, stage: int = None, replay: bool = True):
+def peaks_at_workers(report: LayoutReport, workers: int, stage: int = None, replay: bool = True,
+                     over: Optional[int] = None):
     """The worst rank's peaks with another data-parallel degree (shard group = all of it): activations do not
     depend on it, so only the model states and what follows the shard divisor are recomputed. With `stage`, that
-    stage's StagePeak alone (one replay per rank under the allocator's model, not four)."""
+    stage's StagePeak alone (one replay per rank under the allocator's model, not four; `over`: _stage_worst's
+    early stop)."""
     s, w = replace(report.scenario, workers=workers, shard_group=None), report.workload
-    candidates = []
-    for v in report.ranks:
+
+    def rank(v):
         shape = v.shape._replace(groups=param_groups(s, w, v.rank), nccl=nccl_bytes(s, w))   # its communicators too
-        stages = stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
-        candidates.append(stage_peaks(s, w, stages if stage is None else (stages[stage],), shape, replay))
+        return shape, stage_results(s, state_rows(s, report.ledger, shape, w.finetune), 1, 0)
+    ranks = [rank(v) for v in report.ranks]
     if stage is not None:
-        return max((c[0] for c in candidates), key=lambda p: p.peak_bytes)
-    return _worst(candidates)
+        return _stage_worst([lambda r, shape=shape, st=stages[stage]: stage_peaks(s, w, (st,), shape, r)[0]
+                             for shape, stages in ranks], replay, over)
+    return _worst([stage_peaks(s, w, stages, shape, replay) for shape, stages in ranks])
 
 
 def report_for(scenario, workload=None):
