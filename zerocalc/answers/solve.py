@@ -272,7 +272,9 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int
         near = min(hi, max(lo, near))
         return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, near)
     slope = max(1, p5(near + 1) - p5(near))
-    guess = near - (peak(near) - p5(near)) // slope
+    guess = min(hi, max(lo, near - (peak(near) - p5(near)) // slope))
+    if peak(guess) > capacity:        # still over: one more step down the smooth slope by the excess (a reserve
+        guess = max(lo, guess - -(-(peak(guess) - capacity) // slope))   # that leaves no length fitting: 1 replay)
     return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, guess)
 
 
