@@ -36,6 +36,7 @@ def test_qlora_uses_bnb_nf4_and_paged_adamw():
     got = import_litgpt(text("llama-3-8b_qlora"))
     assert got.finetune["mode"] == "qlora" and got.finetune["quant_type"] == "nf4"
     assert got.finetune["double_quant"] is False and got.finetune["kbit_prepare"] is False      # bnb.nf4, no -dq
+    assert got.finetune["quantize_head"] is True                 # Fabric's init_module builds lm_head in 4 bits
     assert got.scenario["optimizer"] == "paged-adamw"            # instantiate_bnb_optimizer
     gemma = import_litgpt(text("gemma-2b_qlora"))
     assert gemma.model == "gemma-2b"

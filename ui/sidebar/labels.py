@@ -83,6 +83,7 @@ LABELS = {
     "quant_type": "Base quantization", "quant_block_size": "4-bit block size",
     "double_quant": "Double quantization (quantize the scales)",
     "kbit_prepare": "prepare_model_for_kbit_training (fp32 non-quantized weights)",
+    "quantize_head": "Output head quantized too (Lightning Fabric / LitGPT)",
     "fp32_parts": "Kept in fp32 by the loader",
     # vision-language models (issue 37: ui/state/vision.py)
     "images_per_sample": "Images per sample", "image_width": "Image width (px)", "image_height": "Image height (px)",
@@ -362,6 +363,9 @@ HELP = {
                     "blocks.",
     "kbit_prepare": "peft's prepare_model_for_kbit_training upcasts every non-quantized weight (embedding, head, "
                     "norms) to fp32, so activations are fp32 too.",
+    "quantize_head": "Lightning Fabric's BitsandbytesPrecision (LitGPT's --quantize bnb.*) builds every nn.Linear as a "
+                     "4-bit one, the output head included: stored in 4 bits, dequantized while it runs. "
+                     "transformers' bitsandbytes quantizer leaves the head in 16 bits. An untied head only.",
     "fp32_parts": "Tensors a launcher keeps in fp32 beside a 16-bit model. norms: LLaMA-Factory's "
                   "upcast_layernorm, axolotl's fp32_norms (each linear then casts a norm's fp32 output itself). "
                   "embed-head-norms: axolotl's full fine-tune without flash attention or FSDP (fp32 weights, "

@@ -172,6 +172,7 @@ def finetune(state: dict) -> FineTune:
         train_modules=tuple(state["train_modules"]), base_dtype=_auto(state["base_dtype"]),
         quant_type=state["quant_type"], quant_block_size=int(state["quant_block_size"]),
         double_quant=state["double_quant"], kbit_prepare=state["kbit_prepare"],
+        quantize_head=state["quantize_head"] and state["finetune"] == "qlora",
         fp32_parts=_fp32_parts(state), versions=step_versions(state))
 
 

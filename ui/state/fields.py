@@ -77,7 +77,8 @@ _LORA = ("lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_
 FINETUNE_MODE_FIELDS = {"full": ("fp32_parts",),
                         "freeze": ("train_last_layers", "train_modules", "base_dtype", "fp32_parts"),
                         "lora": _LORA + ("fp32_parts",), "dora": _LORA + ("fp32_parts",),
-                        "qlora": _LORA + ("quant_type", "quant_block_size", "double_quant", "kbit_prepare")}
+                        "qlora": _LORA + ("quant_type", "quant_block_size", "double_quant", "kbit_prepare",
+                                  "quantize_head")}
 FINETUNE_FIELDS = ("finetune",) + tuple(dict.fromkeys(n for names in FINETUNE_MODE_FIELDS.values() for n in names))
 DISPLAY_FIELDS = ("units", "breakdown")       # how the answer is shown, never what it is: no byte depends on them
 PRECISION_FIELDS = ("param_dtype", "grad_dtype", "master_dtype", "grad_accum_dtype", "optimizer",
@@ -136,7 +137,8 @@ FIELDS: Tuple[Field, ...] = (
     Field("modules_to_save", "multi", (), SAVEABLE), _i("train_last_layers", 0, 10_000, 0),
     Field("train_modules", "multi", (), TRAINABLE_MODULES), _c("base_dtype", ("auto",) + DTYPES, "auto"),
     _c("quant_type", QUANT_TYPES, "nf4"), _c("quant_block_size", tuple(str(b) for b in QUANT_BLOCKS), "64"),
-    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True), _c("fp32_parts", tuple(FP32_PARTS), "none"),
+    Field("double_quant", "bool", True), Field("kbit_prepare", "bool", True),
+    Field("quantize_head", "bool", False), _c("fp32_parts", tuple(FP32_PARTS), "none"),
     # working-set assumptions (DeepSpeed defaults, elements)
     _i("reduce_bucket_size", *_W["reduce_bucket_size"], 500_000_000, kind="count"),
     _i("allgather_bucket_size", *_W["allgather_bucket_size"], 500_000_000, kind="count"),

@@ -206,6 +206,9 @@ def _finetune(g) -> None:
     g.add_argument("--double-quant", choices=("yes", "no"), help="quantize the 4-bit scales too (default yes)")
     g.add_argument("--kbit-prepare", choices=("yes", "no"), help="qlora: peft's prepare_model_for_kbit_training "
                                                                  "(fp32 non-quantized weights; default yes)")
+    g.add_argument("--quantize-head", choices=("yes", "no"),
+                   help="qlora: the output head quantized too (an untied one), as Lightning Fabric's "
+                        "BitsandbytesPrecision does under LitGPT; transformers' quantizer leaves it out (default no)")
     g.add_argument("--fp32-parts", choices=tuple(FP32_PARTS),
                    help="tensors a loader keeps in fp32 beside a 16-bit model: norms (LLaMA-Factory's "
                         "upcast_layernorm, axolotl's fp32_norms), embed-head-norms (axolotl's full fine-tune "

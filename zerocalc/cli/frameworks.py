@@ -224,7 +224,7 @@ EXPLICIT_FLAGS = ("workers", "shard_group", "convention", "param_dtype", "grad_d
 FINETUNE_DESTS = {"mode": "finetune"}
 FINETUNE_EXPLICIT = ("finetune", "lora_rank", "lora_targets", "lora_dropout", "adapter_dtype", "modules_to_save",
                      "train_last_layers", "train_modules", "base_dtype", "quant_type", "quant_block_size",
-                     "double_quant", "kbit_prepare", "fp32_parts")
+                     "double_quant", "kbit_prepare", "quantize_head", "fp32_parts")
 
 
 def explicit_fields(args) -> set:

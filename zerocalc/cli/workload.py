@@ -39,7 +39,8 @@ FINETUNE_FLAGS = {"finetune": "mode", "lora_rank": "lora_rank", "lora_targets": 
                   "modules_to_save": "modules_to_save", "train_last_layers": "train_last_layers",
                   "train_modules": "train_modules", "base_dtype": "base_dtype", "quant_type": "quant_type",
                   "quant_block_size": "quant_block_size", "double_quant": "double_quant",
-                  "kbit_prepare": "kbit_prepare", "fp32_parts": "fp32_parts", "versions": "versions"}
+                  "kbit_prepare": "kbit_prepare", "quantize_head": "quantize_head", "fp32_parts": "fp32_parts",
+                  "versions": "versions"}
 
 
 class ModelFlagError(ValueError):

@@ -57,7 +57,7 @@ _MODULE_TARGETS = {
 }
 
 
-BOOL_FIELDS = ("double_quant", "kbit_prepare")
+BOOL_FIELDS = ("double_quant", "kbit_prepare", "quantize_head")
 # FineTune.fp32_parts: what a loader keeps in fp32 beside a 16-bit model -> the inventory roles it keeps so
 # (step/fp32_stream.py counts what that saves): the norms alone (LLaMA-Factory's upcast_layernorm, axolotl's
 # fp32_norms), or the embedding, head and norms (axolotl's loader without a kernel that casts them back)
@@ -79,6 +79,9 @@ class FineTune:
     quant_block_size: int = 64
     double_quant: bool = True
     kbit_prepare: bool = True              # qlora: peft's prepare_model_for_kbit_training (fp32 non-quantized)
+    # qlora: the output head quantized as well (an untied one): Lightning Fabric's BitsandbytesPrecision, which
+    # LitGPT uses, makes every nn.Linear built under it a 4-bit one; transformers' bnb quantizer leaves the head out
+    quantize_head: bool = False
     # FP32_PARTS: tensors a loader keeps in fp32 beside a 16-bit model (with their gradients and optimizer states
     # when they train); embed-head-norms makes the residual stream fp32 under autocast (step/fp32_stream.py)
     fp32_parts: str = "none"
@@ -116,6 +119,8 @@ class FineTune:
         require_choice("fp32_parts", self.fp32_parts, tuple(FP32_PARTS))
         if self.fp32_parts == "embed-head-norms" and self.mode != "full":     # measured on a full fine-tune
             raise FieldError("fp32_parts", self.fp32_parts, "none or norms unless finetune is full")
+        if self.quantize_head and not self.quantized:
+            raise FieldError("quantize_head", self.quantize_head, "false unless finetune is qlora")
         if self.fp32_parts != "none" and self.quantized:      # a 4-bit linear returns its input's dtype: unmeasured
             raise FieldError("fp32_parts", self.fp32_parts, "none with a quantized base (kbit_prepare says it)")
 
@@ -292,7 +297,8 @@ def finetuned(rows: tuple, ft: FineTune, layers: int, param_dtype: str, converts
             else:
                 out.append(t if trained else _frozen(t, ft, "fp32" if t.role in kept else base))
             continue
-        quantize = ft.quantized and t.place == "layer" and len(t.shape) == 2 and t.role in ADAPTED_ROLES
+        quantize = ft.quantized and len(t.shape) == 2 and (
+            t.place == "layer" and t.role in ADAPTED_ROLES or ft.quantize_head and t.role == "head" and not t.tied)
         if linears and ft.quantized and t.place == "layer" and t.role in ("router", "expert"):
             quantize = len(t.shape) == 3 or t.role == "router" and len(t.shape) == 2    # weights, not biases
         out.append(_frozen(t, ft, ft.quant_type if quantize else "fp32" if t.role in kept else base))
@@ -366,10 +372,11 @@ def describe(ft: FineTune, param_dtype: str) -> str:
         ", ".join(ft.lora_targets) if ft.lora_targets else "no modules")
     kind = {"lora": "LoRA", "dora": "DoRA", "qlora": "QLoRA"}[ft.mode]
     text = f"{kind} rank {ft.lora_rank} on {targets}, {ft.adapter_storage(param_dtype)} adapters"
+    linears = "base linears and an untied output head" if ft.quantize_head else "base linears"
     if ft.quantized == "int8":
-        text += "; base linears in int8 (LLM.int8)"
+        text += f"; {linears} in int8 (LLM.int8)"
     elif ft.quantized:
-        text += (f"; base linears in {ft.quant_type} (block {ft.quant_block_size}"
+        text += (f"; {linears} in {ft.quant_type} (block {ft.quant_block_size}"
                  f"{', double quantization' if ft.double_quant else ''})")
     if ft.quantized and ft.kbit_prepare:
         text += ", the rest upcast to fp32 (prepare_model_for_kbit_training)"

@@ -340,7 +340,7 @@ def quantized_vs_plain(report: LayoutReport) -> dict:
     """A quantized base against the same adapters on a plain one: the peaks, and why the quantized one is not
     always smaller (users are surprised: litgpt#1112, torchtune#2255)."""
     w, s = report.workload, report.scenario
-    plain = replace(w, finetune=replace(w.finetune, mode="lora", kbit_prepare=False))
+    plain = replace(w, finetune=replace(w.finetune, mode="lora", kbit_prepare=False, quantize_head=False))
     other = layout_report(s, plain)
     reasons = []
     shape = report.ranks[report.worst[3]].shape

@@ -147,6 +147,9 @@ class _Reader:
             b.set("finetune", "quant_type", quant[0], "quantize")
             b.set("finetune", "double_quant", quant[1], "quantize (-dq: double quantization)")
             b.set("finetune", "kbit_prepare", False, "BitsandbytesPrecision: no fp32 upcast of the other weights")
+            b.set("finetune", "quantize_head", True, "BitsandbytesPrecision builds every nn.Linear under "
+                  "fabric.init_module as a 4-bit one, lm_head included (lightning fabric/plugins/precision/"
+                  "bitsandbytes.py module_init_context)")
         b.set("finetune", "lora_rank", count("lora_r", self.get("lora_r", default=8), 1, 1_000_000),
               self.src("lora_r", "8"))
         b.set("finetune", "lora_dropout", number("lora_dropout", self.get("lora_dropout", default=0.05), 0.0, 1.0),
