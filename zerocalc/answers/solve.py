@@ -273,9 +273,9 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int
         return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, near)
     slope = max(1, p5(near + 1) - p5(near))
     guess = min(hi, max(lo, near - (peak(near) - p5(near)) // slope))
-    if peak(guess) > capacity:        # still over: one more step down the smooth slope by the excess (a reserve
-        guess = max(lo, guess - -(-(peak(guess) - capacity) // slope))   # that leaves no length fitting: 1 replay)
-    return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, guess)
+    if peak(guess) > capacity and guess - (peak(guess) - capacity) // slope <= lo:
+        guess = lo        # still over by more than the slope leaves down to the shortest length: ask that first
+    return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, guess)     # (one replay where none fits)
 
 
 def _crossing_from(fits: Callable[[int], bool], lo: int, hi: int, guess: int) -> int:
