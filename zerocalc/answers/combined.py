@@ -102,7 +102,7 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
     """The cheapest combinations that make `stage` fit (LISTED of them), or, when none does, the single closest
     one (its fits is False). [] when the stage fits as it is. With `single` (the single changes that fit), only
     combinations cheaper than the cheapest of them and holding none of them."""
-    if layout_report(scenario, workload).peaks[stage].fits:
+    if worst_peak_at(scenario, workload, stage)[1].fits:          # that stage alone (the report's peak there)
         return []
     if single:
         cheapest = min(f.cost for f in single)

@@ -32,9 +32,10 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..gpus import GPU_CATALOG, fast_links
 from ..layout import LAYOUT_LIMITS
-from ..parallel.ranks import fitting_peak_at, layout_report
+from ..parallel.ranks import fitting_peak_at, layout_report, worst_peak_at
 from ..scenario import FieldError
 from ..step.activations import recompute_name
+from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.workload import recompute_resets
 from ..step.losses import LOSS_NAMES
 from ..step.host import host_rows
@@ -158,8 +159,12 @@ def held_settings(scenario, workload, stage: int) -> Dict[str, str]:
 
 def _host_holds(scenario, workload, stage: int) -> bool:
     """Whether the node's host RAM, where the plan gives it, holds what an offload puts there (step/host.py): a fix
-    the host cannot take is no fix (the verdict would read "does not fit (host RAM)")."""
-    return host_rows(layout_report(scenario, workload))[stage]["fits_host"] is not False
+    the host cannot take is no fix (the verdict would read "does not fit (host RAM)"). Host RAM does not depend
+    on the GPU's allocator reserve: the report at its percent (no replay) gives the same rows."""
+    if not workload.host_memory_bytes:
+        return True
+    cheap = replace(workload, fragmentation_percent=DEFAULT_PERCENT) if replays(workload) else workload
+    return host_rows(layout_report(scenario, cheap))[stage]["fits_host"] is not False
 
 
 def _peak(scenario, workload, stage: int) -> Optional[int]:
@@ -208,10 +213,10 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     """(kind, stage, scenario changes, workload changes, layout changes, peak) of every change that fits (a bigger
     GPU's capacity is its own: apply() and the report give it)."""
     capacity = workload.capacity_bytes
-    report = layout_report(scenario, workload)
-    for s in range(stage + 1, 4):                                    # a higher ZeRO stage
-        if report.peaks[s].fits:
-            yield ("stage_3" if s == 3 else "stage"), s, {}, {}, {}, report.peaks[s].peak_bytes
+    for s in range(stage + 1, 4):            # a higher ZeRO stage (each asked alone: no replay of the stages below)
+        found = fitting_peak_at(scenario, workload, s)
+        if found:
+            yield ("stage_3" if s == 3 else "stage"), s, {}, {}, {}, found[1].peak_bytes
             break
     levels = RECOMPUTE_ORDER[RECOMPUTE_ORDER.index(workload.recompute) + 1:]
     block = workload.recompute == "full" and workload.recompute_method == "block"
@@ -283,7 +288,8 @@ def _candidates(scenario, workload, stage: int, layouts: bool):
     # a bigger GPU: the peak moves only by the card's library workspaces and NCCL buffers (step/peak.py peak_on_gpu)
     # (under the allocator's model the card's workspaces also move the replayed reserve a few MiB: the card
     # chosen is then re-checked with its own report, the next one taken where it does not fit)
-    on = {key: peak_on_gpu(report.peaks[stage], scenario, workload, key) for key in GPU_CATALOG}
+    at_stage = worst_peak_at(scenario, workload, stage)[1]
+    on = {key: peak_on_gpu(at_stage, scenario, workload, key) for key in GPU_CATALOG}
     bigger = sorted((gpu.usable_bytes, i, key) for i, (key, gpu) in enumerate(GPU_CATALOG.items())
                     if gpu.usable_bytes >= on[key] and gpu.usable_bytes > capacity)
     for usable, _i, key in bigger:
@@ -334,8 +340,7 @@ def fixes(scenario, workload, stage: int, layouts: bool = False) -> List[Fix]:
     layout of the same GPUs (layout_search: hundreds of whole reports for a large world)."""
     if stage not in range(4):
         raise FieldError("stage", stage, "one of 0, 1, 2, 3")
-    report = layout_report(scenario, workload)
-    if report.peaks[stage].fits:
+    if worst_peak_at(scenario, workload, stage)[1].fits:      # that stage alone (the report's peak there)
         return []
     before = held_settings(scenario, workload, stage)
     out = []
