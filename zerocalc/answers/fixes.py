@@ -32,10 +32,9 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..gpus import GPU_CATALOG, fast_links
 from ..layout import LAYOUT_LIMITS
-from ..parallel.ranks import fitting_peak_at, layout_report, worst_peak_at
+from ..parallel.ranks import fitting_peak_at, unreplayed_report, worst_peak_at
 from ..scenario import FieldError
 from ..step.activations import recompute_name
-from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.workload import recompute_resets
 from ..step.losses import LOSS_NAMES
 from ..step.host import host_rows
@@ -163,8 +162,7 @@ def _host_holds(scenario, workload, stage: int) -> bool:
     on the GPU's allocator reserve: the report at its percent (no replay) gives the same rows."""
     if not workload.host_memory_bytes:
         return True
-    cheap = replace(workload, fragmentation_percent=DEFAULT_PERCENT) if replays(workload) else workload
-    return host_rows(layout_report(scenario, cheap))[stage]["fits_host"] is not False
+    return host_rows(unreplayed_report(scenario, workload))[stage]["fits_host"] is not False
 
 
 def _peak(scenario, workload, stage: int) -> Optional[int]:

@@ -125,10 +125,14 @@ def floor_above_card(scenario, workload, stage: int) -> bool:
         workload.capacity_bytes for v in _unreplayed(scenario, workload))
 
 
+def unreplayed_report(scenario, workload) -> LayoutReport:
+    """The report at DEFAULT_PERCENT, which replays nothing: its rank views (classes, model states, shapes) and
+    host RAM rows are the workload's own, none of them depending on the GPU's allocator reserve."""
+    return layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT))
+
+
 def _unreplayed(scenario, workload) -> Tuple[RankView, ...]:
-    """The rank views (classes, model states, shapes: none depends on the reserve) of the report at
-    DEFAULT_PERCENT, which replays nothing."""
-    return layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)).ranks
+    return unreplayed_report(scenario, workload).ranks
 
 
 def fitting_peak_at(scenario, workload, stage: int) -> Optional[Tuple[int, StagePeak]]:

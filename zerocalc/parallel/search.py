@@ -31,7 +31,7 @@ from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.megatron_recompute import DEFAULT_MODULES
 from .costs import bubble_fraction, time_overhead
 from .fit import layout_fit, states_floor, step_shapes
-from .ranks import check_plan, fitting_peak_at, layout_report
+from .ranks import check_plan, fitting_peak_at, unreplayed_report
 
 OFFLOADS = (("none", "none"), ("cpu", "none"), ("cpu", "cpu"))     # (optimizer, parameters), cheapest first
 SHOWN = 50                                                       # plans listed in the JSON; all are counted
@@ -240,7 +240,7 @@ def checked(scenario, workload, plan: Plan):
         found = fitting_peak_at(s, w, stage)                # this stage alone: one replay per rank class at most
         if found:
             worst, p = found
-            report = layout_report(s, replace(w, fragmentation_percent=DEFAULT_PERCENT))   # what the reserve leaves
+            report = unreplayed_report(s, w)                # what the reserve leaves
             return plan._replace(
                 recompute=recompute, offload_optimizer=offload[0], offload_params=offload[1],
                 peak_bytes=p.peak_bytes, capacity_bytes=p.capacity_bytes,
