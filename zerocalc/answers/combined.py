@@ -107,9 +107,15 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
     if single:
         cheapest = min(f.cost for f in single)
         singles = [{_key(f._replace(held=(), peak_bytes=0, capacity_bytes=0))} for f in single]
-        found = combined_fixes(scenario, workload, stage)
-        return [f for f in found if f.fits and f.cost < cheapest
-                and not any(k <= {_key(p) for p in f.parts} for k in singles)]
+        return _combined(scenario, workload, stage, lambda f: f.cost < cheapest and
+                         not any(k <= {_key(p) for p in f.parts} for k in singles))
+    return _combined(scenario, workload, stage)
+
+
+def _combined(scenario, workload, stage: int, wanted=None) -> List[Fix]:
+    """combined_fixes' search; with `wanted`, only the combinations it accepts are re-checked and listed (a
+    combination it refuses refuses every superset: a superset costs more and holds the same parts), and none is
+    listed as the closest."""
     before = held_settings(scenario, workload, stage)
     ranked = workload       # under the allocator's model the search ranks at 5 % and re-checks what it lists
     if replays(workload):
@@ -128,6 +134,8 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
     # after every subset of it (its cost is theirs and more), so each one's subsets were checked before it.
     listed, kept, missed = [], [], []
     for fix in sorted(found, key=lambda f: f.order):
+        if wanted is not None and not wanted(fix):
+            continue                      # not asked for: no re-check (a replay per rank class) spent on it
         checked = _exact(fix, scenario, workload, ranked)
         keys = {_key(p) for p in checked.parts}
         if not checked.fits:
@@ -137,7 +145,7 @@ def combined_fixes(scenario, workload, stage: int, single: List[Fix] = ()) -> Li
             kept.append(keys)
             if len(listed) == LISTED:
                 break
-    if listed:
+    if listed or wanted is not None:
         return sorted(listed, key=lambda f: f.order)
     near = missed + ([_exact(closest, scenario, workload, ranked)] if closest is not None else [])
     return [min(near, key=lambda f: f.peak_bytes / f.capacity_bytes)] if near else []   # the closest, said so
