@@ -96,6 +96,30 @@ def test_fixes_from_the_worker_equal_the_servers_own_and_are_drawn_above_the_vie
     assert any(t.startswith("**What would make") or t.startswith("**Nothing zerocalc tries") for t in texts)
 
 
+def test_the_fixes_search_starts_before_the_report_only_where_the_plan_may_not_fit():
+    # fixes_early: a plan whose peak at the 5 % reserve (no replay) reaches SPECULATE_AT of the card has its search
+    # started before the report is built, and fixes_later reads that search instead of starting another; a plan
+    # far below the card (Llama-3-8B on 8 GPUs, about 40 % of it) starts nothing.
+    query = {"model": ["gemma-3-27b"], "workers": ["8"], "cuda_context_bytes": ["1073742976"]}
+    r = resolve(from_query(query)[0])
+    key = (compute.state_key(r.state), False)
+    compute.fixes_early(r)
+    early = compute._SEARCHING[key]
+    report = compute.report_of(r, False, False)
+    assert not report["peak"][r.state["stage"]]["fits"]
+    wait = compute.fixes_later(r, report)
+    assert compute._SEARCHING[key] is early                          # the same search, not a second one
+    assert wait() and key not in compute._SEARCHING
+    compute.fixes_early(r)                                           # answered: read from the cache, none started
+    assert key not in compute._SEARCHING
+    fitting = resolve(from_query({"model": ["llama-3-8b"], "workers": ["8"],
+                                  "cuda_context_bytes": ["1073742976"]})[0])
+    searching = dict(compute._SEARCHING)
+    compute.fixes_early(fitting)
+    assert compute._SEARCHING == searching
+    assert compute.report_of(fitting, False, False)["peak"][fitting.state["stage"]]["fits"]
+
+
 def test_the_exported_configs_and_the_probe_are_highlighted_only_when_opened():
     exports = app({"model": "llama-3-8b"}, "Framework configs")
     labels = {b.proto.label for b in exports.get("download_button")}

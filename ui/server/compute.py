@@ -13,6 +13,7 @@ from zerocalc.answers.ranges import ranges, ranges_dict
 from zerocalc.answers.solve import max_seq_len
 from zerocalc.answers.sweep import sweep
 from zerocalc.output.report import full_report
+from zerocalc.parallel.ranks import unreplayed_report
 from zerocalc.step.formulas import formulas_for
 
 from . import worker
@@ -20,6 +21,9 @@ from ..state.fields import DENSE_IDS, DISPLAY_FIELDS, FIELDS
 from ..state.convert import canonical
 
 LAYOUT_FIX_GPUS = 64          # beyond this world size, layouts join the fixes only once the search is asked for
+# fixes_early's guess: a plan whose peak at DEFAULT_PERCENT (no allocator replay) reaches this share of the card may
+# well not fit. It read 0.94-1.04 x the replayed peak on the matrix's four plans at twice their dp (2026-12-07).
+SPECULATE_AT = 0.85
 
 
 KEY_FIELDS = tuple(f.name for f in FIELDS if f.name not in DISPLAY_FIELDS)
@@ -145,22 +149,49 @@ def fixes_of(resolved, report: dict, layouts: bool = False) -> list:
     return _fixes(_key(resolved), layouts, (resolved, report))
 
 
+def fixes_early(resolved, layouts: bool = False) -> None:
+    """Start the fixes' search in a worker before the report is built, where the plan's peak at DEFAULT_PERCENT
+    (unreplayed_report, which replays nothing: a few ms) reaches SPECULATE_AT of the card: the search then runs on the
+    second core while this process builds the report, not after it. fixes_later finds it running. A guess that
+    was wrong (the replayed report fits) leaves a search nobody reads; below the share nothing starts. Not where the
+    report itself goes to the worker (a large layout search): the session's tasks run one at a time."""
+    r = resolved
+    if r.workload is None or _searches_many(r, layouts):
+        return
+    key = (_key(r), layouts)
+    if _fixes.cached(key)[0]:
+        return
+    stage = r.state["stage"]
+    try:
+        guess = unreplayed_report(r.scenario, r.workload).peaks[stage].peak_bytes
+    except Exception:  # noqa: BLE001 - a plan the core refuses: the report says why, and nothing is searched
+        return
+    if guess >= SPECULATE_AT * r.workload.capacity_bytes:
+        _search_task(key, r, stage, layouts or r.workload.layout.world(r.scenario.workers) <= LAYOUT_FIX_GPUS)
+
+
+def _search_task(key: tuple, r, stage: int, search: bool):
+    """The fixes' search for `key` in a worker: the one running, else one started now."""
+    with _fixes.lock:              # a run stopped by the next one (a click meanwhile) left its search running
+        task = _SEARCHING.get(key)
+        if task is None:
+            task = _SEARCHING[key] = worker.submit("answer", advice, r.scenario, r.workload, stage, search)
+            while len(_SEARCHING) > 64:
+                _SEARCHING.popitem(last=False)
+    return task
+
+
 def fixes_later(resolved, report: dict, layouts: bool = False):
     """fixes_of without waiting for it: a function that returns the fixes, at once from the cache, else from a
-    worker process started now. The search takes 0.2-0.8 s on a plan that does not fit (Gemma-3-27B, DeepSeek-V3):
-    the page draws the verdict, the view and the sidebar meanwhile, and the fixes into the place kept for them."""
+    worker process (started by fixes_early, or now). The search takes 0.2-0.8 s on a plan that does not fit
+    (Gemma-3-27B, DeepSeek-V3): the page draws the verdict, the view and the sidebar meanwhile, and the fixes into
+    the place kept for them."""
     key = (_key(resolved), layouts)
     hit, value = _fixes.cached(key)
     r, stage = resolved, resolved.state["stage"]
     if hit or r.workload is None or report["peak"][stage]["fits"]:
         return lambda: value if hit else []
-    with _fixes.lock:              # a run stopped by the next one (a click meanwhile) left its search running
-        task = _SEARCHING.get(key)
-        if task is None:
-            search = layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS
-            task = _SEARCHING[key] = worker.submit("answer", advice, r.scenario, r.workload, stage, search)
-            while len(_SEARCHING) > 64:
-                _SEARCHING.popitem(last=False)
+    task = _search_task(key, r, stage, layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS)
 
     def wait() -> list:
         try:
