@@ -20,7 +20,7 @@ from dataclasses import replace
 from math import lcm
 from typing import Callable, Dict, NamedTuple, Optional
 
-from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers
+from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers, unreplayed_report
 from ..scenario import INT_LIMITS
 from ..step.allocator import DEFAULT_PERCENT, replays
 from ..step.host import host_rows
@@ -228,10 +228,15 @@ def interpolated_largest(peak: Callable[[int], int], capacity: int, lo: int, hi:
 def max_seq_len(scenario, workload) -> Dict[int, int]:
     """Longest sequence (tokens, a multiple of seq_len_step) for which each stage fits, everything else held."""
     step = seq_len_step(workload)
-    base = layout_report(scenario, workload)
     # one stage per candidate: each stage's search has its own candidates (under the allocator's model each
-    # stage's peak replays a step)
-    cache: Dict[tuple, int] = {(workload.seq_len // step, p.stage): p.peak_bytes for p in base.peaks}
+    # stage's peak replays a step). Under the model the rank views come from the report that replays nothing (their
+    # model states and shapes do not depend on the reserve, as in _Peaks), so the search replays only what it asks
+    # and needs no replayed report first (a worker process asked for this alone has none cached).
+    if replays(workload):
+        base, cache = unreplayed_report(scenario, workload)._replace(workload=workload), {}
+    else:
+        base = layout_report(scenario, workload)
+        cache: Dict[tuple, int] = {(workload.seq_len // step, p.stage): p.peak_bytes for p in base.peaks}
 
     def peak(k: int, s: int) -> int:          # under the model, a floor above the card stands for the peak
         if (k, s) not in cache:
