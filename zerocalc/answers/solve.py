@@ -259,7 +259,8 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int
     """max_seq_len for one stage under the allocator's model, whose replayed reserve moves in jumps (a tensor
     crossing into another segment class moves it by a GiB), so interpolation on it takes 35-80 replays where a
     smooth peak takes 8. The answer is found on the smooth peak with the reserve at 5 % (no replay), moved by the
-    model's reserve there over the slope, then galloped to from that guess on the model's own peak: about 2
+    model's reserve there over the slope (then along the secant through the model's two peaks where that moves it
+    little), then galloped to from that guess on the model's own peak: about 2
     log2(distance) + 2 replays, at most 2 (2 log2(range) + 3) + 2 evaluations in all. The peak is not monotone
     everywhere under the model (a few MiB down at places): the answer is the crossing nearest the guess, a
     length that fits one step below a length that does not."""
@@ -280,26 +281,61 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int
     guess = min(hi, max(lo, near - (peak(near) - p5(near)) // slope))
     if peak(guess) > capacity and guess - (peak(guess) - capacity) // slope <= lo:
         guess = lo        # still over by more than the slope leaves down to the shortest length: ask that first
+    elif (peak(guess) - peak(near)) * (guess - near) > 0:
+        # the secant through the model's own two peaks; taken where it moves the guess by at most half as far as
+        # the reserve moved it (a smooth stretch; across a jump of the reserve the line points far off)
+        secant = guess + (capacity - peak(guess)) * (guess - near) // (peak(guess) - peak(near))
+        if 2 * abs(secant - guess) <= abs(guess - near):
+            guess = min(hi, max(lo, secant))
     return _crossing_from(lambda k: peak(k) <= capacity, lo, hi, guess)     # (one replay where none fits)
 
 
 def _crossing_from(fits: Callable[[int], bool], lo: int, hi: int, guess: int) -> int:
     """Largest n in [lo, hi] with fits(n), for fits true up to some point then false, galloping from `guess`
-    up or down then bisecting: O(log |answer - guess|) evaluations; lo - 1 if none."""
+    up or down then bisecting: O(log |answer - guess|) evaluations; lo - 1 if none. Each gallop probe is the
+    roundest length (most trailing zero bits) of its window, and the bracket's first probe is the length just above
+    its fitting end: under the allocator's model the peak jumps where a length's tensors cross a block size (2 MiB
+    rounding), just above a round length, so the crossing is often found there in one probe (tests/
+    test_seq_len_model.py counts them)."""
     guess = min(hi, max(lo, guess))
     if fits(guess):
-        good, step = guess, 1
-        while good + step <= hi and fits(good + step):
-            good, step = good + step, step * 2
-        return _bisect_down(fits, good, min(good + step, hi + 1))
-    bad, step = guess, 1
-    while bad - step >= lo and not fits(bad - step):
-        bad, step = bad - step, step * 2
-    if bad - step >= lo:
-        return _bisect_down(fits, bad - step, bad)
-    if bad == lo or not fits(lo):
-        return lo - 1
-    return _bisect_down(fits, lo, bad)
+        good, j = guess, 0
+        while good < hi:
+            j += 1
+            top = min(hi, guess + (1 << j) - 1)          # windows end at guess + 1, + 3, + 7, ...
+            if top > good:
+                probe = _roundest(good + 1, top)
+                if not fits(probe):
+                    return _bisect_round(fits, good, probe)
+                good = probe
+        return good
+    bad, j = guess, 0
+    while bad > lo:
+        j += 1
+        bottom = max(lo, guess - (1 << j) + 1)
+        if bottom < bad:
+            probe = _roundest(bottom, bad - 1)
+            if fits(probe):
+                return _bisect_round(fits, probe, bad)
+            bad = probe
+    return lo - 1
+
+
+def _roundest(lo: int, hi: int) -> int:
+    """The number in [lo, hi] (lo <= hi) with the most trailing zero bits."""
+    bit = 1 << hi.bit_length()
+    while bit > 1 and hi - hi % bit < lo:
+        bit >>= 1
+    return hi - hi % bit
+
+
+def _bisect_round(fits: Callable[[int], bool], good: int, bad: int) -> int:
+    """_bisect_down from fits(good) and not fits(bad), good + 1 probed first."""
+    if bad - good > 1:
+        if not fits(good + 1):
+            return good
+        good += 1
+    return _bisect_down(fits, good, bad)
 
 
 def min_workers(scenario, workload, stages=STAGES) -> Dict[int, Optional[int]]:
