@@ -82,13 +82,13 @@ def test_fixes_from_the_worker_equal_the_servers_own_and_are_drawn_above_the_vie
     r = resolve(from_query(query)[0])
     report = compute.report_of(r, False, False)
     assert not report["peak"][r.state["stage"]]["fits"]
-    searching = len(compute._SEARCHING)
+    searching = len(compute._fixes.running)
     first = compute.fixes_later(r, report)
-    assert len(compute._SEARCHING) == searching + 1
+    assert len(compute._fixes.running) == searching + 1
     again = compute.fixes_later(r, report)                  # a second run meanwhile: the same search, not another
-    assert len(compute._SEARCHING) == searching + 1
+    assert len(compute._fixes.running) == searching + 1
     waited = first()
-    assert again() == waited and (compute.state_key(r.state), False) not in compute._SEARCHING   # one search, read
+    assert again() == waited and (compute.state_key(r.state), False) not in compute._fixes.running   # one search, read
     compute._fixes.results.clear()
     assert waited and waited == compute.fixes_of(r, report)
     at = app({k: v[0] for k, v in query.items()}, "Overview")
@@ -104,20 +104,38 @@ def test_the_fixes_search_starts_before_the_report_only_where_the_plan_may_not_f
     r = resolve(from_query(query)[0])
     key = (compute.state_key(r.state), False)
     compute.fixes_early(r)
-    early = compute._SEARCHING[key]
+    early = compute._fixes.running[key]
     report = compute.report_of(r, False, False)
     assert not report["peak"][r.state["stage"]]["fits"]
     wait = compute.fixes_later(r, report)
-    assert compute._SEARCHING[key] is early                          # the same search, not a second one
-    assert wait() and key not in compute._SEARCHING
+    assert compute._fixes.running[key] is early                          # the same search, not a second one
+    assert wait() and key not in compute._fixes.running
     compute.fixes_early(r)                                           # answered: read from the cache, none started
-    assert key not in compute._SEARCHING
+    assert key not in compute._fixes.running
     fitting = resolve(from_query({"model": ["llama-3-8b"], "workers": ["8"],
                                   "cuda_context_bytes": ["1073742976"]})[0])
-    searching = dict(compute._SEARCHING)
+    searching = dict(compute._fixes.running)
     compute.fixes_early(fitting)
-    assert compute._SEARCHING == searching
+    assert compute._fixes.running == searching
     assert compute.report_of(fitting, False, False)["peak"][fitting.state["stage"]]["fits"]
+
+
+def test_the_longest_sequence_is_searched_in_a_worker_beside_the_report_where_no_fixes_search_runs():
+    # longest_early: the Peak view's longest-sequence search (zerocalc.answers.solve.max_seq_len) starts in a worker
+    # before the report; longest_of reads that task, and its answer is the server's own; the page starts it only
+    # where fixes_early started nothing (a plan that fits), since a session's worker tasks run one at a time.
+    query = {"model": ["llama-3-8b"], "workers": ["8"], "cuda_context_bytes": ["1073743104"]}
+    r = resolve(from_query(query)[0])
+    assert not compute.fixes_early(r)
+    compute.longest_early(r)
+    key = (compute.state_key(r.state),)
+    assert compute._longest.started(key) is not None
+    found = compute.longest_of(r)
+    assert compute._longest.started(key) is None and compute._longest.cached(key)[0]
+    compute._longest.results.clear()
+    assert found == compute.longest_of(r) and any(found.values())
+    at = app({k: v[0] for k, v in query.items()}, "Peak and step")
+    assert any("longest sequence that fits" in m.value for m in at.markdown)
 
 
 def test_the_exported_configs_and_the_probe_are_highlighted_only_when_opened():

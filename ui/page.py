@@ -45,8 +45,10 @@ def render() -> None:
     lazy_answers = LAZY_ANSWERS.get(tab)
     answers = tab in ANSWER_TABS and (lazy_answers is None or any(st.session_state.get(k) for k in lazy_answers))
     stopped = []
-    if tab != "RL":                      # the RL view's plan has its own answers, not these fixes
-        compute.fixes_early(resolved, layouts)
+    # the costly answers start in a worker before the report: the fixes where the plan may not fit, else (the worker
+    # free) the Peak view's longest sequence; the RL view's plan has its own answers
+    if tab != "RL" and not compute.fixes_early(resolved, layouts) and tab == "Peak and step":
+        compute.longest_early(resolved)
     try:
         report = compute.report_of(resolved, layouts, answers)
     except worker.WorkerError as exc:   # the layout search (in a worker) ran past its deadline: the page without it

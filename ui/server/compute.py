@@ -55,6 +55,7 @@ class _PerState:
 
     def __init__(self, fn, size: int = 256):
         self.fn, self.size, self.lock, self.results = fn, size, threading.Lock(), OrderedDict()
+        self.running = OrderedDict()        # key -> its answer being computed in a worker, until a run reads it
 
     def __call__(self, *args):
         key = args[:-1]                             # the last argument rides along: the resolved state
@@ -79,6 +80,34 @@ class _PerState:
             self.results[key] = value
             if len(self.results) > self.size:
                 self.results.popitem(last=False)
+
+    def start(self, key: tuple, fn, *args):
+        """fn(*args), the answer for `key`, in a worker process: the task already running for it (a run stopped by
+        the next one, a click meanwhile, leaves its task running), else one submitted now."""
+        with self.lock:
+            task = self.running.get(key)
+            if task is None:
+                task = self.running[key] = worker.submit("answer", fn, *args)
+                while len(self.running) > 64:
+                    self.running.popitem(last=False)
+        return task
+
+    def started(self, key: tuple):
+        """The task running for `key`, or None."""
+        with self.lock:
+            return self.running.get(key)
+
+    def read(self, key: tuple, task):
+        """A started task's answer (its error raised), stored as `key`'s; answered or failed, the task is forgotten
+        (the next run asks the cache, or anew)."""
+        try:
+            value = worker.result(task)
+        finally:
+            with self.lock:
+                if self.running.get(key) is task:
+                    del self.running[key]
+        self.store(key, value)
+        return value
 
 
 def _searches_many(r, layouts: bool) -> bool:
@@ -126,8 +155,7 @@ def _sweep(key: str, field: str, _resolved) -> dict:
 
 @_PerState
 def _longest(key: str, _resolved) -> dict:
-    r = _resolved
-    return {str(s): n for s, n in max_seq_len(r.scenario, r.workload).items()}
+    return max_seq_len(_resolved.scenario, _resolved.workload)
 
 
 def report_of(resolved, layouts: bool = False, answers: bool = True) -> dict:
@@ -149,36 +177,28 @@ def fixes_of(resolved, report: dict, layouts: bool = False) -> list:
     return _fixes(_key(resolved), layouts, (resolved, report))
 
 
-def fixes_early(resolved, layouts: bool = False) -> None:
+def fixes_early(resolved, layouts: bool = False) -> bool:
     """Start the fixes' search in a worker before the report is built, where the plan's peak at DEFAULT_PERCENT
     (unreplayed_report, which replays nothing: a few ms) reaches SPECULATE_AT of the card: the search then runs on the
     second core while this process builds the report, not after it. fixes_later finds it running. A guess that
     was wrong (the replayed report fits) leaves a search nobody reads; below the share nothing starts. Not where the
-    report itself goes to the worker (a large layout search): the session's tasks run one at a time."""
+    report itself goes to the worker (a large layout search): the session's tasks run one at a time. Whether a
+    search for this state is running now."""
     r = resolved
     if r.workload is None or _searches_many(r, layouts):
-        return
+        return False
     key = (_key(r), layouts)
     if _fixes.cached(key)[0]:
-        return
+        return False
     stage = r.state["stage"]
     try:
         guess = unreplayed_report(r.scenario, r.workload).peaks[stage].peak_bytes
     except Exception:  # noqa: BLE001 - a plan the core refuses: the report says why, and nothing is searched
-        return
+        return False
     if guess >= SPECULATE_AT * r.workload.capacity_bytes:
-        _search_task(key, r, stage, layouts or r.workload.layout.world(r.scenario.workers) <= LAYOUT_FIX_GPUS)
-
-
-def _search_task(key: tuple, r, stage: int, search: bool):
-    """The fixes' search for `key` in a worker: the one running, else one started now."""
-    with _fixes.lock:              # a run stopped by the next one (a click meanwhile) left its search running
-        task = _SEARCHING.get(key)
-        if task is None:
-            task = _SEARCHING[key] = worker.submit("answer", advice, r.scenario, r.workload, stage, search)
-            while len(_SEARCHING) > 64:
-                _SEARCHING.popitem(last=False)
-    return task
+        search = layouts or r.workload.layout.world(r.scenario.workers) <= LAYOUT_FIX_GPUS
+        _fixes.start(key, advice, r.scenario, r.workload, stage, search)
+    return _fixes.started(key) is not None
 
 
 def fixes_later(resolved, report: dict, layouts: bool = False):
@@ -191,21 +211,9 @@ def fixes_later(resolved, report: dict, layouts: bool = False):
     r, stage = resolved, resolved.state["stage"]
     if hit or r.workload is None or report["peak"][stage]["fits"]:
         return lambda: value if hit else []
-    task = _search_task(key, r, stage, layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS)
-
-    def wait() -> list:
-        try:
-            found = worker.result(task)
-        finally:                   # answered or failed: the next run asks again from the cache or anew
-            with _fixes.lock:
-                if _SEARCHING.get(key) is task:
-                    del _SEARCHING[key]
-        _fixes.store(key, found)
-        return found
-    return wait
-
-
-_SEARCHING = OrderedDict()          # state key -> its fixes' search in a worker, until a run reads its answer
+    search = layouts or report["layout"]["world_size"] <= LAYOUT_FIX_GPUS
+    task = _fixes.start(key, advice, r.scenario, r.workload, stage, search)
+    return lambda: _fixes.read(key, task)
 
 
 def sweep_of(resolved, field: str) -> dict:
@@ -213,7 +221,28 @@ def sweep_of(resolved, field: str) -> dict:
     return None if resolved.workload is None else _sweep(_key(resolved), field, resolved)
 
 
+def longest_early(resolved) -> None:
+    """Start the longest-sequence search (the Peak view's costliest answer: 0.2-0.8 s, a replay per probe) in a
+    worker before the report is built, so that it runs beside the report and its answers; the page asks this only
+    where no fixes' search holds this session's worker (its tasks run one at a time)."""
+    if resolved.workload is not None and not _longest.cached((_key(resolved),))[0]:
+        _longest.start((_key(resolved),), max_seq_len, resolved.scenario, resolved.workload)
+
+
 def longest_of(resolved) -> dict:
     """The longest sequence that fits per stage (zerocalc.answers.solve.max_seq_len), for the Peak view only: its
-    search costs more than the report's other answers."""
-    return None if resolved.workload is None else _longest(_key(resolved), resolved)
+    search costs more than the report's other answers. Read from longest_early's worker where it started one (a
+    worker that died meanwhile: computed here), else computed here."""
+    if resolved.workload is None:
+        return None
+    key = (_key(resolved),)
+    task = _longest.started(key)
+    found = None
+    if task is not None:
+        try:
+            found = _longest.read(key, task)
+        except worker.WorkerError:
+            pass
+    if found is None:
+        found = _longest(*key, resolved)
+    return {str(s): n for s, n in found.items()}
