@@ -10,8 +10,8 @@ the action to the settled page, beside a bare Streamlit app measured in the same
 
 Settled: the script idle and connected, no stale element left from the previous run, no skeleton, every Plotly
 chart drawn, and all of that held for SETTLE_MS (a view that draws in two passes is settled after the second). Each
-(plan, view, repeat) opens a fresh session on a link with its own CUDA-context size (1 GiB + under 1 MB), so the
-server's per-state caches are cold for it, as for a visitor's own plan. The bare app's slider change is timed after
+(plan, view, repeat) opens a fresh session on a link with its own CUDA-context size (1 GiB + under 0.3 GiB), so the
+server's per-state caches and its replays are cold for it, as for a visitor's own plan. The bare app's slider change is timed after
 every action of the app, so a busy moment of this shared machine falls on both; "x bare" is a cell's median over the
 bare change's median (a first load's: over the bare app's first load on the same device, loads alternated).
 
@@ -143,7 +143,11 @@ class Bare:
 
 
 def link(base: str, params: dict, bust: int) -> str:
-    query = {**params, "cuda_context_bytes": 2**30 + bust}   # a state of its own (the caches cold), the same peaks
+    # a state of its own (the caches cold) whose capacity is bust x 256 KiB lower: the solvers' probes (the longest
+    # sequence, the fewest workers) then land on other lengths and counts than another link's, so that few allocator
+    # replays are reused from an earlier link (a replay does not depend on the context's bytes; the probes do, through
+    # the card's room). The peaks move by at most 0.3 GiB (bust under 1,100), a few tenths of a percent of the cards.
+    query = {**params, "cuda_context_bytes": 2**30 + bust * 2**18}
     return base + "/?" + "&".join(f"{k}={v}" for k, v in query.items())
 
 
@@ -212,7 +216,7 @@ async def run(args) -> dict:
                             for root, (_, app_base) in apps.items():
                                 t = time.perf_counter()
                                 try:
-                                    await plan_view(page, app_base, plan, view, bust + 1000 * args.offset, bare,
+                                    await plan_view(page, app_base, plan, view, bust + 100 * (args.offset % 10), bare,
                                                     outs[root])
                                 except Exception as exc:  # noqa: BLE001 - counted, the matrix goes on
                                     outs[root][(plan, view, "failed")].append(0)
@@ -272,7 +276,7 @@ def main():
     parser.add_argument("--views", default=",".join(TABS))
     parser.add_argument("--root", default=str(ROOT), help="the checkout whose app.py is served")
     parser.add_argument("--offset", type=int, default=int(time.time()) % 1000,
-                        help="spreads the links' cache-busting sizes between runs on one server")
+                        help="spreads the links' cache-busting sizes between runs on one server (its last digit)")
     parser.add_argument("--against", help="another checkout measured alternately with --root in the same run "
                         "(before/after under the same load); its samples go to the --json file's .against.json")
     parser.add_argument("--json", help="also write the raw samples to this file")
