@@ -72,6 +72,25 @@ def test_json_keys_and_framework_defaults(capsys):
     assert mine["engine"]["fraction"] == 0.45 and mine["engine"]["sleep_level"] == 2
 
 
+def test_dpo_keeps_its_reference_unless_told_otherwise(capsys):
+    # TRL's DPOTrainer builds a frozen copy of the policy when no ref_model is given, unless the policy is a PEFT
+    # model (the base with its adapters off) or precompute_ref_log_probs is set (trl/trainer/dpo_trainer.py,
+    # "Reference model", trl f2cd577); OpenRLHF's train_dpo loads its own reference, a copy under LoRA too. GRPO
+    # keeps none unless its config's KL term asks for one (rl/configs).
+    def models(*args):
+        return {m["role"]: m for m in run_json(capsys, *POLICY, *args)["models"]}
+    full = models("--algorithm", "dpo", "--framework", "trl")
+    assert set(full) == {"policy", "reference"} and full["reference"]["trains"] is False
+    assert full["reference"]["params"] == full["policy"]["params"] and full["reference"]["shares_policy"] is False
+    lora = models("--algorithm", "dpo", "--framework", "trl", "--finetune", "lora")
+    assert lora["reference"]["shares_policy"] is True                                   # no copy
+    openrlhf = models("--algorithm", "dpo", "--framework", "openrlhf", "--finetune", "lora")
+    assert openrlhf["reference"]["shares_policy"] is False
+    assert set(models("--algorithm", "dpo", "--reference", "none")) == {"policy"}       # precomputed log-probs
+    assert set(models("--algorithm", "grpo")) == {"policy"}
+    assert set(models("--algorithm", "grpo", "--reference", "same")) == {"policy", "reference"}
+
+
 def test_text_names_the_worst_phase():
     done = cli("rl", *POLICY, "--algorithm", "ppo", "--critic", "same", "--placement", "split", "--rollout-gpus", "4")
     assert done.returncode == 0, done.stderr

@@ -66,8 +66,9 @@ RL_FIELDS = (
             help="verl actor.strategy fsdp (1, verl's default) or fsdp2 (2); default: the framework's"),
     _i("group_size", 8, 1, 10**5, "Responses per prompt (group size)"),
     _i("prompts_per_step", 64, 1, 10**7, "Prompts per step"),
-    RLField("reference", "choice", "none", MODEL_CHOICES, label="Reference model",
-            help="A frozen copy (same) or another preset; none without a KL term"),
+    RLField("reference", "choice", "auto", ("auto",) + MODEL_CHOICES, label="Reference model",
+            help="auto: DPO's (a frozen copy, or the LoRA base with its adapters off), none for GRPO and PPO; "
+                 "same or another preset for a KL term; none with precomputed log-probabilities"),
     RLField("reference_offload", "bool", False, label="Reference offloaded between its passes"),
     RLField("reference_lora", "bool", False, label="Reference is the policy's LoRA base (no copy)"),
     RLField("reward", "choice", "none", MODEL_CHOICES, label="Reward model", help="none: a rule-based reward"),

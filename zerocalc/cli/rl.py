@@ -93,7 +93,9 @@ def build_parser() -> _Parser:
     for flag, about in (("param-offload", "the policy's parameters in host memory between its phases"),
                         ("optimizer-offload", "the policy's optimizer state in host memory between its phases")):
         p.add_argument(f"--{flag}", nargs="?", const="yes", choices=("yes", "no"), help=about)
-    p.add_argument("--reference", metavar="same|PRESET", help="a frozen reference model (default none)")
+    p.add_argument("--reference", metavar="auto|none|same|PRESET",
+                   help="a frozen reference model (default auto: DPO's, a frozen copy or under LoRA the base with "
+                        "its adapters off, as TRL's DPOTrainer keeps; none for GRPO and PPO; none: precomputed)")
     p.add_argument("--reference-dtype", choices=list(WEIGHT_DTYPES), help="its stored dtype (default bf16)")
     p.add_argument("--reference-stage", type=int, choices=range(4), metavar="{0,1,2,3}")
     p.add_argument("--reference-offload", nargs="?", const="yes", choices=("yes", "no"))

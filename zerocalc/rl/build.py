@@ -52,7 +52,7 @@ DEFAULTS = MappingProxyType({
     "algorithm": "grpo", "framework": "verl", "placement": "colocated", "rollout_gpus": 0, "prompt_length": 512,
     "response_length": 1024, "typical_response_length": None, "group_size": 8, "prompts_per_step": 64,
     "policy_stage": None, "policy_param_offload": False, "policy_optimizer_offload": False,
-    "reference": None, "reference_dtype": None, "reference_stage": None, "reference_offload": False,
+    "reference": "auto", "reference_dtype": None, "reference_stage": None, "reference_offload": False,
     "reference_shares_policy": False, "reward": None, "reward_dtype": "bf16", "reward_stage": None,
     "reward_offload": False, "critic": None, "critic_stage": None, "critic_param_offload": False,
     "critic_optimizer_offload": False, "typical_prompt_length": None, "packing": None, "logprobs": None,
@@ -184,6 +184,8 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
     algo = ALGORITHMS.get(s["algorithm"])
     if algo is None:
         raise FieldError("algorithm", s["algorithm"], "one of " + ", ".join(ALGORITHMS))
+    if s["reference"] == "auto":
+        s.update(_auto_reference(s["algorithm"], s["framework"], workload.finetune.mode))
     framework = FRAMEWORKS.get(s["framework"])
     if framework is None:
         raise FieldError("framework", s["framework"], "one of " + ", ".join(FRAMEWORKS))
@@ -228,6 +230,19 @@ def build_plan(scenario, workload, settings: dict) -> RLPlan:
     defaults = dict(framework.rollout_defaults)
     return RLPlan(rollout=Rollout(**{**defaults, **rollout}), **{k: s[k] for k in PLAN_KEYS}, **roles,
                   fsdp_version=_or(s["fsdp_version"], framework.fsdp_version))
+
+
+def _auto_reference(algorithm: str, framework: str, mode: str) -> dict:
+    """The reference an algorithm keeps unless told otherwise ("auto"). DPO's loss needs the reference's
+    log-probabilities every step: TRL's DPOTrainer builds a frozen copy of the policy when no ref_model is given,
+    unless the policy is a PEFT model (the base with its adapters off, no copy) or precompute_ref_log_probs is set
+    (trl/trainer/dpo_trainer.py, "Reference model", trl f2cd577 2026-07-24); OpenRLHF's train_dpo always loads its
+    own reference (a copy under LoRA too). Precomputed log-probabilities are `reference none`. GRPO and PPO keep one
+    only with a KL term, which the framework's config says (rl/configs): none."""
+    if algorithm != "dpo":
+        return {"reference": None}
+    shares = mode in ("lora", "qlora") and framework != "openrlhf"
+    return {"reference": "same", **({"reference_shares_policy": True} if shares else {})}
 
 
 def _or(value, default):
