@@ -11,7 +11,7 @@ import shlex
 
 from ..common import FrameworkConfigError, decode_text
 
-MAX_SCRIPT_CHARS = 131_072             # shlex grows each word one character at a time: quadratic in a long word
+MAX_SCRIPT_CHARS = 32_768              # shlex grows each word one character at a time (rl/configs/common.py)
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 EXPR = re.compile(r"\$\(expr\s+(-?\d{1,9})\s*([-+*/])\s*(-?\d{1,9})\s*\)")

@@ -134,7 +134,11 @@ def scalar(text: str):
         return t
 
 
-MAX_SCRIPT_CHARS = 131_072
+# shlex grows each word one character at a time (Lib/shlex.py read_token: self.token + nextchar), so one long word
+# costs more than linear time: one 64,000-character word read 0.09-0.12 s against 0.013-0.02 s at 16,000 (up to 9x for
+# 4x the text; tests/test_linear_parsers.py). 32 KiB bounds that at a few hundredths of a second and is five times the
+# largest example script.
+MAX_SCRIPT_CHARS = 32_768
 
 
 def script_tokens(source, what: str) -> list:
