@@ -16,13 +16,12 @@ the last one, usually 2-4 candidates, replaying. The answer is the model's cross
 
 from __future__ import annotations
 
-from dataclasses import replace
 from math import lcm
 from typing import Callable, Dict, NamedTuple, Optional
 
 from ..parallel.ranks import layout_report, peaks_at_micro_batch, peaks_at_seq_len, peaks_at_workers, unreplayed_report
 from ..scenario import INT_LIMITS
-from ..step.allocator import DEFAULT_PERCENT, replays
+from ..step.allocator import replays
 from ..step.host import host_rows
 from ..step.workload import WORKLOAD_LIMITS
 from ..tables import STAGES
@@ -110,8 +109,7 @@ class _Peaks:
 
     def __init__(self, scenario, workload, at):
         self.at, self.modelled = at, replays(workload)
-        self.cheap = layout_report(scenario, replace(workload, fragmentation_percent=DEFAULT_PERCENT)
-                                   if self.modelled else workload)
+        self.cheap = unreplayed_report(scenario, workload) if self.modelled else layout_report(scenario, workload)
         # The rank views' model states and shapes do not depend on the reserve: the model's own peaks are asked
         # of the cheap report under the workload's model (only the stages asked replay, not all four up front).
         self.base = self.cheap._replace(workload=workload)
@@ -265,8 +263,7 @@ def _modelled_largest(peak: Callable[[int], int], scenario, workload, stage: int
     everywhere under the model (a few MiB down at places): the answer is the crossing nearest the guess, a
     length that fits one step below a length that does not."""
     step, capacity = seq_len_step(workload), workload.capacity_bytes
-    smooth = replace(workload, fragmentation_percent=DEFAULT_PERCENT)
-    cheap_base = layout_report(scenario, smooth)
+    cheap_base = unreplayed_report(scenario, workload)
     seen: Dict[int, int] = {}
 
     def p5(k: int) -> int:
