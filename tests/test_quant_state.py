@@ -67,3 +67,30 @@ def test_the_quant_state_is_whole_on_every_rank_where_the_framework_keeps_it(con
             assert row.divisor == (1 if whole else 2), name
             if whole:                                    # stage 3 keeps what stage 0 keeps
                 assert row_bytes(row, 3) == row_bytes(row, 0), name
+
+
+@pytest.mark.parametrize("convention, work, on_gpu", [
+    ("deepspeed", {}, True),                                              # ZeRO-3 offload_param
+    ("pure-bf16", dict(comm_buffers="fsdp", fsdp_version=1), True),       # FSDP1 CPUOffload(offload_params=True)
+    ("fsdp2", {}, False),                                                 # FSDP2's CPUOffloadPolicy moves NF4's scalers
+])
+def test_parameter_offload_leaves_the_quant_state_it_does_not_manage_on_the_gpu(convention, work, on_gpu):
+    """FSDP1 offloads each unit's flat parameter alone (torch 2.13 distributed/fsdp/_init_utils.py
+    _init_param_handle_from_params: handle.flat_param_to(cpu)), after _move_states_to_device moved the module to
+    device_id; bitsandbytes' Params4bit.to carries its QuantState to that device (bitsandbytes 0.50.2 nn/modules.py
+    Params4bit.to: self.quant_state.to(device)) and nothing brings it back. Answer.AI's Llama-2-70B QLoRA with CPU
+    offload on 2 x RTX 3090 reserved 14.92 GiB (fsdp_qlora benchmarks_03_2024.md): zerocalc read 13.37 GiB with the
+    state offloaded, 14.39 GiB (-3.6 %) with it on the GPU (validation ledger AA-14)."""
+    scenario = Scenario.from_convention(convention, params=param_count(LLAMA), workers=2, offload_params="cpu",
+                                        offload_optimizer="cpu")
+    w = Workload(LLAMA, seq_len=512, finetune=FineTune(mode="qlora", kbit_prepare=False), **work)
+    view = layout_report(scenario, w).ranks[0]
+    quantized = [(i, r.entry.name.split(": ", 1)[1]) for i, r in enumerate(view.rows) if "nf4" in r.entry.name]
+    state = [i for i, name in quantized if is_quant_state(name)]
+    packed = [i for i, r in enumerate(view.rows) if r.entry.name.endswith("nf4 data (packed)")]
+    assert state and packed
+    stage3 = view.stages[3]
+    assert all(stage3.entry_location[i] == "cpu" for i in packed)      # the parameter goes where offload says
+    assert all(stage3.entry_location[i] == ("gpu" if on_gpu else "cpu") for i in state)
+    on_device = sum(stage3.per_worker_by_entry[i] for i in state if stage3.entry_location[i] == "gpu")
+    assert stage3.gpu_bytes >= on_device > 0 if on_gpu else on_device == 0

@@ -27,6 +27,7 @@ class ParamGroup(NamedTuple):
     holdings: tuple = () # the tensors (placement.Holding): a quantized group's storage is laid out per tensor
     state_shard: int = 0 # a quantized group's quantization state divisor (0: shard): 1 where the framework keeps it
                          # whole on every rank (step/buffers.py quant_state_shard)
+    state_on_gpu: bool = False  # that state outside the framework's reach: on the GPU under parameter offload too
 
 
 # The scenario fields a ledger is built from (ledger.build_ledger): all that group_ledger reads of the scenario.
@@ -84,8 +85,8 @@ def group_rows(scenario, ledger, g: ParamGroup, finetune) -> Tuple[StateRow, ...
     bitsandbytes lays it out, tensor by tensor (finetune.quantized_storage)."""
     if quant_of(g.name):
         state = g.state_shard or g.shard
-        return tuple(StateRow(entry, n, state if is_quant_state(entry.name) else g.shard)
-                     for entry, n in _quantized_entries(g.name, g.holdings, finetune))
+        return tuple(StateRow(entry, n, state, on_gpu=g.state_on_gpu) if is_quant_state(entry.name)
+                     else StateRow(entry, n, g.shard) for entry, n in _quantized_entries(g.name, g.holdings, finetune))
     per_tensor = None
     if scenario.convention == "fsdp2" and g.holdings:      # FSDP2 pads each tensor's dim-0 shard
         per_tensor = sum(h.fsdp_shard(g.shard) for h in g.holdings)

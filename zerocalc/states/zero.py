@@ -96,11 +96,13 @@ class StateRow(NamedTuple):
     elements: int       # before ZeRO sharding (whole elements of this entry for the group's parameters)
     divisor: int        # the group's shard group at stages that partition this entry's category
     sharded: Optional[int] = None   # elements once sharded, when a framework shards tensor by tensor (FSDP2)
+    on_gpu: bool = False    # kept on the GPU whatever the offload switches say: a tensor the framework neither
+                            # shards nor offloads (bitsandbytes' quantization state under DeepSpeed and FSDP1)
 
 
 def row_sizes(row: StateRow) -> Tuple[int, int]:
     """One rank's bytes of a ledger row kept whole, and split over its divisor (at stages that partition it)."""
-    entry, elements, divisor, sharded = row
+    entry, elements, divisor, sharded = row.entry, row.elements, row.divisor, row.sharded
     return entry.nbytes(elements), entry.nbytes(-(-elements // divisor) if sharded is None else sharded)
 
 
@@ -112,12 +114,12 @@ def row_bytes(row: StateRow, stage: int) -> int:
 
 def gpu_bytes_by_stage(scenario, rows) -> Tuple[int, ...]:
     """Per stage, stage_results' gpu_bytes alone: the rows' bytes a rank keeps on its GPU."""
-    sizes = [(row.entry.category, *row_sizes(row), _paged(row)) for row in rows]
+    sizes = [(row.entry.category, *row_sizes(row), _paged(row), row.on_gpu) for row in rows]
     out = []
     for stage in STAGES:
         where, partitioned = _placement(scenario, stage), PARTITIONED[stage]
-        out.append(sum(split if category in partitioned else whole for category, whole, split, paged in sizes
-                       if where[category] == "gpu" and not paged))
+        out.append(sum(split if category in partitioned else whole for category, whole, split, paged, on_gpu in sizes
+                       if (on_gpu or where[category] == "gpu") and not paged))
     return tuple(out)
 
 
@@ -131,16 +133,16 @@ def stage_results(scenario, rows, copies: int, unique_total: int, comm=(0, 0, 0,
     """The seed's loop over (entry, elements, divisor) rows: per stage, bytes per rank by category and entry,
     where they live, and `copies` ranks' worth for the cluster (unique_total: one copy of everything). comm: the
     communication bytes per step at each stage, worked out by the caller (no callback into a higher layer)."""
-    sizes = [(row.entry.category, *row_sizes(row), _paged(row)) for row in rows]   # once for the four stages
+    sizes = [(row.entry.category, *row_sizes(row), _paged(row), row.on_gpu) for row in rows]   # once for 4 stages
     stages = []
     for stage in STAGES:
         where, partitioned = _placement(scenario, stage), PARTITIONED[stage]
         by_category = dict.fromkeys(CATEGORIES, 0)
         by_location = {"gpu": 0, "cpu": 0, "nvme": 0}
         by_entry, locations = [], []
-        for category, whole, split, paged in sizes:
+        for category, whole, split, paged, on_gpu in sizes:
             nbytes = split if category in partitioned else whole
-            place = "cpu" if paged and where[category] == "gpu" else where[category]
+            place = "gpu" if on_gpu else "cpu" if paged and where[category] == "gpu" else where[category]
             by_entry.append(nbytes)
             locations.append(place)
             by_category[category] += nbytes

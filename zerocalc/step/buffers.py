@@ -110,13 +110,23 @@ def framework(scenario, workload, shape) -> str:
 SHARDS_QUANT_STATE = {"deepspeed": False, "fsdp1": False, "fsdp2": True, "megatron": True, "none": False}
 
 
-def quant_state_shard(scenario, workload, shard: int) -> int:
-    """A quantized group's quantization-state divisor: its shard, or 1 where the framework keeps the state whole."""
+def shards_quant_state(scenario, workload) -> bool:
+    """Whether the plan's framework manages bitsandbytes' quantization state with the packed weights. Where it does
+    not, the state is neither sharded nor offloaded: FSDP1's CPU offload moves each unit's flat parameter alone
+    (torch 2.13 distributed/fsdp/_init_utils.py _init_param_handle_from_params: handle.flat_param_to(cpu)), after
+    _move_states_to_device moved the module to device_id, and Params4bit.to carries its QuantState along
+    (bitsandbytes 0.50.2 nn/modules.py Params4bit.to: self.quant_state.to(device)), so it stays on the GPU;
+    DeepSpeed's offload_param moves the partitions it owns (ds_tensor), which the state is not part of."""
     chosen = workload.comm_buffers
     name = chosen if chosen != "auto" else AUTO.get(scenario.convention, "deepspeed")
     if name == "fsdp":
         name = f"fsdp{workload.fsdp_version}"
-    return shard if SHARDS_QUANT_STATE[name] else 1
+    return SHARDS_QUANT_STATE[name]
+
+
+def quant_state_shard(scenario, workload, shard: int) -> int:
+    """A quantized group's quantization-state divisor: its shard, or 1 where the framework keeps the state whole."""
+    return shard if shards_quant_state(scenario, workload) else 1
 
 
 # what each row counts, in words (the report and the page say which row applied and why)

@@ -14,7 +14,7 @@ from ..states.groups import ParamGroup, quant_of
 from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations
 from .block_checkpoint import checkpointed_counts
-from .buffers import FsdpUnits, fsdp_units, quant_state_shard
+from .buffers import FsdpUnits, fsdp_units, quant_state_shard, shards_quant_state
 from .losses import loss_row
 from .nccl import nccl_bytes
 from .offload import offloaded_inputs
@@ -148,8 +148,10 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     out = []
     for name, n in rank.group_params().items():
         shard = expert if name.startswith("experts") else dense
-        state = quant_state_shard(scenario, workload, shard) if quant_of(name) else 0
-        out.append(ParamGroup(name, n, n + (extra if name == "" else 0), shard, members[name], state))
+        quantized = bool(quant_of(name))
+        state = quant_state_shard(scenario, workload, shard) if quantized else 0
+        kept = quantized and not shards_quant_state(scenario, workload)
+        out.append(ParamGroup(name, n, n + (extra if name == "" else 0), shard, members[name], state, kept))
     return tuple(out)
 
 
