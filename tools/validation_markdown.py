@@ -11,7 +11,7 @@ SOURCE_TITLES = {
     "torchtune": "torchtune README tables",
     "huggingface": "Hugging Face transformers docs",
     "peft": "Hugging Face PEFT docs (accelerate guides)",
-    "answerai-fsdp-qlora": "Answer.AI fsdp_qlora benchmarks (FSDP + LoRA/QLoRA, 2 x RTX 3090)",
+    "answerai-fsdp-qlora": "Answer.AI fsdp_qlora benchmarks (FSDP + LoRA/QLoRA, 2 x RTX 3090 or 4090)",
     "rl-runs": "RL post-training runs (verl, TRL, OpenRLHF; `python -m zerocalc rl`)",
     "ms-swift": "ModelScope ms-swift example scripts (the memory in each script's first line)",
     "litgpt": "LitGPT config hub table (LoRA / QLoRA on one A10G)",
