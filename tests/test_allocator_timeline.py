@@ -87,16 +87,19 @@ def test_the_model_against_the_ledgers_reserved_cases():
     moment alone AA-10, AA-11 and the PEFT cases would read 8-20 % under). bitsandbytes' quantization state kept
     whole on every rank under ZeRO-3 and FSDP1 (step/buffers.py SHARDS_QUANT_STATE) took PEFT-02 from -8.6 % to
     -2.8 % and AA-03 from -7.9 % to -6.0 %, and AA-04 and AA-07 from +9.2 / +10.0 % to +11.0 / +10.8 % (the safe
-    side): 24 within 10 % before it, 22 after."""
+    side): 24 within 10 % before it, 22 after.
+    The FSDP1 CPU-offload runs (2026-12-07: AA-13, AA-14, AA-16 to AA-19, PEFT-03) make 35 cases, 16 under by more
+    than 5 % before and 4 after (PEFT-03 -23.6 % from -30.1 %, unexplained), 24 within 10 % before and 25 after;
+    Answer.AI's QLoRA rows at their largest batch read +16..+18 % (AA-17 to AA-19), the sum again."""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
-    assert len(rows) == 28
+    assert len(rows) == 35
     before = sorted(r["before"] / r["measured"] - 1 for r in rows)
     after = sorted(r["after"] / r["measured"] - 1 for r in rows)
-    assert sum(e < -0.05 for e in before) == 14 and sum(e < -0.05 for e in after) <= 3
-    assert sum(abs(e) <= 0.10 for e in after) >= 22 == sum(abs(e) <= 0.10 for e in before)
-    assert sum(e > 0.10 for e in after) <= 5 and sum(e < -0.10 for e in after) <= 1    # the misses: over, bar one
-    assert abs(after[14]) < 0.035 and after[0] > -0.14 and after[-1] < 0.16
+    assert sum(e < -0.05 for e in before) == 16 and sum(e < -0.05 for e in after) <= 4
+    assert sum(abs(e) <= 0.10 for e in after) >= 25 and sum(abs(e) <= 0.10 for e in before) == 24
+    assert sum(e > 0.10 for e in after) <= 8 and sum(e < -0.10 for e in after) <= 2    # the misses: over, bar two
+    assert abs(after[17]) < 0.035 and after[0] > -0.24 and after[-1] < 0.19
 
 
 # A real step recorded on the CPU by tests/measure/allocation_sequence.py (recorded_events(RECORDED_CONFIG, 512):
