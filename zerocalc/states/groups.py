@@ -26,7 +26,7 @@ class ParamGroup(NamedTuple):
     shard: int           # the ZeRO / FSDP divisor: dp x cp for dense tensors, the expert-data-parallel size for experts
     holdings: tuple = () # the tensors (placement.Holding): a quantized group's storage is laid out per tensor
     state_shard: int = 0 # a quantized group's quantization state divisor (0: shard): 1 where the framework keeps it
-                         # whole on every rank (step/buffers.py quant_state_shard)
+                         # whole on every rank (step/buffers.py shards_quant_state)
     state_on_gpu: bool = False  # that state outside the framework's reach: on the GPU under parameter offload too
 
 

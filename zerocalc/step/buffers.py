@@ -124,11 +124,6 @@ def shards_quant_state(scenario, workload) -> bool:
     return SHARDS_QUANT_STATE[name]
 
 
-def quant_state_shard(scenario, workload, shard: int) -> int:
-    """A quantized group's quantization-state divisor: its shard, or 1 where the framework keeps the state whole."""
-    return shard if shards_quant_state(scenario, workload) else 1
-
-
 # what each row counts, in words (the report and the page say which row applied and why)
 COUNTS = {
     "deepspeed": "DeepSpeed's fixed-size buckets: reduce_bucket_size (twice with overlap_comm), the stage 1-2 "

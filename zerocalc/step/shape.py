@@ -14,7 +14,7 @@ from ..states.groups import ParamGroup, quant_of
 from ..tables import DTYPE_BITS
 from .activations import ActivationReport, activations
 from .block_checkpoint import checkpointed_counts
-from .buffers import FsdpUnits, fsdp_units, quant_state_shard, shards_quant_state
+from .buffers import FsdpUnits, fsdp_units, shards_quant_state
 from .losses import loss_row
 from .nccl import nccl_bytes
 from .offload import offloaded_inputs
@@ -145,13 +145,14 @@ def param_groups(scenario, workload, rank) -> Tuple[ParamGroup, ...]:
     expert = max(1, layout.expert_data_parallel(scenario.workers) * scenario.group // scenario.workers)
     extra = _replicated_embedding_grad(workload, rank)
     members = rank.group_holdings()
+    kept = not shards_quant_state(scenario, workload)    # bitsandbytes' state: whole, and on the GPU, where kept
     out = []
     for name, n in rank.group_params().items():
         shard = expert if name.startswith("experts") else dense
         quantized = bool(quant_of(name))
-        state = quant_state_shard(scenario, workload, shard) if quantized else 0
-        kept = quantized and not shards_quant_state(scenario, workload)
-        out.append(ParamGroup(name, n, n + (extra if name == "" else 0), shard, members[name], state, kept))
+        state = (1 if kept else shard) if quantized else 0
+        out.append(ParamGroup(name, n, n + (extra if name == "" else 0), shard, members[name], state,
+                              quantized and kept))
     return tuple(out)
 
 

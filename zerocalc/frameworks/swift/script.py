@@ -7,11 +7,9 @@ refused where it is read. Nothing runs."""
 from __future__ import annotations
 
 import re
-import shlex
 
-from ..common import FrameworkConfigError, decode_text
+from ..common import FrameworkConfigError, script_line, shell_words
 
-MAX_SCRIPT_CHARS = 32_768              # shlex grows each word one character at a time (rl/configs/common.py)
 ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(\S*)$")
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 EXPR = re.compile(r"\$\(expr\s+(-?\d{1,9})\s*([-+*/])\s*(-?\d{1,9})\s*\)")
@@ -20,12 +18,7 @@ COMMANDS = ("sft", "rlhf", "pt")
 
 def script_arguments(source) -> tuple:
     """(the command: sft / rlhf / pt, {flag: value or [values]}, {environment name: value}) of the script."""
-    text = decode_text(source, "ms-swift script")
-    if len(text) > MAX_SCRIPT_CHARS:
-        raise FrameworkConfigError("config", f"{len(text):,} characters", f"a script of at most "
-                                   f"{MAX_SCRIPT_CHARS:,} characters (ms-swift's examples are 1-3 KB)")
-    lines = [ln.rstrip().rstrip("\\") for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    joined = " ".join(lines)
+    joined = script_line(source, "ms-swift script", "script", "ms-swift's examples are 1-3 KB")
     env = {}
     for word in _split(joined):                       # the assignments first, then their uses expanded
         found = ASSIGN.match(word)
@@ -56,10 +49,7 @@ def script_arguments(source) -> tuple:
 
 
 def _split(text: str) -> list:
-    try:
-        return shlex.split(text, comments=True)
-    except ValueError as exc:
-        raise FrameworkConfigError("config", str(exc), "a script whose quotes are closed") from None
+    return shell_words(text, "script")
 
 
 def _expand(text: str, env: dict) -> str:

@@ -8,12 +8,12 @@ Configs are data: read, never executed; a shell script's variables ($HOME) and s
 from __future__ import annotations
 
 import re
-import shlex
 from dataclasses import dataclass, field
 from typing import Dict, List
 
 from ...frameworks.presets import preset_for  # noqa: F401  (re-exported: the RL importers import it from here)
-from ...frameworks.common import FrameworkConfigError, boolean, count, decode_text, fraction, number, one_of
+from ...frameworks.common import MAX_SCRIPT_CHARS  # noqa: F401  (re-exported: tests/test_rl_script_bounds.py)
+from ...frameworks.common import boolean, count, fraction, number, one_of, script_line, shell_words
 from ...values import Given
 
 MAX_LISTED = 80
@@ -134,30 +134,10 @@ def scalar(text: str):
         return t
 
 
-# shlex grows each word one character at a time (Lib/shlex.py read_token: self.token + nextchar), so one long word
-# costs more than linear time: one 64,000-character word read 0.09-0.12 s against 0.013-0.02 s at 16,000 (up to 9x for
-# 4x the text; tests/test_linear_parsers.py). 32 KiB bounds that at a few hundredths of a second and is five times the
-# largest example script.
-MAX_SCRIPT_CHARS = 32_768
-
-
 def script_tokens(source, what: str) -> list:
     """A run script's words after its line continuations and comments go (shlex, POSIX rules); the launcher
     words before the first flag or override are dropped by the caller."""
-    text = decode_text(source, what)
-    if len(text) > MAX_SCRIPT_CHARS:     # shlex grows each word one character at a time: quadratic in a long word
-        raise FrameworkConfigError("config", f"{len(text):,} characters", f"a {what} of at most "
-                                   f"{MAX_SCRIPT_CHARS:,} characters (verl's and OpenRLHF's example scripts are 2-6 KB)")
-    lines = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped or stripped.startswith("#"):
-            continue
-        lines.append(line.rstrip().rstrip("\\"))
-    try:
-        return shlex.split(" ".join(lines), comments=True)
-    except ValueError as exc:
-        raise FrameworkConfigError("config", str(exc), f"a {what} whose quotes are closed") from None
+    return shell_words(script_line(source, what, what, "verl's and OpenRLHF's example scripts are 2-6 KB"), what)
 
 
 def flatten(data, prefix: str = "") -> dict:
