@@ -1,7 +1,9 @@
 """Backward under full recompute: the loss moment and the rebuilt block's re-run with its backward's gradients,
-walked op by op (zerocalc/step/block_backward.py; issue 31 item 4). The walk is exact against CPU traces; the peak
-keeps the two moments summed on the safe side (step/peak.py _phase_items: published reserved figures sit above
-the larger moment, with a flat reserve or the allocator's model).
+walked op by op (zerocalc/step/block_backward.py; issue 31 item 4). The walk is exact against CPU traces; the
+allocated figure (max_memory_allocated) is the larger moment, and the reserved and device figures keep the two
+summed on the safe side, the smaller one as the part "smaller backward moment (cached, not live)" (step/peak.py
+_split_moments: published reserved figures sit above the larger moment, with a flat reserve or the allocator's
+model).
 
 Source: lifetime traces on the CPU (tests/measure/recompute_loss_overlap.py: transformers 5.24 LlamaForCausalLM
 with eager or SDPA attention and its ForCausalLMLoss, peft 0.21.2 LoRA or full training,
@@ -20,6 +22,8 @@ from pathlib import Path
 import pytest
 
 from zerocalc.step.block_backward import Step, walk
+from zerocalc.step.losses import CACHED_MOMENT
+from zerocalc.step.peak import OUTSIDE, RESERVE, phase_figures
 REBUILT = "recompute (one block)"
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,9 +64,24 @@ def test_backward_keeps_the_loss_moment_and_the_rebuilt_block_summed(vocab, perc
     # Llama-3's 128,256 columns (the loss's 8 bytes per T x V outweigh a rebuilt block) and 4,096 (the re-run
     # outweighs it): both moments in the phase, the walk's gradients (recompute_backward) reported, not added
     parts, terms = _backward(4096, "lora", vocab=vocab, percent=percent)
-    assert parts["logits and loss"] == 8 * 4096 * (vocab or 128256)
-    assert parts[REBUILT] == terms["recompute_working"] and terms["recompute_backward"] > 0
+    loss = 8 * 4096 * (vocab or 128256)
+    assert parts["logits and loss"] == loss
+    assert parts.get(REBUILT, 0) + parts.get(CACHED_MOMENT, 0) == terms["recompute_working"]
+    assert terms["recompute_backward"] > 0
     assert "recompute (its backward's gradients)" not in parts
+    # allocated: the larger moment, within the sum (the re-run's backward gradients are reported, not added:
+    # with 4,096 columns they outweigh the loss and the head, and the sum is the figure); the sum stays in
+    # reserved (and the device figure), the smaller moment cached
+    head = sum(v for k, v in terms["output_end"].items() if k != "labels")
+    larger = min(loss + terms["recompute_working"],
+                 max(loss, terms["recompute_working"] + terms["recompute_backward"] - head))
+    assert (CACHED_MOMENT in parts) == (vocab is None)
+    others = sum(v for k, v in parts.items() if k not in (REBUILT, CACHED_MOMENT, "logits and loss", RESERVE,
+                                                          *OUTSIDE))
+    figures = phase_figures(parts)
+    assert figures["allocated_bytes"] == others + larger
+    assert figures["reserved_bytes"] == others + loss + terms["recompute_working"] + parts[RESERVE]
+    assert figures["device_bytes"] == figures["reserved_bytes"] + sum(parts.get(k, 0) for k in OUTSIDE)
 
 
 def test_backward_end_keeps_the_first_block_rebuilt():
@@ -70,7 +89,7 @@ def test_backward_end_keeps_the_first_block_rebuilt():
     # block's saves and the first block rebuilt
     parts, terms = _backward(1024, "full", "backward")
     assert "activations (first block)" in parts and "activations" not in parts
-    assert parts[REBUILT] == terms["recompute_working"]
+    assert parts[REBUILT] == terms["recompute_working"] and CACHED_MOMENT not in parts   # no loss moment here
 
 
 torch = pytest.importorskip("torch", reason="torch not installed: pip install -r requirements-validation.txt")
@@ -110,7 +129,17 @@ def zerocalc_figures(config: dict, mode: str, attention: str, seq: int, targets,
     act, head = d["activation_bytes"], sum(terms["output_end"].values())
     loss = act + 8 * seq * config["vocab_size"]          # HF bf16: logits, fp32 gradient, cast back (LOSSES)
     recompute = act - head + terms["recompute_working"] + terms["recompute_backward"]
-    return loss, recompute, act + 8 * seq * config["vocab_size"] + terms["recompute_working"]
+    # the report's allocated figure: the larger moment, beside what the activations do not hold (the labels stay:
+    # the trace's 8 bytes per token below), within the two summed (the re-run's backward gradients are reported,
+    # not added: at 512 columns they can outweigh the loss and the head, and the sum is the figure)
+    parts = d["peak"][0]["phases"]["backward"]
+    others = sum(v for k, v in parts.items() if k not in ("activations", "logits and loss", REBUILT, CACHED_MOMENT,
+                                                          RESERVE, *OUTSIDE))
+    labels = terms["output_end"].get("labels", 0)
+    allocated = d["peak"][0]["phase_figures"]["backward"]["allocated_bytes"] - others
+    summed = act + 8 * seq * config["vocab_size"] + terms["recompute_working"]
+    assert allocated == min(summed, max(loss, recompute + labels))
+    return loss, recompute, summed
 
 
 def traced(mode, attention, h, f, heads, kv, vocab, seq, targets):

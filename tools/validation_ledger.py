@@ -10,8 +10,9 @@ The cases live in validation/cases.json. A case either gives zerocalc's argument
 the report it prints with --json (zerocalc.output.report.report_dict; the solvers and fits-on table are left out:
 no figure here reads them). Its figure is compared like with like:
 
-- max_memory_allocated: the live tensors, the peak without the "allocator reserve" and the parts outside the
-  allocator ("CUDA context", "NCCL buffers": zerocalc.step.peak.phase_figures);
+- max_memory_allocated: the live tensors, the peak without the "allocator reserve", the parts outside the
+  allocator ("CUDA context", "NCCL buffers") and the smaller backward moment under full recompute
+  (zerocalc.step.peak.phase_figures);
 - max_memory_reserved: tensors + the allocator reserve, and the band of the reserve assumption
   (zerocalc.answers.ranges) from its low to its high end; the error is measured to the band;
 - device (nvidia-smi / nvml): the whole peak, CUDA context and NCCL's buffers included.

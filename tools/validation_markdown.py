@@ -100,7 +100,8 @@ def render_md(doc: dict) -> str:
             lines.append(f"- **{SOURCE_TITLES.get(name, name)}**: {under_list(t['under'])}")
     lines += ["", "## How to read it", "",
               ("- **Like with like.** `max_memory_allocated` is compared with zerocalc's live tensors (the peak "
-              "without its allocator reserve and CUDA context); `max_memory_reserved` with tensors + allocator "
+              "without its allocator reserve and CUDA context, and under full recompute the larger of backward's "
+              "two moments); `max_memory_reserved` with tensors + allocator "
               "reserve at zerocalc's default point, the caching allocator's model (the point error), its error to the "
               "reserve assumption's band, where "
               "the report gives one, beside it; a `device` reading (nvidia-smi, nvml) with the whole peak, CUDA "

@@ -12,7 +12,7 @@ import zlib
 
 import plotly.graph_objects as go
 
-from zerocalc.step.losses import GRAPH, HELD, PREVIOUS
+from zerocalc.step.losses import CACHED_MOMENT, GRAPH, HELD, PREVIOUS
 from zerocalc.units import UNIT_BYTES
 
 STAGE_LABELS = ["ZeRO-0", "ZeRO-1", "ZeRO-2", "ZeRO-3"]
@@ -31,7 +31,7 @@ TERM_COLORS = {   # Tableau 20, one hue family per kind of memory
     "CPU offload: a unit's shard and gradient shard on the GPU": "#B6992D",
     "float8 casts (one linear)": "#7B4F8E", "one gradient (optimizer in backward)": "#C25A1E",
     "measured beyond the estimate": "#1F1F1F",
-    HELD: "#9C755F", GRAPH: "#E8A0BF", PREVIOUS: "#6B5B95",
+    HELD: "#9C755F", GRAPH: "#E8A0BF", PREVIOUS: "#6B5B95", CACHED_MOMENT: "#FFC9C7",
 }
 TERM_MEANING = {
     "parameters": "the compute copy of the weights (ledger category)",
@@ -42,6 +42,7 @@ TERM_MEANING = {
     "logits and loss": "the logits and their fp32 upcast / gradient for the loss",
     "recompute (one block)": "what backward rebuilds at once: one block under full recompute (Megatron's uniform "
                              "method: its group of N), one block's recomputed part under op or Megatron's modules",
+    CACHED_MOMENT: "full recompute: the smaller of two backward moments run in turn; reserved, not allocated",
     "gathered parameters": "ZeRO-3 / FSDP: parameters gathered for the running unit, prefetch included",
     "persistent parameters": "ZeRO-3: small parameters kept whole on every worker",
     "gradient buckets": "gradients being reduced: DeepSpeed's buckets (twice with overlap_comm) or FSDP's unit",
@@ -50,9 +51,8 @@ TERM_MEANING = {
     "allocator reserve": "the caching allocator's reserve: its model's at the point (or a set percent), its band "
                          "by allocator (step/allocator.py)",
     "CUDA context": "CUDA context, the kernels it loads and library handles, outside the allocator (an assumption)",
-    "NCCL buffers": "NCCL's buffers per communicator of the plan (dp, tp, cp, ep, pp), outside the allocator: ring "
-                    "channels, NVLS on NVSwitch nodes, channels per peer for all-to-all and pipeline sends "
-                    "(step/nccl.py)",
+    "NCCL buffers": "NCCL's buffers per communicator of the plan (dp, tp, cp, ep, pp), outside the allocator: "
+                    "ring channels, NVLS on NVSwitch, channels per peer for all-to-all and pipeline sends (nccl.py)",
     "library workspaces": "GEMM workspaces held in PyTorch's allocator: cuBLAS, Transformer Engine (by GPU)",
     "unsharded parameters (reshard_after_forward off)": "FSDP2: a stage's parameters kept gathered for the step",
     "unit gradient before accumulation": "FSDP2: one unit's gradient before its cast to the reduce dtype",

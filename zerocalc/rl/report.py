@@ -8,6 +8,7 @@ from dataclasses import asdict, fields
 from typing import Optional
 
 from .. import __version__
+from ..step.losses import CACHED_MOMENT
 from ..step.peak import OUTSIDE, RESERVE
 from .batching import describe
 from .engines import ENGINES, SLEEP
@@ -122,7 +123,7 @@ def trainer_tensors(parts: dict, engine_inside: bool = False) -> int:
     def counted(k: str) -> bool:
         if k.startswith("engine"):
             return engine_inside and k in ENGINE_TENSORS
-        return not any(o in k for o in OUTSIDE) and not k.endswith(RESERVE)
+        return not any(o in k for o in OUTSIDE) and not k.endswith((RESERVE, CACHED_MOMENT))
     return sum(v for k, v in parts.items() if counted(k))
 
 

@@ -216,6 +216,10 @@ def loss_row(workload) -> LossRow:
 HELD = "model output held by the loop"      # Workload.holds_output / holds_graph: held_output_bytes
 GRAPH = "graph held by the loop (bitsandbytes inputs)"     # activations.graph_held, while the loop keeps the loss
 PREVIOUS = "last step's logits and graph, held by the loop"  # Workload.holds_graph: into the next forward
+# Under full recompute, backward's two moments (the loss's transients with the head's saved tensors; the last
+# block rebuilt) are summed in the peak, but only the larger is live at once: the smaller is this part, in
+# max_memory_reserved and nvidia-smi, not in max_memory_allocated (step/peak.py _split_moments)
+CACHED_MOMENT = "smaller backward moment (cached, not live)"
 
 
 def returned_logits_bytes(workload, shape) -> int:

@@ -7,7 +7,8 @@ Each phase's live set is a dict of named components (bytes per worker, on the GP
 - backward (its start, when every activation is still saved): model states, activations, the loss's gradient
   transients (LOSSES: Hugging Face's logits, fp32 gradient and its cast back; Megatron's cast of its in-place fp32
   gradient to the logits' dtype), the gathered parameters and the gradient buckets; under full recompute that
-  and the last block's re-run, summed (the safe side of the published reserved figures: _phase_items);
+  and the last block's re-run, summed (the safe side of the published reserved figures: _phase_items), of which
+  the smaller moment is held in the cache, not live (CACHED_MOMENT: max_memory_allocated reads the larger);
 - optimizer step: model states, an fp32 copy of the gradient partition when gradients are kept narrower than the
   master weights (DeepSpeed's memory docs: "all of them are converted into fp32 before doing the weight
   updates"), DeepSpeed's all-gather bucket (stages 1-2) and ZeRO-3's persistent parameters, and a shaped
@@ -35,7 +36,7 @@ from .fsdp_offload import offload_parts
 from .fsdp_pipeline import REPLACES, kept_parts
 from .activations import tp_local
 from .float8 import cast_transients
-from .losses import GRAPH, HELD, PREVIOUS, held_output_bytes, loss_transients
+from .losses import CACHED_MOMENT, GRAPH, HELD, PREVIOUS, held_output_bytes, loss_transients
 from .deepep import deepep_bytes
 from .nccl import nccl_bytes
 from .router_loss import router_loss_bytes
@@ -93,16 +94,19 @@ OUTSIDE = ("CUDA context", "NCCL buffers", "DeepEP buffers")   # outside PyTorch
 
 def phase_figures(parts: Dict[str, int]) -> Dict[str, int]:
     """One phase's three numbers: what torch.cuda.max_memory_allocated reads (the live tensors), what
-    max_memory_reserved reads (+ the allocator's reserve) and what the device shows (nvidia-smi: + the memory
-    outside the allocator, the CUDA context and NCCL's buffers)."""
+    max_memory_reserved reads (+ the allocator's reserve and the smaller backward moment it keeps cached) and
+    what the device shows (nvidia-smi: + the memory outside the allocator, the CUDA context and NCCL's buffers)."""
     device = sum(parts.values())
     reserved = device - sum(parts.get(k, 0) for k in OUTSIDE)
-    return {"allocated_bytes": reserved - parts.get(RESERVE, 0), "reserved_bytes": reserved, "device_bytes": device}
+    return {"allocated_bytes": reserved - parts.get(RESERVE, 0) - parts.get(CACHED_MOMENT, 0),
+            "reserved_bytes": reserved, "device_bytes": device}
 
 
 def tensor_bytes(peak: "StagePeak") -> int:
-    """The live tensors at a stage's peak phase: the peak without the allocator's reserve and what lies outside it."""
-    return phase_figures(peak.phases[peak.peak_phase])["allocated_bytes"]
+    """The tensors the allocator's reserve is counted on at a stage's peak phase: the peak without the reserve and
+    what lies outside the allocator (the live tensors plus the smaller backward moment, CACHED_MOMENT)."""
+    parts = peak.phases[peak.peak_phase]
+    return phase_figures(parts)["allocated_bytes"] + parts.get(CACHED_MOMENT, 0)
 
 
 def peak_on_gpu(peak: "StagePeak", scenario, workload, gpu: str) -> int:
@@ -290,7 +294,29 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         if per_backward and grads or offload.get("backward end"):
             backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
                                    offload.get("backward end", ()))
-        yield s, (forward, backward, optimizer)
+        yield s, (forward, _split_moments(backward, shape), optimizer)
+
+
+def _split_moments(backward, shape: StepShape):
+    """Backward under full recompute with the loss on this rank: torch.utils.checkpoint rebuilds the last block
+    only after the loss's backward freed its transients and the head's saved tensors (the final norm's input, the
+    fp32 log-probabilities or the compiled loss's logit chunks; the labels stay with the batch), so the live
+    tensors peak at the larger of two moments: the loss's (everything but the rebuilt block) and the re-run's
+    (everything but the loss and the head, with the rebuilt block and its backward's gradients,
+    ActivationReport.recompute_backward, where walked). The phase keeps the sum (above); what the sum holds beyond
+    the larger moment becomes CACHED_MOMENT, taken from the rebuilt block's part: in the reserved and device
+    figures, out of the allocated one. Exact against CPU lifetime traces of transformers' Llama with peft
+    (tests/test_block_backward.py, tests/measure/recompute_loss_overlap.py)."""
+    parts = dict(backward)
+    rebuilt, loss = parts.get("recompute (one block)", 0), parts.get("logits and loss", 0)
+    if not rebuilt or not loss or "activations" not in parts:
+        return backward
+    head = sum(v for k, v in shape.act.head.items() if k != "labels")
+    overlap = max(0, min(rebuilt, loss + head - (shape.act.recompute_backward or 0)))
+    if not overlap:
+        return backward
+    return [("recompute (one block)", rebuilt - overlap) if name == "recompute (one block)" else (name, v)
+            for name, v in backward] + [(CACHED_MOMENT, overlap)]
 
 
 def _larger_end(backward, grads: int, first_block: int, at_end=()):

@@ -35,14 +35,14 @@ from typing import Dict, List, NamedTuple, Tuple
 from .buffers import Gathers
 from .caching_allocator import FREE, MALLOC, Config, Result, simulate
 from .caching_fast import State, eligible
-from .losses import GRAPH, HELD, PREVIOUS
+from .losses import CACHED_MOMENT, GRAPH, HELD, PREVIOUS
 
 COMPUTE, ALL_GATHER, REDUCE_SCATTER = 0, "all-gather", "reduce-scatter"
 STATE_COPIES = 4              # parameter, gradient and two moments: a holding's share of the states, split in four
 REPLAYED = (24, 48)           # beyond WHOLE blocks, the reserve is extrapolated from these two block counts
 WHOLE = 72                    # up to this many blocks are replayed whole (72 = 24 + 48: never more blocks replayed)
 PER_STEP_FIXED = ("model states", "library workspaces", "measured beyond the estimate", "activations",
-                  "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)",
+                  "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)", CACHED_MOMENT,
                   "CUDA context", "NCCL buffers", "allocator reserve", HELD, GRAPH, PREVIOUS)
 
 
@@ -165,7 +165,7 @@ def plan_of(peak, shape, cycle_unit: int = 0, pieces: Pieces = Pieces()) -> Plan
     dequantized = tuple(-(-h.local_elements * shape.compute_bits // 8) for h in holdings
                         if largest_dq and h.tensor.place == "layer" and len(h.shape) == 2
                         and h.local_elements * shape.compute_bits // 8 <= largest_dq)
-    rebuilt_bytes = bwd.get("recompute (one block)", 0)
+    rebuilt_bytes = bwd.get("recompute (one block)", 0) + bwd.get(CACHED_MOMENT, 0)   # peak._split_moments
     return Plan(_split(layer_share, copies), _split(states - layer_share * layers, outside * STATE_COPIES),
                 _split(grown // layers, in_layer), tuple(saved),
                 tuple(head),
