@@ -94,3 +94,24 @@ def test_parameter_offload_leaves_the_quant_state_it_does_not_manage_on_the_gpu(
     assert all(stage3.entry_location[i] == ("gpu" if on_gpu else "cpu") for i in state)
     on_device = sum(stage3.per_worker_by_entry[i] for i in state if stage3.entry_location[i] == "gpu")
     assert stage3.gpu_bytes >= on_device > 0 if on_gpu else on_device == 0
+
+
+def test_torchaos_nf4_tensor_takes_no_more_than_bitsandbytes_double_quantized_layout():
+    # torchtune's QLoRA base is torchao's NF4Tensor (quantize_base=True; zerocalc/frameworks/torchtune/reader.py
+    # counts it as bitsandbytes' NF4 with double quantization): packed 4-bit data, an int8 scaler per 64 values,
+    # a factor per 256 scalers in the weight's dtype, a scalar mean and the 16-value table. Measured here on the
+    # CPU at torchao's version in requirements-validation.txt: zerocalc's layout (fp32 second-level scales, the
+    # 256-entry code table) holds at most 0.03 % more, never less.
+    torch = pytest.importorskip("torch", reason="pip install -r requirements-validation.txt")
+    nf4 = pytest.importorskip("torchao.quantization.quantize_.workflows.nf4.nf4_tensor",
+                              reason="pip install -r requirements-validation.txt")
+    from zerocalc.model.finetune import quantized_storage
+    from zerocalc.tables import DTYPE_BITS
+
+    rows, cols = LLAMA.ffn, LLAMA.hidden                      # Llama-2-7B's gate / up projection
+    tensor = nf4.to_nf4(torch.zeros(rows, cols, dtype=torch.bfloat16).normal_())
+    names, _ = tensor.__tensor_flatten__()
+    measured = sum(getattr(tensor, n).untyped_storage().nbytes() for n in names)
+    counted = sum(n * DTYPE_BITS[dtype] // 8 for dtype, n in
+                  quantized_storage(rows * cols, rows, FineTune(mode="qlora", quant_type="nf4")).values())
+    assert measured <= counted <= measured * 1.0003

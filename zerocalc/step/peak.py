@@ -285,12 +285,13 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
             phase[:] = [item for item in phase if item[0] not in gone] + kept.get(name, [])
         offload = offload_parts(scenario, workload, s, shape, comm)                        # fsdp_offload.py
         backward += offload.get("backward", [])
-        # Under full recompute the loss's transients and the rebuilt block stay summed, under every reserve, on
-        # purpose. torch.utils.checkpoint re-runs the last block only once the loss's transients are freed (a CPU
-        # lifetime trace; block_backward.py walks the re-run exactly), so allocated bytes peak at the larger
-        # moment. But the published reserved figures of such runs (Answer.AI's QLoRA, PEFT's) sit 7-21 % above
-        # the larger moment even with the allocator's model, and the sum covers them on the safe side
-        # (docs/peak-memory.md). The allocator's replay (timeline.py) runs the two moments in turn itself.
+        # Under full recompute the loss's transients and the rebuilt block stay summed in the reserved and device
+        # figures, under every reserve, on purpose. torch.utils.checkpoint re-runs the last block only once the
+        # loss's transients are freed (a CPU lifetime trace; block_backward.py walks the re-run exactly), so
+        # allocated bytes peak at the larger moment (_split_moments: the allocated figure). But the published
+        # reserved figures of such runs (Answer.AI's QLoRA, PEFT's) sit 7-21 % above the larger moment even with
+        # the allocator's model, and the sum covers them on the safe side (docs/peak-memory.md). The allocator's
+        # replay (timeline.py) runs the two moments in turn itself.
         if per_backward and grads or offload.get("backward end"):
             backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
                                    offload.get("backward end", ()))
