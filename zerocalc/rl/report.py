@@ -8,8 +8,7 @@ from dataclasses import asdict, fields
 from typing import Optional
 
 from .. import __version__
-from ..step.losses import CACHED_MOMENT
-from ..step.peak import OUTSIDE, RESERVE
+from ..step.peak import NOT_ALLOCATED, OUTSIDE
 from .batching import describe
 from .engines import ENGINES, SLEEP
 from .phases import RLPhases, rl_band
@@ -123,7 +122,7 @@ def trainer_tensors(parts: dict, engine_inside: bool = False) -> int:
     def counted(k: str) -> bool:
         if k.startswith("engine"):
             return engine_inside and k in ENGINE_TENSORS
-        return not any(o in k for o in OUTSIDE) and not k.endswith((RESERVE, CACHED_MOMENT))
+        return not any(o in k for o in OUTSIDE) and not k.endswith(NOT_ALLOCATED)
     return sum(v for k, v in parts.items() if counted(k))
 
 

@@ -90,6 +90,7 @@ def with_overheads(tensors: int, context: int, percent, units: int = 0, unit_byt
 RESERVE = "allocator reserve"
 OUTSIDE = ("CUDA context", "NCCL buffers", "DeepEP buffers")   # outside PyTorch's allocator: nvidia-smi shows
                                                               # them, max_memory_reserved does not
+NOT_ALLOCATED = (RESERVE, CACHED_MOMENT)     # in max_memory_reserved, not in max_memory_allocated
 
 
 def phase_figures(parts: Dict[str, int]) -> Dict[str, int]:
@@ -98,7 +99,7 @@ def phase_figures(parts: Dict[str, int]) -> Dict[str, int]:
     what the device shows (nvidia-smi: + the memory outside the allocator, the CUDA context and NCCL's buffers)."""
     device = sum(parts.values())
     reserved = device - sum(parts.get(k, 0) for k in OUTSIDE)
-    return {"allocated_bytes": reserved - parts.get(RESERVE, 0) - parts.get(CACHED_MOMENT, 0),
+    return {"allocated_bytes": reserved - sum(parts.get(k, 0) for k in NOT_ALLOCATED),
             "reserved_bytes": reserved, "device_bytes": device}
 
 
@@ -172,6 +173,7 @@ def stage_peaks(scenario, workload, stages, shape: StepShape, replay: bool = Tru
     peaks = []
     for s, items in _phase_items(scenario, workload, ((r.stage, r.gpu_bytes) for r in stages), shape):
         unit = cycle_unit_bytes(scenario, workload, s, shape)
+        items = (items[0], _split_moments(items[1], shape), items[2])    # named parts only: the sums stay
         bare = {name: {k: v for k, v in phase if v} for name, phase in zip(PHASES, items)}   # a zero part is not shown
         sim = None
         if replays(workload):         # the allocator's model replays the step (issue 32); its floor: no reserve
@@ -288,14 +290,14 @@ def _phase_items(scenario, workload, stages, shape: StepShape):
         # Under full recompute the loss's transients and the rebuilt block stay summed in the reserved and device
         # figures, under every reserve, on purpose. torch.utils.checkpoint re-runs the last block only once the
         # loss's transients are freed (a CPU lifetime trace; block_backward.py walks the re-run exactly), so
-        # allocated bytes peak at the larger moment (_split_moments: the allocated figure). But the published
+        # allocated bytes peak at the larger moment (stage_peaks names it: _split_moments). But the published
         # reserved figures of such runs (Answer.AI's QLoRA, PEFT's) sit 7-21 % above the larger moment even with
         # the allocator's model, and the sum covers them on the safe side (docs/peak-memory.md). The allocator's
         # replay (timeline.py) runs the two moments in turn itself.
         if per_backward and grads or offload.get("backward end"):
             backward = _larger_end(backward, grads if per_backward else 0, first_block_bytes(shape),
                                    offload.get("backward end", ()))
-        yield s, (forward, _split_moments(backward, shape), optimizer)
+        yield s, (forward, backward, optimizer)
 
 
 def _split_moments(backward, shape: StepShape):

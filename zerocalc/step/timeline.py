@@ -42,7 +42,7 @@ STATE_COPIES = 4              # parameter, gradient and two moments: a holding's
 REPLAYED = (24, 48)           # beyond WHOLE blocks, the reserve is extrapolated from these two block counts
 WHOLE = 72                    # up to this many blocks are replayed whole (72 = 24 + 48: never more blocks replayed)
 PER_STEP_FIXED = ("model states", "library workspaces", "measured beyond the estimate", "activations",
-                  "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)", CACHED_MOMENT,
+                  "logits and loss", "gathered parameters", "gradient buckets", "recompute (one block)",
                   "CUDA context", "NCCL buffers", "allocator reserve", HELD, GRAPH, PREVIOUS)
 
 

@@ -11,13 +11,12 @@ from ...gpus import ESTIMATE_GAP
 from ...scenario import FieldError
 from ...units import format_bytes
 from ...step.context import context_bytes
-from ...step.losses import CACHED_MOMENT
-from ...step.peak import OUTSIDE, RESERVE, phase_figures
+from ...step.peak import NOT_ALLOCATED, OUTSIDE, RESERVE, phase_figures
 from .measurement import Measurement
 from .phase import PHASE_WORDS
 from .verdict import lowers_estimate, measured_fit
 
-TENSOR_EXCLUDED = (RESERVE, CACHED_MOMENT, *OUTSIDE)    # not one allocation: the live tensors' parts
+TENSOR_EXCLUDED = (*NOT_ALLOCATED, *OUTSIDE)       # not one allocation: the live tensors' parts
 
 
 @dataclass(frozen=True)
