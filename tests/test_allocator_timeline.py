@@ -90,13 +90,15 @@ def test_the_model_against_the_ledgers_reserved_cases():
     side): 24 within 10 % before it, 22 after.
     The FSDP1 CPU-offload runs (2026-12-07: AA-13, AA-14, AA-16 to AA-19, PEFT-03) make 35 cases, 16 under by more
     than 5 % before and 4 after (PEFT-03 -23.6 % from -30.1 %, unexplained), 24 within 10 % before and 25 after;
-    Answer.AI's QLoRA rows at their largest batch read +16..+18 % (AA-17 to AA-19), the sum again."""
+    Answer.AI's QLoRA rows at their largest batch read +16..+18 % (AA-17 to AA-19), the sum again. torchtitan's
+    rows with the K, V copies its attention made then (step/repeated_kv.py, in the block each recompute rebuilds):
+    14 under by more than 5 % before (TT-11 -4.6 % from -5.3 %, TT-19 -4.9 % from -5.3 %), 4 after."""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
     assert len(rows) == 35
     before = sorted(r["before"] / r["measured"] - 1 for r in rows)
     after = sorted(r["after"] / r["measured"] - 1 for r in rows)
-    assert sum(e < -0.05 for e in before) == 16 and sum(e < -0.05 for e in after) <= 4
+    assert sum(e < -0.05 for e in before) == 14 and sum(e < -0.05 for e in after) <= 4
     assert sum(abs(e) <= 0.10 for e in after) >= 25 and sum(abs(e) <= 0.10 for e in before) == 24
     assert sum(e > 0.10 for e in after) <= 8 and sum(e < -0.10 for e in after) <= 2    # the misses: over, bar two
     assert abs(after[17]) < 0.035 and after[0] > -0.24 and after[-1] < 0.19

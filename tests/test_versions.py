@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.beside_venv import subprocess_env
 from zerocalc import Scenario
 from zerocalc.model.finetune import FineTune
 from zerocalc.model.inventory import param_count
@@ -151,14 +152,8 @@ OLD_BNB = os.environ.get("ZEROCALC_OLD_BNB_PATH", "/tmp/bnb431")
 def test_what_matmul_4bit_keeps_on_the_cpu(release):
     """tests/measure/bnb_versions.py: the installed 0.50.2 keeps nothing of the input, 0.43.1 all of it."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed: pip install -r requirements-validation.txt")
-    env = dict(os.environ)
-    if release != "installed":
-        if not os.path.isdir(os.path.join(OLD_BNB, "bitsandbytes")):
-            if os.environ.get("CI"):
-                pytest.fail(f"bitsandbytes 0.43.1 is not at {OLD_BNB} (.ci/run installs it there)")
-            pytest.skip(f"no bitsandbytes 0.43.1 at {OLD_BNB}: pip install --no-deps --target {OLD_BNB} "
-                        "bitsandbytes==0.43.1 (ZEROCALC_OLD_BNB_PATH)")
-        env["PYTHONPATH"] = os.pathsep.join([OLD_BNB, str(ROOT)])
+    env = dict(os.environ) if release == "installed" else subprocess_env(OLD_BNB, "bitsandbytes",
+                                                                         "bitsandbytes==0.43.1", "ZEROCALC_OLD_BNB_PATH")
     out = subprocess.run([sys.executable, "-m", "tests.measure.bnb_versions", "96", "256", "512"], cwd=ROOT,
                          capture_output=True, text=True, env=env, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])

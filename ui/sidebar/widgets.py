@@ -36,7 +36,7 @@ CLUSTER_FIELDS = ("shard_group", "gpus_per_node", "offload_optimizer", "offload_
                   "model_loading", "comm_buffers", "fsdp_wrap", "fsdp_version", "fsdp_use_orig_params",
                   "fsdp_backward_prefetch",
                   "reshard_after_forward", "reduce_dtype")
-STEP_FIELDS = ("micro_batches", "attention", "activation_dtype", "implementation", "grad_lifetime")
+STEP_FIELDS = ("micro_batches", "attention", "repeat_kv", "activation_dtype", "implementation", "grad_lifetime")
 ASSUMPTION_FIELDS = ("cuda_context_bytes", "nccl_buffsize", "nccl_nvls", "nccl_percent", "workspace_bytes", "fragmentation_percent", "measured_extra_bytes",
                      "allocator", "allocator_units",
                      "reduce_bucket_size",

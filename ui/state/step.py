@@ -40,7 +40,8 @@ def step_fields(field) -> tuple:
             # the recipe (issue 21): the loss implementation, its chunks, torch.compile of the blocks
             field("loss", "choice", "auto", LOSS_CHOICES),
             field("loss_chunks", "int", 8, (), *WORKLOAD_LIMITS["loss_chunks"]),
-            field("compile", "bool", False), field("activation_offload", "bool", False),
+            field("compile", "bool", False), field("repeat_kv", "bool", False),
+            field("activation_offload", "bool", False),
             field("optimizer_in_backward", "bool", False), field("float8", "choice", "none", FLOAT8_RECIPES),
             field("float8_all_gather", "bool", False), field("async_tp", "bool", False),
             field("op_policy", "choice", "torchtitan", tuple(OP_POLICIES) + (OWN_POLICY,)),
@@ -94,6 +95,7 @@ def step_workload(state: dict) -> dict:
             "loss_fusion": bool(state["loss_fusion"]) and state["implementation"] == "megatron",
             "loss": state["loss"] if state["implementation"] == "huggingface" else "auto",
             "loss_chunks": state["loss_chunks"], "compile": bool(state["compile"]),
+            "repeat_kv": bool(state["repeat_kv"]),
             "activation_offload": bool(state["activation_offload"]) and state["recompute"] == "full"
             and state["recompute_every"] == 1 and not megatron_full(state),
             "optimizer_in_backward": bool(state["optimizer_in_backward"]) and state["micro_batches"] == 1,

@@ -20,7 +20,7 @@ from .vision import vision_fields, vision_given, with_tower
 ARCH_FLAGS = ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab")
 WORKLOAD_FLAGS = ("micro_batch", "seq_len", "activation_dtype", "attention", "recompute", "op_policy",
                   "recompute_every", "recompute_modules", "recompute_method", "recompute_num_layers",
-                  "implementation", "loss_fusion", "loss", "loss_chunks", "compile",
+                  "implementation", "loss_fusion", "loss", "loss_chunks", "compile", "repeat_kv",
                   "activation_offload", "optimizer_in_backward", "float8", "float8_all_gather", "async_tp",
                   "reduce_bucket_size", "allgather_bucket_size", "prefetch_bucket_size", "max_live_parameters",
                   "param_persistence_threshold", "overlap_comm", "comm_buffers", "grad_lifetime", "fsdp_wrap",
@@ -113,8 +113,8 @@ def workload_from_args(args, arch) -> Workload:
     given = {f: getattr(args, f) for f in WORKLOAD_FLAGS if getattr(args, f) is not None}
     if given.get("fragmentation_percent") == "model":      # the allocator's model (step/allocator.py simulated_reserve)
         given["fragmentation_percent"] = None
-    for flag in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
-                 "nccl_nvls"):
+    for flag in ("compile", "repeat_kv", "activation_offload", "optimizer_in_backward", "float8_all_gather",
+                 "async_tp", "nccl_nvls"):
         if flag in given:
             given[flag] = given[flag] == "yes"
     given.update(batch_fields(args))                     # cli/batch_flags.py: the batch and the router loss

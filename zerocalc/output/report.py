@@ -58,6 +58,8 @@ def recipe_text(workload) -> str:
         parts.append(f"{workload.arch.mtp_layers} multi-token prediction module{'s' * (workload.arch.mtp_layers > 1)}")
     if workload.compile:
         parts.append("torch.compile'd blocks")
+    if workload.repeat_kv:
+        parts.append("K and V repeated to every query head (torchtune's attention)")
     if workload.activation_offload:
         parts.append("activations offloaded to the CPU")
     if workload.optimizer_in_backward:

@@ -45,6 +45,7 @@ from .norms import norm_bits
 from .mtp import mtp_module_terms, mtp_terms
 from .op_checkpoint import op_saved_terms
 from .parallel_blocks import kv_index, math_fallback, mlp_norm, sdpa_math_fallback
+from .repeated_kv import every_block, joined, sliding_layers
 from .trainable import adapt, adapt_ends, graph_held_bytes
 
 ATTENTION = ("eager", "flash")
@@ -287,7 +288,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                 loss_saved: tuple = (STAT_BITS, "loss log-softmax (fp32)"),
                 compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = DEFAULT_MODULES,
                 recompute_method: str = "uniform", recompute_num_layers: int = 1,
-                stream_bits: int = 0, fp32_norms: bool = False) -> ActivationReport:
+                stream_bits: int = 0, fp32_norms: bool = False, repeat_kv: bool = False) -> ActivationReport:
     """Bytes saved for backward by one rank for one micro-batch: its tensor-parallel split of the heads and FFN,
     its share of the tokens (tokens()), and `loss_vocab` vocabulary columns of the fp32 loss (default: all of
     them; vocab-parallel cross entropy keeps the padded vocabulary / tp). `moe`: the routing assumptions
@@ -303,7 +304,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     counted here over the model as one chunk (step/shape.py counts each chunk). `stream_bits` 32: an fp32
     residual stream (fp32 embeddings, head and norms) beside 16-bit linears under autocast (step/fp32_stream.py;
     with `bits` 32 too, as QLoRA's k-bit preparation counts, only the head's 16-bit weight copy is added), 0: none;
-    `fp32_norms`: the norms alone in fp32, the stream `bits` wide (each linear casts a norm's output itself)."""
+    `fp32_norms`: the norms alone in fp32, the stream `bits` wide (each linear casts a norm's output itself);
+    `repeat_kv`: the attention saves K and V repeated to every query head (torchtune's: step/repeated_kv.py)."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -328,13 +330,14 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         full = {k: compiled_terms(local, t, w, attention, k, pairs, _scores(local, t, w, hf)) for k in kinds}
     else:
         full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
+    repeat = every_block(local, t, w, attention, repeat_kv)           # torchtune's K, V copies (repeated_kv.py)
+    full, first = {k: joined(v, repeat) for k, v in full.items()}, None
     if compile_adapters and recompute == "full" and every == 1:
         blocks = {"dense": checkpoint}
     elif compile_adapters:
         blocks = full if recompute != "selective" else {"dense": compiled_adapter_terms(local, t, w, attention, tr)}
         first = compiled_adapter_terms(local, t, w, attention, tr, {} if recompute == "selective" else
                                        _scores(local, t, w, hf), first=True)
-        first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks["dense"]).values())
     elif recompute == "op":
         blocks = {k: op_saved_terms(local, t, w, attention, k, pairs, tp, sequence_parallel,
                                     moe.ep if moe is not None else 1, op_policy) for k in kinds}
@@ -357,9 +360,13 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         if tr is not None:
             kind = "moe" if a.is_moe_layer(tr.frozen_blocks) else "dense"
             first = _layer(local, t, w, attention, implementation, mode, kind, moe, tr, tp, first=True)
-            first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
-            held = (first, kind)
-
+    if recompute != "op":      # op-level checkpointing rebuilds the copies with the ops it does not save
+        blocks = {k: joined(v, repeat) for k, v in blocks.items()}
+    if first is not None:      # the first trained block (fine-tuning) against the others
+        kind = "moe" if not compile_adapters and a.is_moe_layer(tr.frozen_blocks) else "dense"
+        first = joined(first, repeat)
+        first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
+        held = None if compile_adapters else (first, kind)
     if stream > w or fp32_norms:    # fp32_stream.py: each block's norms and autocast's copies, wherever it saves
         extra = fp32_stream.block_terms(local, t, tr, norms_only=stream == w)
         full = {k: {**v, **extra} for k, v in full.items()}
@@ -413,9 +420,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     if recompute == "op" or mods and mods != ("core_attn",):   # the re-run forwards rebuild what was not saved
         working = max(sum(_bytes(full[k]).values()) - sum(_bytes(blocks[k]).values()) for k in kinds)
         working = max(working, 0)
-    sliding = _sliding_extra(local, t, w, attention, hf, seq_len) if recompute not in CHECKPOINTED or every > 1 \
-        or megatron_full \
-        else {}
+    sliding = sliding_layers(local, t, w, attention, hf, seq_len) if not repeat and (
+        recompute not in CHECKPOINTED or every > 1 or megatron_full) else {}
     frozen = 0 if tr is None else tr.frozen_blocks
     live = layer_counts(a, min(frozen, a.layers), a.layers)      # blocks a gradient reaches
     if live["all"] == 0:
@@ -436,13 +442,3 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
                             _bytes(checkpoint) if every > 1 or megatron_full else {}, checkpointed,
                             full_sizes, mtp_rebuilt, None if None in walked else -(-max(walked) // 8),
                             _bytes(full[max(kinds, key=full_sizes.get)]) if full_sizes else {}, graph_held)
-
-
-def _sliding_extra(a: Architecture, t: Tokens, w: int, attention: str, hf: bool, seq_len: int) -> Dict[str, int]:
-    """A local-attention layer needs an explicit mask once the sequence outgrows its window; Hugging Face's SDPA
-    path then cannot use grouped-query SDPA and passes K and V repeated to every query head (repeat_kv), which
-    the kernel saves (measured on Gemma 3, tests/test_moe_validation.py). Eager attention repeats them anyway."""
-    if not (hf and attention == "flash" and a.sliding_window and seq_len > a.sliding_window
-            and not a.mla and a.n_kv_heads < a.heads):
-        return {}
-    return {"repeated k, v (local attention mask)": 2 * w * t.inside * (a.q_size - a.kv_size)}

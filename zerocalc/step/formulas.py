@@ -48,6 +48,10 @@ NOTES = {
     "output projection weight (autocast's 16-bit copy)": "the fp32 head weight cast once per forward, kept for "
     "backward",
     "final norm fp32 output (fp32 stream)": "the trained final norm's fp32 normalised input",
+    "repeated k, v (the attention's own copies)": "K and V repeated to every query head before the kernel, which "
+    "saves the copies (torchtune's attention), beyond the grouped pair (step/repeated_kv.py)",
+    "repeated k, v (local attention mask)": "Hugging Face's local layers past their window: repeat_kv before SDPA, "
+    "beyond the grouped pair",
 }
 
 ATOM, PRODUCT, SUM = 3, 2, 1           # precedences: a product wraps a sum in parentheses, a quotient a product
@@ -235,7 +239,7 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
                         training=None, recompute_every: int = 1, loss_saved: tuple = (32, "loss log-softmax (fp32)"),
                         compiled: bool = False, op_policy: str = "torchtitan", recompute_modules: str = "core_attn",
                         recompute_method: str = "uniform", recompute_num_layers: int = 1, stream_bits: int = 0,
-                        fp32_norms: bool = False) -> dict:
+                        fp32_norms: bool = False, repeat_kv: bool = False) -> dict:
     """The arguments of activations.activations(); returns {group: {term: row}}, the groups of the report's
     `activation_terms`, each row {"formula", "values", "bits", "bytes", "note"}: the formula in symbols, the same
     with the numbers, its bits, the bytes the report counts (bits / 8 rounded up), and what the term is."""
@@ -251,7 +255,7 @@ def activation_formulas(a: Architecture, micro_batch: int, seq_len: int, bits: i
         vocab, routing, training, recompute_every,
         (sym("w", bits) if loss_saved[0] == bits and bits != 32 else loss_saved[0], loss_saved[1]), compiled,
         op_policy, recompute_modules, recompute_method, recompute_num_layers, sym("w_stream", stream_bits),
-        fp32_norms)
+        fp32_norms, repeat_kv)
     groups = {"per_layer": report.per_layer, "per_moe_layer": report.per_moe_layer,
               "per_sliding_layer": report.per_sliding_layer, "checkpointed_block": report.checkpointed,
               "embedding_end": report.embed, "every_stage": report.stage, "output_end": report.head}

@@ -61,7 +61,8 @@ def activation_args(scenario, workload) -> tuple:
     return (workload.arch, workload.micro_batch, workload.seq_len, bits, workload.attention, workload.recompute,
             workload.implementation, layout.tp, layout.cp, layout.sequence_parallel, workload.vocab_columns,
             workload.routing, training, workload.recompute_every, saved, workload.compile, workload.op_policy,
-            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers, stream, norms)
+            workload.recompute_modules, workload.recompute_method, workload.recompute_num_layers, stream, norms,
+            workload.repeat_kv)
 
 
 def rank_shape(scenario, workload, rank) -> StepShape:

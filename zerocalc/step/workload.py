@@ -92,6 +92,9 @@ class Workload:
     loss_chunks: int = 8
     # torch.compile of each block (Inductor's default partitioner saves fewer tensors: step/compiled.py)
     compile: bool = False
+    # The attention repeats K and V to every query head before its kernel, which saves the copies (torchtune's
+    # MultiHeadAttention: step/repeated_kv.py); Hugging Face's SDPA passes them grouped.
+    repeat_kv: bool = False
     # Activation offloading to the CPU (torchtune enable_activation_offloading): with full recompute the blocks'
     # checkpoint inputs go to pinned host memory, a few stay on the GPU (step/offload.py)
     activation_offload: bool = False
@@ -240,8 +243,8 @@ class Workload:
         if self.float8_all_gather is True and self.float8 != "tensorwise":
             # torchao config.py Float8LinearConfig.__post_init__: the float8 all-gather needs tensorwise scaling
             raise FieldError("float8_all_gather", True, "false unless float8 is tensorwise (torchao refuses it)")
-        for field in ("compile", "activation_offload", "optimizer_in_backward", "float8_all_gather", "async_tp",
-                      "nccl_nvls", "router_loss", "holds_output", "holds_graph"):
+        for field in ("compile", "repeat_kv", "activation_offload", "optimizer_in_backward", "float8_all_gather",
+                      "async_tp", "nccl_nvls", "router_loss", "holds_output", "holds_graph"):
             if not isinstance(getattr(self, field), bool):
                 raise FieldError(field, getattr(self, field), "true or false")
         if self.async_tp and isinstance(self.layout, Layout) and async_tp_refusal(self):

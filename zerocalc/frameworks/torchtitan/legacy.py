@@ -37,12 +37,12 @@ class LegacyReader:
     def legacy(self):
         """Rewrite older key names (LEGACY) into their 238fa99 places before anything is checked."""
         data = self.doc.data
-        self.legacy_pipeline, self.pre_1073 = {}, False
+        self.legacy_pipeline, self.pre_1073, older = {}, False, False
         for (section, key), new in LEGACY.items():
             block = data.get(section)
             if not isinstance(block, dict) or key not in block:
                 continue
-            value = block.pop(key)
+            value, older = block.pop(key), True
             old = f"{section}.{key}"
             if new is None:
                 self.b.ignore(old, "a field of an older torchtitan JobConfig, since removed (238fa99 refuses it); "
@@ -55,21 +55,25 @@ class LegacyReader:
             self.pre_1073 = self.pre_1073 or section == "experimental" or key in PARALLEL_MOVED
             self.b.note(f"{old} is an older torchtitan name, read as {'.'.join(new)} (its name at {COMMIT[:7]}, "
                         "which refuses the old one).")
-        self._legacy_loss_parallel(data)
+        older = self._legacy_loss_parallel(data) or older
         for section in ("experimental", "parallelism"):
             block = data.get(section)
             for key in LEGACY_PIPELINE:
                 if isinstance(block, dict) and key in block:
                     self.legacy_pipeline[key] = (f"{section}.{key}", block.pop(key))
                     self.pre_1073 = True
-        self._legacy_float8(data)
+        if self._legacy_float8(data) or older or self.pre_1073:
+            # every torchtitan that read these names repeated K and V to the query heads before SDPA (repeat_kv),
+            # until pytorch/torchtitan#2259 (2026-01-27, enable_gqa): step/repeated_kv.py
+            self.b.set("workload", "repeat_kv", True, "an older torchtitan's names: its attention repeated K and V "
+                                                      "to every query head (repeat_kv, until #2259 in January 2026)")
 
     def _legacy_loss_parallel(self, data):
         # config_manager.py before Oct 2024: training.enable_loss_parallel (default true), later inverted as
         # disable_loss_parallel
         block = data.get("training")
         if not isinstance(block, dict) or "enable_loss_parallel" not in block:
-            return
+            return False
         value = block.pop("enable_loss_parallel")
         if not isinstance(value, bool):
             raise FrameworkConfigError("training.enable_loss_parallel", value, "true or false")
@@ -78,6 +82,7 @@ class LegacyReader:
             target["disable_loss_parallel"] = not value
         self.b.note("training.enable_loss_parallel is an older torchtitan name, read as "
                     f"parallelism.disable_loss_parallel = {str(not value).lower()}.")
+        return True
 
     def _legacy_float8(self, data):
         # [float8] (2024-07 to 2025-09) and training.fp8_linear (2024-06): since model.converters / [quantize]
@@ -94,6 +99,7 @@ class LegacyReader:
                     self.b.note("float8.enable_float8_linear: low-precision matmuls are not modelled.")
             self.b.ignore(key, "an older torchtitan float8 setting (238fa99 has [quantize] and model.converters); "
                                "float8 matmuls are not modelled")
+        return bool(found)
 
     def _legacy_era(self) -> bool:
         """A file written for torchtitan before #1073 (2025-04): its pipeline keys or pre-#980 degree names."""

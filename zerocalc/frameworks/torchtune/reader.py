@@ -68,6 +68,8 @@ class _Reader:
         self.lengths()
         b.set("workload", "attention", "flash", "torchtune's attention: SDPA (flex attention with packing), no score "
                                                 "matrix kept")
+        b.set("workload", "repeat_kv", True, "torchtune's MultiHeadAttention: K and V expanded to every query head "
+                                             "(a copy the kernel saves) when num_kv_heads < num_heads")
         self.kernels(gas)
         self.optimizer()
         self.ledger(dtype, distributed, recipe)

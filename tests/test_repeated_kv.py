@@ -1,0 +1,122 @@
+"""K and V repeated to every query head before the attention kernel (zerocalc/step/repeated_kv.py): torchtune's
+MultiHeadAttention (torchtune/modules/attention.py at bd2a0fc7, torchtune 0.6.1) against Hugging Face's SDPA path,
+measured on the CPU eager and compiled (tests/measure/torchtune_attention.py), and the plan's field end to end."""
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.beside_venv import subprocess_env
+from zerocalc.frameworks import import_config
+from zerocalc.model.architecture import Architecture
+from zerocalc.scenario import FieldError, Scenario
+from zerocalc.step.activations import activations
+from zerocalc.step.repeated_kv import TERM
+from zerocalc.step.workload import Workload
+
+ROOT = Path(__file__).resolve().parents[1]
+TORCHTUNE = os.environ.get("ZEROCALC_TORCHTUNE_PATH", "/tmp/zerocalc-torchtune-0.6.1")
+
+
+def _arch(**kw):
+    return Architecture(**{"layers": 2, "hidden": 128, "heads": 4, "kv_heads": 2, "ffn": 352, "vocab": 512,
+                           "seq_len": 256, **kw})
+
+
+def _layer_bytes(a, repeat: bool, **kw) -> int:
+    return sum(activations(a, 2, 256, 16, repeat_kv=repeat, **kw).per_layer.values())
+
+
+@pytest.fixture(scope="module")
+def measured():
+    for name in ("torch", "transformers", "torchao"):
+        pytest.importorskip(name, reason="pip install -r requirements-validation.txt")
+    env = dict(os.environ) if importlib.util.find_spec("torchtune") else subprocess_env(
+        TORCHTUNE, "torchtune", "torchtune==0.6.1", "ZEROCALC_TORCHTUNE_PATH")
+    out = subprocess.run([sys.executable, "-m", "tests.measure.torchtune_attention"], cwd=ROOT, capture_output=True,
+                         text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+def test_torchtunes_attention_saves_what_the_term_adds(measured, mode):
+    """The kernel's saved q, k, v and output: torchtune's all at the 4 query heads (K and V expanded and flattened,
+    a copy), Hugging Face's K and V at the 2 KV heads; the difference is the term, to the byte."""
+    assert measured["torchtune"].startswith("0.6.1")
+    tt, hf = measured[f"torchtune {mode}"], measured[f"huggingface {mode}"]
+    assert tt["heads"] == [4, 4, 4, 4] and hf["heads"] == [2, 2, 4, 4]
+    a = _arch()
+    compiled = mode == "compiled"
+    added = _layer_bytes(a, True, compiled=compiled) - _layer_bytes(a, False, compiled=compiled)
+    assert added == tt["bytes"] - hf["bytes"] == 2 * 2 * 256 * (128 - 64) * 2      # 2 x b x s x (q - kv) x 2 bytes
+
+
+def test_the_term_is_only_where_a_fused_kernel_saves_a_grouped_pair():
+    gqa = _arch()
+    assert activations(gqa, 2, 256, 16, repeat_kv=True).per_layer[TERM] == 2 * 2 * 256 * 64 * 2
+    for a, attention in ((gqa, "eager"), (_arch(kv_heads=4), "flash")):     # eager repeats anyway; no grouping
+        assert activations(a, 2, 256, 16, attention, repeat_kv=True) == activations(a, 2, 256, 16, attention)
+
+
+def test_recompute_keeps_the_copies_only_in_the_rebuilt_block():
+    a = _arch()
+    full = activations(a, 2, 256, 16, recompute="full", repeat_kv=True)
+    plain = activations(a, 2, 256, 16, recompute="full")
+    assert TERM not in full.per_layer and full.per_layer == plain.per_layer
+    assert full.recompute_working - plain.recompute_working == 2 * 2 * 256 * 64 * 2
+    op = activations(a, 2, 256, 16, recompute="op", repeat_kv=True)      # rebuilt with the ops it does not save
+    assert TERM not in op.per_layer
+
+
+def test_lora_blocks_keep_the_copies_where_attention_runs_backward():
+    """Every trained block but the first runs its attention backward (the gradient goes on to the blocks before),
+    so it saves q, k, v and the copies. The first trained block's attention core runs backward only for an adapter
+    at or before it: q and v, not o and down alone; its delta against the others follows."""
+    from zerocalc.parallel.ranks import layout_report
+    from zerocalc.model.finetune import FineTune
+    for targets in (("q", "v"), ("o", "down")):
+        plain = Workload(_arch(), 2, 256, finetune=FineTune(mode="lora", lora_targets=targets))
+        on, off = (layout_report(Scenario(params=1), replace(plain, repeat_kv=r)).ranks[-1].shape.act
+                   for r in (True, False))
+        term = 2 * 2 * 256 * 64 * 2
+        assert on.per_layer[TERM] == term and sum(on.per_layer.values()) - sum(off.per_layer.values()) == term
+        assert on.first_block_delta - off.first_block_delta == (0 if targets == ("q", "v") else -term)
+
+
+def test_the_field_refuses_a_non_boolean():
+    with pytest.raises(FieldError) as e:
+        Workload(_arch(), repeat_kv="yes")
+    assert e.value.field == "repeat_kv"
+
+
+def test_a_torchtune_import_sets_it_and_a_current_torchtitan_does_not():
+    tune = import_config("torchtune", "# Config for single device full finetuning in full_finetune_single_device.py\n"
+                         "model:\n  _component_: torchtune.models.llama3_2.llama3_2_3b\nbatch_size: 2\n")
+    assert tune.workload["repeat_kv"] is True
+    titan = import_config("torchtitan", "[training]\nlocal_batch_size = 2\nseq_len = 4096\n")
+    assert "repeat_kv" not in titan.workload
+
+
+def test_an_older_torchtitan_file_sets_it():
+    """Names only torchtitans before 238fa99 read (here training.batch_size, renamed by #1238 in 2025-06): that
+    torchtitan repeated K and V (repeat_kv until #2259, 2026-01-27)."""
+    titan = import_config("torchtitan", "[training]\nbatch_size = 2\nseq_len = 4096\n")
+    assert titan.workload["repeat_kv"] is True
+
+
+def test_the_cli_flag():
+    args = ["--model", "llama-3.2-1b", "--micro-batch", "1", "--seq-len", "1024", "--json"]
+    peaks = []
+    for extra in ([], ["--repeat-kv"]):
+        out = subprocess.run([sys.executable, "-m", "zerocalc", *args, *extra], cwd=ROOT, capture_output=True,
+                             text=True, check=True)
+        peaks.append(json.loads(out.stdout)["peak"][0]["phases"]["backward"]["activations"])
+    # Llama 3.2 1B: 16 layers, 32 heads over 8 KV heads of 64: 2 x 1024 tokens x (2048 - 512) x 2 bytes a layer
+    assert peaks[1] - peaks[0] == 16 * 2 * 1024 * (2048 - 512) * 2
