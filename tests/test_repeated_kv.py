@@ -1,18 +1,17 @@
 """K and V repeated to every query head before the attention kernel (zerocalc/step/repeated_kv.py): torchtune's
-MultiHeadAttention (torchtune/modules/attention.py at bd2a0fc7, torchtune 0.6.1) against Hugging Face's SDPA path,
-measured on the CPU eager and compiled (tests/measure/torchtune_attention.py), and the plan's field end to end."""
+MultiHeadAttention (torchtune/modules/attention.py at bd2a0fc7, torchtune 0.6.1) and LitGPT's CausalSelfAttention
+(litgpt 0.5.13) against Hugging Face's SDPA path, measured on the CPU eager and compiled
+(tests/measure/repeated_kv_attention.py), and the plan's field end to end."""
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from tests.beside_venv import subprocess_env
+from tests.beside_venv import ROOT, Release, subprocess_env
 from zerocalc.frameworks import import_config
 from zerocalc.model.architecture import Architecture
 from zerocalc.scenario import FieldError, Scenario
@@ -20,8 +19,8 @@ from zerocalc.step.activations import activations
 from zerocalc.step.repeated_kv import TERM
 from zerocalc.step.workload import Workload
 
-ROOT = Path(__file__).resolve().parents[1]
-TORCHTUNE = os.environ.get("ZEROCALC_TORCHTUNE_PATH", "/tmp/zerocalc-torchtune-0.6.1")
+RELEASES = (Release("torchtune", "0.6.1", "ZEROCALC_TORCHTUNE_PATH", "/tmp/zerocalc-torchtune-0.6.1"),
+            Release("litgpt", "0.5.13", "ZEROCALC_LITGPT_PATH", "/tmp/zerocalc-litgpt-0.5.13"))
 
 
 def _arch(**kw):
@@ -37,20 +36,21 @@ def _layer_bytes(a, repeat: bool, **kw) -> int:
 def measured():
     for name in ("torch", "transformers", "torchao"):
         pytest.importorskip(name, reason="pip install -r requirements-validation.txt")
-    env = dict(os.environ) if importlib.util.find_spec("torchtune") else subprocess_env(
-        TORCHTUNE, "torchtune", "torchtune==0.6.1", "ZEROCALC_TORCHTUNE_PATH")
-    out = subprocess.run([sys.executable, "-m", "tests.measure.torchtune_attention"], cwd=ROOT, capture_output=True,
-                         text=True, env=env, timeout=900)
+    env = subprocess_env(*(r for r in RELEASES if importlib.util.find_spec(r.package) is None))
+    out = subprocess.run([sys.executable, "-m", "tests.measure.repeated_kv_attention"], cwd=ROOT,
+                         capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.parametrize("framework", ["torchtune", "litgpt"])
 @pytest.mark.parametrize("mode", ["eager", "compiled"])
-def test_torchtunes_attention_saves_what_the_term_adds(measured, mode):
-    """The kernel's saved q, k, v and output: torchtune's all at the 4 query heads (K and V expanded and flattened,
-    a copy), Hugging Face's K and V at the 2 KV heads; the difference is the term, to the byte."""
-    assert measured["torchtune"].startswith("0.6.1")
-    tt, hf = measured[f"torchtune {mode}"], measured[f"huggingface {mode}"]
+def test_the_attention_saves_what_the_term_adds(measured, framework, mode):
+    """The kernel's saved q, k, v and output: torchtune's and LitGPT's all at the 4 query heads (K and V expanded
+    and flattened, or repeat_interleave'd: copies), Hugging Face's K and V at the 2 KV heads; the difference is the
+    term, to the byte."""
+    assert measured["torchtune"].startswith("0.6.1") and measured["litgpt"] == "0.5.13"
+    tt, hf = measured[f"{framework} {mode}"], measured[f"huggingface {mode}"]
     assert tt["heads"] == [4, 4, 4, 4] and hf["heads"] == [2, 2, 4, 4]
     a = _arch()
     compiled = mode == "compiled"
@@ -96,10 +96,12 @@ def test_the_field_refuses_a_non_boolean():
     assert e.value.field == "repeat_kv"
 
 
-def test_a_torchtune_import_sets_it_and_a_current_torchtitan_does_not():
+def test_torchtune_and_litgpt_imports_set_it_and_a_current_torchtitan_does_not():
     tune = import_config("torchtune", "# Config for single device full finetuning in full_finetune_single_device.py\n"
                          "model:\n  _component_: torchtune.models.llama3_2.llama3_2_3b\nbatch_size: 2\n")
     assert tune.workload["repeat_kv"] is True
+    lit = import_config("litgpt", "checkpoint_dir: checkpoints/meta-llama/Llama-3.2-1B\ndevices: 1\n")
+    assert lit.workload["repeat_kv"] is True
     titan = import_config("torchtitan", "[training]\nlocal_batch_size = 2\nseq_len = 4096\n")
     assert "repeat_kv" not in titan.workload
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.beside_venv import subprocess_env
+from tests.beside_venv import Release, subprocess_env
 from zerocalc import Scenario
 from zerocalc.model.finetune import FineTune
 from zerocalc.model.inventory import param_count
@@ -145,15 +145,14 @@ def test_bitsandbytes_before_0_43_2_keeps_the_4_bit_linears_inputs():
     assert shared[0] == shared[1]
 
 
-OLD_BNB = os.environ.get("ZEROCALC_OLD_BNB_PATH", "/tmp/bnb431")
+OLD_BNB = Release("bitsandbytes", "0.43.1", "ZEROCALC_OLD_BNB_PATH", "/tmp/bnb431")
 
 
 @pytest.mark.parametrize("release", ["installed", "0.43.1"])
 def test_what_matmul_4bit_keeps_on_the_cpu(release):
     """tests/measure/bnb_versions.py: the installed 0.50.2 keeps nothing of the input, 0.43.1 all of it."""
     pytest.importorskip("bitsandbytes", reason="bitsandbytes not installed: pip install -r requirements-validation.txt")
-    env = dict(os.environ) if release == "installed" else subprocess_env(OLD_BNB, "bitsandbytes",
-                                                                         "bitsandbytes==0.43.1", "ZEROCALC_OLD_BNB_PATH")
+    env = dict(os.environ) if release == "installed" else subprocess_env(OLD_BNB)
     out = subprocess.run([sys.executable, "-m", "tests.measure.bnb_versions", "96", "256", "512"], cwd=ROOT,
                          capture_output=True, text=True, env=env, check=True)
     got = json.loads(out.stdout.strip().splitlines()[-1])

@@ -55,7 +55,7 @@ LABELS = {
     "allocator": "Allocator (reserve band)", "allocator_units": "Allocator: ZeRO-3 unit cycles held",
     "loss_fusion": "Megatron --cross-entropy-loss-fusion",
     "loss": "Loss implementation", "loss_chunks": "Loss chunks", "compile": "torch.compile the blocks",
-    "repeat_kv": "Attention repeats K and V (torchtune)",
+    "repeat_kv": "Attention repeats K and V (torchtune, LitGPT)",
     "activation_offload": "Offload activations to the CPU", "optimizer_in_backward": "Optimizer step in backward",
     "float8": "float8 linears (torchao)", "op_policy": "Op-level policy (what it saves)", "op_saves": "Ops your policy saves", "float8_all_gather": "FSDP float8 all-gather", "async_tp": "Async tensor parallel (torchtitan)",
     "moe_imbalance_percent": "MoE busiest rank's load (% of balanced)",
@@ -257,10 +257,10 @@ HELP = {
     "loss_chunks": "Chunks of torchtune's chunked output (num_output_chunks, default 8) or torchtitan's "
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "repeat_kv": "The attention expands K and V to every query head before SDPA, and the kernel saves those copies "
-                 "(torchtune's MultiHeadAttention, eager and compiled; torchtitan before January 2026): 2 x (q - kv) "
-                 "features a token per block more than Hugging Face's SDPA, which passes them grouped. A torchtune "
-                 "import sets it. No effect with eager attention (it repeats them anyway) or without grouped-query "
-                 "heads.",
+                 "(torchtune's MultiHeadAttention and LitGPT's attention, eager and compiled; torchtitan before "
+                 "January 2026): 2 x (q - kv) features a token per block more than Hugging Face's SDPA, which passes "
+                 "them grouped. A torchtune or LitGPT import sets it. No effect with eager attention (it repeats them "
+                 "anyway) or without grouped-query heads.",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "
                "copies, silu and gelu fused; with op-level checkpointing the unread down-projection output is "
                "dropped; LoRA blocks keep only what the adapters need. Latent attention, sinks, soft-capping, "

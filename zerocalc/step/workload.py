@@ -93,7 +93,7 @@ class Workload:
     # torch.compile of each block (Inductor's default partitioner saves fewer tensors: step/compiled.py)
     compile: bool = False
     # The attention repeats K and V to every query head before its kernel, which saves the copies (torchtune's
-    # MultiHeadAttention: step/repeated_kv.py); Hugging Face's SDPA passes them grouped.
+    # MultiHeadAttention, LitGPT's: step/repeated_kv.py); Hugging Face's SDPA passes them grouped.
     repeat_kv: bool = False
     # Activation offloading to the CPU (torchtune enable_activation_offloading): with full recompute the blocks'
     # checkpoint inputs go to pinned host memory, a few stay on the GPU (step/offload.py)

@@ -203,6 +203,8 @@ class _Reader:
             b.set("scenario", field, value, src)
         b.set("workload", "activation_dtype", dtype, "precision")
         b.set("workload", "attention", "flash", "LitGPT's attention: scaled_dot_product_attention")
+        b.set("workload", "repeat_kv", True, "LitGPT's CausalSelfAttention repeats K and V to the query heads in "
+                                             "training when n_query_groups < n_head (litgpt/model.py)")
         if gpus == 1:
             b.set("scenario", "workers", 1, "devices 1, num_nodes 1")
             b.set("workload", "recompute", "none", "one device: LitGPT checkpoints nothing")
