@@ -92,16 +92,18 @@ def test_the_model_against_the_ledgers_reserved_cases():
     than 5 % before and 4 after (PEFT-03 -23.6 % from -30.1 %, unexplained), 24 within 10 % before and 25 after;
     Answer.AI's QLoRA rows at their largest batch read +16..+18 % (AA-17 to AA-19), the sum again. torchtitan's
     rows with the K, V copies its attention made then (step/repeated_kv.py, in the block each recompute rebuilds):
-    14 under by more than 5 % before (TT-11 -4.6 % from -5.3 %, TT-19 -4.9 % from -5.3 %), 4 after."""
+    14 under by more than 5 % before (TT-11 -4.6 % from -5.3 %, TT-19 -4.9 % from -5.3 %), 4 after; and the
+    grouped-query rows of Answer.AI's, whose transformers 4.40 SDPA repeated K and V too: 25 within 10 % before,
+    AA-14 -1.8 % from -3.6 %, AA-18 +19.6 % from +18.3 % after (the sum's side)."""
     rows = [allocator_compare.compare(c) for c in load_cases()
             if c.get("argv") and c["kind"] in ("max_memory_reserved", "device")]
     assert len(rows) == 35
     before = sorted(r["before"] / r["measured"] - 1 for r in rows)
     after = sorted(r["after"] / r["measured"] - 1 for r in rows)
     assert sum(e < -0.05 for e in before) == 14 and sum(e < -0.05 for e in after) <= 4
-    assert sum(abs(e) <= 0.10 for e in after) >= 25 and sum(abs(e) <= 0.10 for e in before) == 24
+    assert sum(abs(e) <= 0.10 for e in after) >= 25 and sum(abs(e) <= 0.10 for e in before) == 25
     assert sum(e > 0.10 for e in after) <= 8 and sum(e < -0.10 for e in after) <= 2    # the misses: over, bar two
-    assert abs(after[17]) < 0.035 and after[0] > -0.24 and after[-1] < 0.19
+    assert abs(after[17]) < 0.035 and after[0] > -0.24 and after[-1] < 0.20
 
 
 # A real step recorded on the CPU by tests/measure/allocation_sequence.py (recorded_events(RECORDED_CONFIG, 512):

@@ -58,6 +58,13 @@ def test_the_attention_saves_what_the_term_adds(measured, framework, mode):
     assert added == tt["bytes"] - hf["bytes"] == 2 * 2 * 256 * (128 - 64) * 2      # 2 x b x s x (q - kv) x 2 bytes
 
 
+def test_transformers_sdpa_repeats_them_under_a_padding_mask(measured):
+    """transformers 5.24's SDPA path passes K and V grouped (enable_gqa) only without a mask; a padded batch has one,
+    so it repeats them (integrations/sdpa_attention.py): what the imports infer for a padded micro-batch of two or
+    more under SDPA (frameworks/common.py Builder.build)."""
+    assert measured["huggingface padded eager"] == measured["torchtune eager"]
+
+
 def test_the_term_is_only_where_a_fused_kernel_saves_a_grouped_pair():
     gqa = _arch()
     assert activations(gqa, 2, 256, 16, repeat_kv=True).per_layer[TERM] == 2 * 2 * 256 * 64 * 2
@@ -104,6 +111,21 @@ def test_torchtune_and_litgpt_imports_set_it_and_a_current_torchtitan_does_not()
     assert lit.workload["repeat_kv"] is True
     titan = import_config("torchtitan", "[training]\nlocal_batch_size = 2\nseq_len = 4096\n")
     assert "repeat_kv" not in titan.workload
+
+
+@pytest.mark.parametrize("fmt, text, repeats", [
+    ("llamafactory", "model_name_or_path: m\nstage: sft\nfinetuning_type: lora\nper_device_train_batch_size: 2\n", True),
+    ("llamafactory", "model_name_or_path: m\nstage: sft\nper_device_train_batch_size: 2\nflash_attn: fa2\n", None),
+    ("llamafactory", "model_name_or_path: m\nstage: sft\nper_device_train_batch_size: 1\n", None),
+    ("llamafactory", "model_name_or_path: m\nstage: sft\nper_device_train_batch_size: 2\npacking: true\n", None),
+    ("axolotl", "base_model: m\nmicro_batch_size: 2\ngradient_accumulation_steps: 1\n", True),
+    ("axolotl", "base_model: m\nmicro_batch_size: 2\ngradient_accumulation_steps: 1\nflash_attention: true\n", None),
+    ("hf_trainer", '{"per_device_train_batch_size": 4}', True),
+    ("hf_trainer", '{"per_device_train_batch_size": 4, "attn_implementation": "flash_attention_2"}', None)])
+def test_hugging_face_launchers_under_sdpa_with_padded_batches_set_it(fmt, text, repeats):
+    """A padded micro-batch of two or more under transformers' SDPA (the launchers' default kernel): a padding mask,
+    so K and V repeated; flash-attention 2 unpads instead, one sample pads nothing, packing is not padding."""
+    assert import_config(fmt, text).workload.get("repeat_kv") is repeats
 
 
 def test_an_older_torchtitan_file_sets_it():

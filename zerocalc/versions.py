@@ -27,6 +27,7 @@ class VersionRow(NamedTuple):
     checked: str
     modelled: bool = True
     families: Tuple[str, ...] = ()   # the vision families (model/vision.py PROJECTORS) it holds for; () every model
+    switch: str = ""    # not modelled by release: the plan field that counts it where it holds (the kernel decides)
 
 
 ROWS = (
@@ -79,6 +80,15 @@ ROWS = (
                "transformers 5.15.1 models/qwen3_moe/modeling_qwen3_moe.py load_balancing_loss_func; one layer at "
                "a time from 5.16.0 (huggingface/transformers PR #48131)",
                "CPU: the 5.15.1 function from its wheel and 5.24.0's (tests/measure/router_loss.py)"),
+    VersionRow("SDPA repeats k, v", "transformers", "4.54",
+               "the SDPA attention repeats K and V to every query head (repeat_kv) before the kernel whatever the "
+               "mask, and the kernel saves the copies; from 4.54 it passes them grouped (enable_gqa) where there "
+               "is no mask, and still repeats them under one (a padded batch). Counted with repeat_kv "
+               "(--repeat-kv, step/repeated_kv.py), which the SDPA kernel needs and flash-attention 2 does not",
+               "transformers 4.53.0 integrations/sdpa_attention.py sdpa_attention_forward (repeat_kv whenever "
+               "num_key_value_groups is set); 4.54.0 use_gqa_in_sdpa",
+               "from the code at both releases; the repeat under a padding mask measured at 5.24.0 on the CPU "
+               "(tests/test_repeated_kv.py)", modelled=False, switch="repeat_kv"),
     VersionRow("4-bit linear input saved", "bitsandbytes", "0.43.2",
                "MatMul4Bit kept every 4-bit linear's input for backward (ctx.tensors = (A, B)) though a frozen "
                "weight needs no weight gradient",
@@ -168,9 +178,10 @@ def versions_dict(versions: Tuple[Tuple[str, str], ...], family: Optional[str] =
     in effect for this plan's family with their sources (modelled False: named, not counted)."""
     return {"assumed": assumed(versions), "given": dict(versions),
             "rows": [{"library": r.library, "below": r.below, "row": r.key, "change": r.change, "source": r.source,
-                      "checked": r.checked, "modelled": r.modelled} for r in rows_in_effect(versions, family)]}
+                      "checked": r.checked, "modelled": r.modelled, "switch": r.switch}
+                     for r in rows_in_effect(versions, family)]}
 
 
 # One release in each range the rows tell apart, newest first: the page's choices (a link carries the release).
-PAGE_RELEASES = {"transformers": ("5.24.0", "5.16.1", "5.15.1", "4.57.1", "4.51.3", "4.48.3", "4.45.2"),
+PAGE_RELEASES = {"transformers": ("5.24.0", "5.16.1", "5.15.1", "4.57.1", "4.53.3", "4.51.3", "4.48.3", "4.45.2"),
                  "bitsandbytes": ("0.50.2", "0.43.1")}

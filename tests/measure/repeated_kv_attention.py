@@ -11,7 +11,9 @@ torchtune==0.6.1`, ZEROCALC_TORCHTUNE_PATH names DIR; litgpt==0.5.13, ZEROCALC_L
 The model code measured is the frameworks' own: torchtune.models.llama3_2's builder, its MultiHeadAttention
 (torchtune/modules/attention.py: K and V expanded to the query heads and flattened, a copy, when num_kv_heads <
 num_heads) and its SDPA call; litgpt.GPT with a Llama config, its CausalSelfAttention (litgpt/model.py: K and V
-repeat_interleave'd to the query heads in training when n_query_groups != n_head).
+repeat_interleave'd to the query heads in training when n_query_groups != n_head); and transformers' own SDPA path
+with a padded batch (a padding mask: integrations/sdpa_attention.py repeats K and V where grouped-query SDPA would
+need no mask).
 
 One decoder block (the second; the rotary tables, batch 1, are left out) of a tiny Llama in bf16, 4 query heads over
 2 KV heads, is run forward with a pack hook that records each saved storage once (parameters excluded); the
@@ -118,8 +120,11 @@ def _models(s, llama3_2):
                                 intermediate_size=s["ffn"], vocab_size=s["vocab"], tie_word_embeddings=True,
                                 max_position_embeddings=s["seq"], attn_implementation="sdpa"), torch.bfloat16)
     ids = torch.randint(0, s["vocab"], (s["batch"], s["seq"]))
+    padded = torch.ones_like(ids)
+    padded[1:, s["seq"] // 2:] = 0          # the second row padded to the first's length: a padding mask
     return (("torchtune", tt, tt.layers, lambda: tt(ids)), ("litgpt", lit, lit.transformer.h, lambda: lit(ids)),
-            ("huggingface", hf, hf.model.layers, lambda: hf(input_ids=ids).logits))
+            ("huggingface", hf, hf.model.layers, lambda: hf(input_ids=ids).logits),
+            ("huggingface padded", hf, hf.model.layers, lambda: hf(input_ids=ids, attention_mask=padded).logits))
 
 
 def measure() -> dict:
@@ -135,6 +140,8 @@ def measure() -> dict:
     out = {"torch": torch.__version__, "transformers": transformers.__version__, **s}
     for compiled in (False, True):
         for name, model, blocks, call in _models(s, llama3_2):
+            if compiled and name.endswith("padded"):
+                continue                                   # the same module, compiled above without the mask
             if compiled:
                 blocks[1].compile(dynamic=False)
                 call().float().sum().backward()          # warm up: compile outside the measured call

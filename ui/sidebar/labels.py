@@ -257,10 +257,11 @@ HELP = {
     "loss_chunks": "Chunks of torchtune's chunked output (num_output_chunks, default 8) or torchtitan's "
                    "ChunkedLossWrapper (num_chunks, default 8).",
     "repeat_kv": "The attention expands K and V to every query head before SDPA, and the kernel saves those copies "
-                 "(torchtune's MultiHeadAttention and LitGPT's attention, eager and compiled; torchtitan before "
-                 "January 2026): 2 x (q - kv) features a token per block more than Hugging Face's SDPA, which passes "
-                 "them grouped. A torchtune or LitGPT import sets it. No effect with eager attention (it repeats them "
-                 "anyway) or without grouped-query heads.",
+                 "(torchtune's and LitGPT's attention, eager and compiled; torchtitan before January 2026): 2 x "
+                 "(q - kv) features a token per block more than grouped K and V. Hugging Face's SDPA passes them "
+                 "grouped only without a mask (from transformers 4.54): a padded batch of two or more repeats them. "
+                 "torchtune, LitGPT and Hugging Face launchers' imports set it. No effect with eager attention (it "
+                 "repeats them anyway) or without grouped-query heads.",
     "compile": "torch.compile each block (Inductor's default partitioner, measured on torch 2.13): no fp32 norm "
                "copies, silu and gelu fused; with op-level checkpointing the unread down-projection output is "
                "dropped; LoRA blocks keep only what the adapters need. Latent attention, sinks, soft-capping, "

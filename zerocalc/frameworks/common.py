@@ -259,6 +259,7 @@ class Builder:
         self.ignored_names, self.ignored_more = set(), 0     # a set: a file of 100,000 keys costs linear time
         self.noted = set()
         self.model = ""
+        self.sdpa = False       # transformers' SDPA kernel (attn_implementation sdpa): see build()
 
     def set(self, part: str, name: str, value, source: str) -> None:
         self.parts[part][name] = value
@@ -290,9 +291,15 @@ class Builder:
         self.set("workload", "batch_mode", "packed" if packed else "padded", source)
 
     def build(self) -> ImportedConfig:
-        if self.parts["workload"].get("batch_mode") == "packed" and self.parts["workload"].get("attention") == "eager":
+        w = self.parts["workload"]
+        if w.get("batch_mode") == "packed" and w.get("attention") == "eager":
             # packed rows are kept apart only by varlen attention: with eager attention they are one long row
             self.set("workload", "batch_mode", "fixed", "packing with eager attention: one row of seq_len tokens")
+        if self.sdpa and w.get("batch_mode") == "padded" and w.get("micro_batch", 1) > 1 and "repeat_kv" not in w:
+            # a padded batch needs a mask, and transformers' SDPA takes grouped K and V only without one on CUDA
+            # (integrations/sdpa_attention.py use_gqa_in_sdpa): repeat_kv first, copies the kernel saves
+            self.set("workload", "repeat_kv", True, "transformers' SDPA under a padding mask: K and V repeated to "
+                                                    "every query head (sdpa_attention.py use_gqa_in_sdpa)")
         if self.stage is not None and "shard_group" not in self.parts["scenario"]:
             # every framework read here shards over all data-parallel ranks unless the file says otherwise
             self.set("scenario", "shard_group", None, "default: sharded over all data-parallel workers")

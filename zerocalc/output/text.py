@@ -289,7 +289,8 @@ def versions_line(versions, family=None) -> str:
     rows = rows_in_effect(versions, family)
     return f"  library versions assumed: {describe_versions(versions)}" + (
         "; older-release rows: " + "; ".join(f"{r.library} < {r.below}: {r.key}"
-                                             + ("" if r.modelled else " (not counted)") for r in rows)
+                                             + ("" if r.modelled else f" (counted with {r.switch})" if r.switch
+                                                else " (not counted)") for r in rows)
         if rows else "")
 
 

@@ -315,6 +315,7 @@ class _Reader:
         impl = LEGACY_ATTENTION[legacy[0]] if legacy else impl
         # loaders/model.py casts the embeddings, head and norms back from fp32 only for such kernels (or CCE)
         self.casts_back = impl is not None and impl not in ("eager", "sdpa")
+        b.sdpa = impl in (None, "sdpa")
         if impl is None:
             b.set("workload", "attention", "flash", "default: axolotl attn_implementation none (transformers' SDPA)")
         else:

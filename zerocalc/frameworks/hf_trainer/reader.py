@@ -85,6 +85,7 @@ def _kernels(doc: Doc, b: Builder) -> None:
     if gc:
         hf.read_every(doc, b)
     attn = doc.get("attn_implementation", default=None)
+    b.sdpa = attn in (None, "sdpa")            # transformers' default kernel
     if attn is not None:
         name = one_of("attn_implementation", attn, tuple(ATTENTION))
         b.set("workload", "attention", ATTENTION[name], "attn_implementation")

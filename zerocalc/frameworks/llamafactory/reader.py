@@ -256,6 +256,7 @@ class _Reader:
         doc, b = self.doc, self.b
         flash = one_of("flash_attn", doc.get("flash_attn", default="auto"), tuple(ATTENTION))
         b.set("workload", "attention", ATTENTION[flash], self.src("flash_attn", "auto (SDPA)"))
+        b.sdpa = flash in ("auto", "sdpa")
         off = boolean("disable_gradient_checkpointing", doc.get("disable_gradient_checkpointing", default=False))
         on = hf.read_checkpointing(doc)[1]
         if on or not off:
