@@ -305,7 +305,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
     residual stream (fp32 embeddings, head and norms) beside 16-bit linears under autocast (step/fp32_stream.py;
     with `bits` 32 too, as QLoRA's k-bit preparation counts, only the head's 16-bit weight copy is added), 0: none;
     `fp32_norms`: the norms alone in fp32, the stream `bits` wide (each linear casts a norm's output itself);
-    `repeat_kv`: the attention saves K and V repeated to every query head (torchtune's: step/repeated_kv.py)."""
+    `repeat_kv`: the attention saves K and V repeated to every query head (step/repeated_kv.py)."""
     t = tokens(micro_batch, seq_len, tp, cp, sequence_parallel, implementation)
     local = tp_local(a, tp)
     w = bits
@@ -330,7 +330,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         full = {k: compiled_terms(local, t, w, attention, k, pairs, _scores(local, t, w, hf)) for k in kinds}
     else:
         full = {k: _layer(local, t, w, attention, implementation, "none", k, moe, tr, tp) for k in kinds}
-    repeat = every_block(local, t, w, attention, repeat_kv)           # torchtune's K, V copies (repeated_kv.py)
+    repeat = every_block(local, t, w, attention, repeat_kv)       # the attention's K, V copies (repeated_kv.py)
     full, first = {k: joined(v, repeat) for k, v in full.items()}, None
     if compile_adapters and recompute == "full" and every == 1:
         blocks = {"dense": checkpoint}

@@ -1,17 +1,21 @@
 """K and V repeated to every query head before a fused attention kernel, which saves the copies for backward.
 
 A grouped-query model's SDPA / flash attention can take K and V grouped (n_kv_heads): Hugging Face's SDPA path
-passes them so, and saves q, k, v at their own widths (activations._qkv). Three paths pass copies repeated to the
-n_heads query heads instead, 2 x (q_size - kv_size) more per token than the grouped pair:
+passes them so without a mask (transformers >= 4.54), and saves q, k, v at their own widths (activations._qkv).
+These paths pass copies repeated to the n_heads query heads instead, 2 x (q_size - kv_size) more per token than
+the grouped pair:
 - Hugging Face's local-attention layers once the sequence outgrows the window: the explicit mask rules out
-  grouped-query SDPA, so repeat_kv runs first (measured on Gemma 3, tests/test_moe_validation.py);
-- torchtune's MultiHeadAttention, in every block: it expands K and V to the query heads and flattens them (a
-  copy) before SDPA or flex attention whenever num_kv_heads < num_heads (torchtune/modules/attention.py at
-  b19719f9 and bd2a0fc7; torchtune 0.6.1). Measured on the CPU, eager and under torch.compile (Inductor saves
-  the same copies): tests/test_repeated_kv.py;
-- LitGPT's CausalSelfAttention in training (repeat_interleave; an expand and reshape before 2024-12), the same
-  way (litgpt 0.5.13, measured alike). torchtitan did the same (repeat_kv) until pytorch/torchtitan PR
-  #2259 (2026-01-27: "GQA without kv repeats", enable_gqa).
+  grouped-query SDPA, so repeat_kv runs first (measured on Gemma 3, tests/test_moe_validation.py): sliding_layers;
+- in every block (the plan's repeat_kv, every_block):
+  - torchtune's MultiHeadAttention expands K and V to the query heads and flattens them (a copy) before SDPA or
+    flex attention whenever num_kv_heads < num_heads (torchtune/modules/attention.py at b19719f9 and bd2a0fc7;
+    torchtune 0.6.1);
+  - LitGPT's CausalSelfAttention in training (repeat_interleave; an expand and reshape before 2024-12);
+  - Hugging Face's SDPA under a padding mask (a padded batch of two or more), and before transformers 4.54 always
+    (integrations/sdpa_attention.py use_gqa_in_sdpa; versions.py);
+  - torchtitan's Llama until pytorch/torchtitan#2259 (2026-01-27: "GQA without kv repeats", enable_gqa).
+  Measured on the CPU, eager and under torch.compile (Inductor saves the same copies), against torchtune 0.6.1,
+  litgpt 0.5.13 and transformers 5.24 with a padding mask: tests/test_repeated_kv.py.
 Eager attention repeats them in every implementation anyway (_qkv's `repeated`), so none adds to it.
 """
 
