@@ -38,8 +38,8 @@ def add_recipe_flags(m) -> None:
                    help="torch.compile each block: Inductor's partitioner saves fewer tensors (default no)")
     m.add_argument("--repeat-kv", nargs="?", const="yes", choices=("yes", "no"),
                    help="the attention repeats K and V to every query head before its kernel, which saves the "
-                        "copies (torchtune's and LitGPT's attention; default no: Hugging Face's SDPA passes "
-                        "them grouped)")
+                        "copies (torchtune's and LitGPT's attention, Hugging Face's SDPA under a padding mask; "
+                        "default no: SDPA without a mask passes them grouped)")
     m.add_argument("--activation-offload", nargs="?", const="yes", choices=("yes", "no"),
                    help="with --recompute full: each block's checkpoint input in pinned host memory, two on the "
                         "GPU (torchtune enable_activation_offloading; default no)")

@@ -59,7 +59,7 @@ def recipe_text(workload) -> str:
     if workload.compile:
         parts.append("torch.compile'd blocks")
     if workload.repeat_kv:
-        parts.append("K and V repeated to every query head (torchtune's, LitGPT's attention)")
+        parts.append("K and V repeated to every query head before the attention kernel")
     if workload.activation_offload:
         parts.append("activations offloaded to the CPU")
     if workload.optimizer_in_backward:

@@ -336,8 +336,8 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
         blocks = {"dense": checkpoint}
     elif compile_adapters:
         blocks = full if recompute != "selective" else {"dense": compiled_adapter_terms(local, t, w, attention, tr)}
-        first = compiled_adapter_terms(local, t, w, attention, tr, {} if recompute == "selective" else
-                                       _scores(local, t, w, hf), first=True)
+        first, kind = compiled_adapter_terms(local, t, w, attention, tr, {} if recompute == "selective" else
+                                             _scores(local, t, w, hf), first=True), "dense"
     elif recompute == "op":
         blocks = {k: op_saved_terms(local, t, w, attention, k, pairs, tp, sequence_parallel,
                                     moe.ep if moe is not None else 1, op_policy) for k in kinds}
@@ -362,8 +362,7 @@ def activations(a: Architecture, micro_batch: int, seq_len: int, bits: int, atte
             first = _layer(local, t, w, attention, implementation, mode, kind, moe, tr, tp, first=True)
     if recompute != "op":      # op-level checkpointing rebuilds the copies with the ops it does not save
         blocks = {k: joined(v, repeat) for k, v in blocks.items()}
-    if first is not None:      # the first trained block (fine-tuning) against the others
-        kind = "moe" if not compile_adapters and a.is_moe_layer(tr.frozen_blocks) else "dense"
+    if first is not None:      # the first trained block (fine-tuning, of `kind`) against the others
         first = joined(first, repeat)
         first_delta = sum(_bytes(first).values()) - sum(_bytes(blocks[kind]).values())
         held = None if compile_adapters else (first, kind)

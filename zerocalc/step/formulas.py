@@ -49,7 +49,7 @@ NOTES = {
     "backward",
     "final norm fp32 output (fp32 stream)": "the trained final norm's fp32 normalised input",
     "repeated k, v (the attention's own copies)": "K and V repeated to every query head before the kernel, which "
-    "saves the copies (torchtune's attention), beyond the grouped pair (step/repeated_kv.py)",
+    "saves the copies (torchtune, LitGPT, SDPA under a mask), beyond the grouped pair (step/repeated_kv.py)",
     "repeated k, v (local attention mask)": "Hugging Face's local layers past their window: repeat_kv before SDPA, "
     "beyond the grouped pair",
 }
